@@ -1,0 +1,62 @@
+// The BLR model of one weight (SPEC §1) in float64, the bit budget and the
+// rank rule, and the payload: pack, validate, unpack, dequant.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/matrix.hpp"
+
+namespace cortiq::blr {
+
+// One path: Ŵ_p = diag(h) S_U diag(ℓ) S_Vᵀ diag(g).
+struct Path {
+    VecD h;   // m output scales
+    VecD l;   // r latent scales
+    VecD g;   // n input scales
+    MatD su;  // m × r, entries ±1
+    MatD sv;  // n × r, entries ±1
+};
+
+struct Model {
+    int64_t m = 0, n = 0, r = 0;
+    std::vector<Path> paths;
+
+    // diag(h) S_U diag(ℓ) (m × r) and diag(g) S_V (n × r) of path p.
+    MatD hsl(size_t p) const;
+    MatD gs(size_t p) const;
+    MatD dense() const;  // Σ_p hsl_p gs_pᵀ
+};
+
+// bits(m,n,r,P) = P · (r·(m+n) + 16·(m+n+r))   (SPEC §1)
+int64_t bits(int64_t m, int64_t n, int64_t r, int paths);
+// Largest r ≥ 1 (≤ min(m,n)) with bits ≤ bpw·m·n; 0 if even r = 1 exceeds it.
+int64_t rank_for(int64_t m, int64_t n, double bpw, int paths);
+
+// Rebalance the per-path scale gauge (h·a, g·b, ℓ/(ab) leaves Ŵ unchanged) so
+// the three vectors share one geometric-mean magnitude, round them to f16 and
+// write the payload. `stored` (optional) receives the model with the stored,
+// f16-rounded scales.
+std::vector<uint8_t> pack(const Model& model, Model* stored = nullptr);
+
+// Throws cortiq::Error with a message naming what is wrong (`what` is put in
+// front, e.g. the tensor name). expect_m/expect_n < 0: not checked.
+void validate(std::span<const uint8_t> bytes, const std::string& what = "BLR payload",
+              int64_t expect_m = -1, int64_t expect_n = -1);
+
+struct Info {
+    int64_t m, n, r;
+    int paths;
+};
+Info info(std::span<const uint8_t> bytes);  // validates first
+
+Model unpack(std::span<const uint8_t> bytes);  // validates first
+MatF dequant(std::span<const uint8_t> bytes);  // validates first
+
+// Scales are editable after encoding (SPEC §8): rewrite the f16 scales of a
+// payload in place from a model with the same shape and signs.
+void write_scales(std::span<uint8_t> bytes, const Model& model);
+
+}  // namespace cortiq::blr

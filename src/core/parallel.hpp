@@ -1,0 +1,37 @@
+// OpenMP loops that never let an exception escape the parallel region: the
+// first exception thrown by any iteration is captured and rethrown on the
+// calling thread after the region ends.
+#pragma once
+
+#include <omp.h>
+
+#include <cstdint>
+#include <exception>
+#include <mutex>
+
+namespace cortiq {
+
+template <class F>
+void parallel_for(int64_t begin, int64_t end, F&& body, int64_t min_per_thread = 1) {
+    std::exception_ptr first;
+    std::mutex mu;
+    const int64_t n = end - begin;
+    if (n <= 0) return;
+    const bool par = n >= 2 * min_per_thread && !omp_in_parallel();
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int64_t i = begin; i < end; ++i) {
+        try {
+            body(i);
+        } catch (...) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (!first) first = std::current_exception();
+        }
+    }
+    if (first) std::rethrow_exception(first);
+}
+
+// Set the number of host threads used by OpenMP regions and OpenBLAS (0: all).
+void set_num_threads(int threads);
+int num_threads();
+
+}  // namespace cortiq

@@ -1,0 +1,11 @@
+// Each subcommand registers itself on the CLI11 app and calls one library
+// function; exceptions are turned into one message line in main().
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace cortiq::cli {
+
+void add_bench(CLI::App& app);
+
+}  // namespace cortiq::cli
