@@ -23,15 +23,21 @@ struct Header {
     uint16_t version;
     uint16_t paths;
     uint32_t m, n, r;
-    uint32_t words_u;  // u64 words per S_U row
-    uint32_t words_v;  // u64 words per S_Vᵀ row
+    uint32_t words_u;   // u64 words per S_U row
+    uint32_t words_v;   // u64 words per S_Vᵀ row
     uint32_t reserved;  // zero
 };
 static_assert(sizeof(Header) == 32, "BLR header must be 32 bytes");
 
-constexpr uint64_t words_for(uint64_t bits) { return (bits + 63) / 64; }
-constexpr uint64_t pad8(uint64_t bytes) { return (bytes + 7) & ~uint64_t{7}; }
-constexpr uint64_t scales_bytes(uint64_t m, uint64_t n, uint64_t r) { return pad8(2 * (m + n + r)); }
+constexpr uint64_t words_for(uint64_t bits) {
+    return (bits + 63) / 64;
+}
+constexpr uint64_t pad8(uint64_t bytes) {
+    return (bytes + 7) & ~uint64_t{7};
+}
+constexpr uint64_t scales_bytes(uint64_t m, uint64_t n, uint64_t r) {
+    return pad8(2 * (m + n + r));
+}
 constexpr uint64_t signs_bytes(uint64_t m, uint64_t n, uint64_t r) {
     return 8 * (m * words_for(r) + r * words_for(n));
 }
@@ -42,10 +48,18 @@ constexpr uint64_t payload_bytes(uint64_t m, uint64_t n, uint64_t r, uint64_t p)
     return sizeof(Header) + p * path_bytes(m, n, r);
 }
 // Byte offsets inside one path block.
-constexpr uint64_t off_h() { return 0; }
-constexpr uint64_t off_l(uint64_t m) { return 2 * m; }
-constexpr uint64_t off_g(uint64_t m, uint64_t r) { return 2 * (m + r); }
-constexpr uint64_t off_su(uint64_t m, uint64_t n, uint64_t r) { return scales_bytes(m, n, r); }
+constexpr uint64_t off_h() {
+    return 0;
+}
+constexpr uint64_t off_l(uint64_t m) {
+    return 2 * m;
+}
+constexpr uint64_t off_g(uint64_t m, uint64_t r) {
+    return 2 * (m + r);
+}
+constexpr uint64_t off_su(uint64_t m, uint64_t n, uint64_t r) {
+    return scales_bytes(m, n, r);
+}
 constexpr uint64_t off_svt(uint64_t m, uint64_t n, uint64_t r) {
     return scales_bytes(m, n, r) + 8 * m * words_for(r);
 }

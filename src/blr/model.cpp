@@ -31,7 +31,8 @@ MatD Model::gs(size_t p) const {
 
 MatD Model::dense() const {
     MatD w(m, n);
-    for (size_t p = 0; p < paths.size(); ++p) la::gemm_into(1.0, hsl(p), false, gs(p), true, 1.0, w);
+    for (size_t p = 0; p < paths.size(); ++p)
+        la::gemm_into(1.0, hsl(p), false, gs(p), true, 1.0, w);
     return w;
 }
 
@@ -42,8 +43,8 @@ int64_t bits(int64_t m, int64_t n, int64_t r, int paths) {
 int64_t rank_for(int64_t m, int64_t n, double bpw, int paths) {
     const double budget = bpw * static_cast<double>(m) * static_cast<double>(n);
     // bits is increasing in r: r ≤ (budget/P − 16(m+n)) / (m+n+16)
-    const double rf = (budget / paths - 16.0 * static_cast<double>(m + n)) /
-                      static_cast<double>(m + n + 16);
+    const double rf =
+        (budget / paths - 16.0 * static_cast<double>(m + n)) / static_cast<double>(m + n + 16);
     if (rf < 1) return 0;
     int64_t r = std::min<int64_t>(static_cast<int64_t>(rf), std::min(m, n));
     while (r > 0 && static_cast<double>(bits(m, n, r, paths)) > budget) --r;
@@ -64,13 +65,17 @@ double log_mean_abs(const VecD& v) {
     return k ? s / static_cast<double>(k) : 0.0;
 }
 
-void put_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, 2); }
+void put_u16(uint8_t* p, uint16_t v) {
+    std::memcpy(p, &v, 2);
+}
 uint16_t get_u16(const uint8_t* p) {
     uint16_t v;
     std::memcpy(&v, p, 2);
     return v;
 }
-void put_u64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
+void put_u64(uint8_t* p, uint64_t v) {
+    std::memcpy(p, &v, 8);
+}
 uint64_t get_u64(const uint8_t* p) {
     uint64_t v;
     std::memcpy(&v, p, 8);
@@ -83,16 +88,24 @@ std::vector<uint8_t> pack(const Model& model, Model* stored) {
     const uint64_t m = model.m, n = model.n, r = model.r, np = model.paths.size();
     CORTIQ_ASSERT(np >= 1 && np <= 2 && r >= 1, "pack: {} paths, rank {}", np, r);
     std::vector<uint8_t> out(payload_bytes(m, n, r, np), 0);
-    Header hd{kMagic, kVersion, static_cast<uint16_t>(np), static_cast<uint32_t>(m),
-              static_cast<uint32_t>(n), static_cast<uint32_t>(r),
-              static_cast<uint32_t>(words_for(r)), static_cast<uint32_t>(words_for(n)), 0};
+    Header hd{kMagic,
+              kVersion,
+              static_cast<uint16_t>(np),
+              static_cast<uint32_t>(m),
+              static_cast<uint32_t>(n),
+              static_cast<uint32_t>(r),
+              static_cast<uint32_t>(words_for(r)),
+              static_cast<uint32_t>(words_for(n)),
+              0};
     std::memcpy(out.data(), &hd, sizeof hd);
     if (stored) *stored = model;
     for (uint64_t p = 0; p < np; ++p) {
         const Path& q = model.paths[p];
         CORTIQ_ASSERT(q.h.size() == m && q.l.size() == r && q.g.size() == n);
-        CORTIQ_ASSERT(q.su.rows() == static_cast<int64_t>(m) && q.su.cols() == static_cast<int64_t>(r));
-        CORTIQ_ASSERT(q.sv.rows() == static_cast<int64_t>(n) && q.sv.cols() == static_cast<int64_t>(r));
+        CORTIQ_ASSERT(q.su.rows() == static_cast<int64_t>(m) &&
+                      q.su.cols() == static_cast<int64_t>(r));
+        CORTIQ_ASSERT(q.sv.rows() == static_cast<int64_t>(n) &&
+                      q.sv.cols() == static_cast<int64_t>(r));
         // Gauge: scale h by a = e^{t−μh}, g by b = e^{t−μg}, ℓ by 1/(ab), with
         // t the mean of the three log-magnitudes, so all three centre on e^t.
         const double mh = log_mean_abs(q.h), ml = log_mean_abs(q.l), mg = log_mean_abs(q.g);
@@ -163,8 +176,13 @@ void validate(std::span<const uint8_t> bytes, const std::string& what, int64_t e
         for (uint64_t i = 0; i < m + r + n; ++i) {
             const float v = half_to_float(get_u16(base + 2 * i));
             CORTIQ_CHECK(std::isfinite(v), "{}: path {} has a non-finite {} scale at index {}",
-                         what, p, i < m ? "output (h)" : i < m + r ? "latent (l)" : "input (g)",
-                         i < m ? i : i < m + r ? i - m : i - m - r);
+                         what, p,
+                         i < m       ? "output (h)"
+                         : i < m + r ? "latent (l)"
+                                     : "input (g)",
+                         i < m       ? i
+                         : i < m + r ? i - m
+                                     : i - m - r);
         }
         for (uint64_t b = 2 * (m + n + r); b < scales_bytes(m, n, r); ++b)
             CORTIQ_CHECK(base[b] == 0, "{}: path {} scale padding byte is non-zero", what, p);
@@ -205,7 +223,8 @@ Model unpack(std::span<const uint8_t> bytes) {
         q.g.resize(n);
         for (uint64_t i = 0; i < m; ++i) q.h[i] = half_to_float(get_u16(base + off_h() + 2 * i));
         for (uint64_t k = 0; k < r; ++k) q.l[k] = half_to_float(get_u16(base + off_l(m) + 2 * k));
-        for (uint64_t j = 0; j < n; ++j) q.g[j] = half_to_float(get_u16(base + off_g(m, r) + 2 * j));
+        for (uint64_t j = 0; j < n; ++j)
+            q.g[j] = half_to_float(get_u16(base + off_g(m, r) + 2 * j));
         q.su = MatD(in.m, in.r);
         q.sv = MatD(in.n, in.r);
         const uint64_t wu = words_for(r), wv = words_for(n);
@@ -226,7 +245,9 @@ Model unpack(std::span<const uint8_t> bytes) {
     return md;
 }
 
-MatF dequant(std::span<const uint8_t> bytes) { return unpack(bytes).dense().cast<float>(); }
+MatF dequant(std::span<const uint8_t> bytes) {
+    return unpack(bytes).dense().cast<float>();
+}
 
 void write_scales(std::span<uint8_t> bytes, const Model& model) {
     const Info in = info(bytes);

@@ -12,13 +12,13 @@ namespace cortiq {
 
 // Bad input, I/O failures, unsupported configurations: recoverable, reported.
 class Error : public std::runtime_error {
-public:
+  public:
     using std::runtime_error::runtime_error;
 };
 
 // A broken internal invariant: a bug in cortiq, never the user's input.
 class InvariantError : public std::logic_error {
-public:
+  public:
     using std::logic_error::logic_error;
 };
 
@@ -29,18 +29,17 @@ public:
 }  // namespace cortiq
 
 // CORTIQ_CHECK(cond, "fmt {}", args...): throws cortiq::Error with the message.
-#define CORTIQ_CHECK(cond, ...)                                                         \
-    do {                                                                                \
-        if (!(cond)) [[unlikely]]                                                       \
-            ::cortiq::throw_error(::fmt::format(__VA_ARGS__));                          \
+#define CORTIQ_CHECK(cond, ...)                                \
+    do {                                                       \
+        if (!(cond)) [[unlikely]]                              \
+            ::cortiq::throw_error(::fmt::format(__VA_ARGS__)); \
     } while (0)
 
 #define CORTIQ_FAIL(...) ::cortiq::throw_error(::fmt::format(__VA_ARGS__))
 
 // Always on, also in release builds: invariants guard the maths.
-#define CORTIQ_ASSERT(cond, ...)                                                        \
-    do {                                                                                \
-        if (!(cond)) [[unlikely]]                                                       \
-            ::cortiq::throw_invariant(#cond, __FILE__, __LINE__,                        \
-                                      ::fmt::format("" __VA_ARGS__));                   \
+#define CORTIQ_ASSERT(cond, ...)                                                                 \
+    do {                                                                                         \
+        if (!(cond)) [[unlikely]]                                                                \
+            ::cortiq::throw_invariant(#cond, __FILE__, __LINE__, ::fmt::format("" __VA_ARGS__)); \
     } while (0)

@@ -10,7 +10,9 @@ namespace cortiq {
 uint16_t float_to_half(float f);
 float half_to_float(uint16_t h);
 // Round-trip a double through binary16 (what a stored scale becomes).
-inline double round_half(double x) { return half_to_float(float_to_half(static_cast<float>(x))); }
+inline double round_half(double x) {
+    return half_to_float(float_to_half(static_cast<float>(x)));
+}
 
 uint16_t float_to_bf16(float f);
 float bf16_to_float(uint16_t b);

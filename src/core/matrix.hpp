@@ -21,7 +21,7 @@ struct MatView {
 
 template <class T>
 class Mat {
-public:
+  public:
     Mat() = default;
     Mat(int64_t rows, int64_t cols, T fill = T{})
         : rows_(rows), cols_(cols), d_(static_cast<size_t>(rows * cols), fill) {
@@ -70,7 +70,7 @@ public:
         return o;
     }
 
-private:
+  private:
     int64_t rows_ = 0, cols_ = 0;
     std::vector<T> d_;
 };

@@ -11,7 +11,17 @@
 namespace cortiq {
 
 class Profile {
-public:
+  public:
+    Profile() = default;
+    Profile(const Profile& o) : e_(o.entries()) {}
+    Profile& operator=(const Profile& o) {
+        if (this != &o) {
+            auto e = o.entries();
+            std::lock_guard<std::mutex> lock(mu_);
+            e_ = std::move(e);
+        }
+        return *this;
+    }
     void add(const std::string& stage, double seconds, long long count = 0);
     struct Entry {
         std::string stage;
@@ -24,25 +34,26 @@ public:
     std::string line() const;  // "stage 1.23s (45%) | ..."
     void merge(const Profile& other);
 
-private:
+  private:
     mutable std::mutex mu_;
     std::vector<Entry> e_;
 };
 
 // Adds the scope's wall time to `prof` (if any) under `stage`.
 class ScopedStage {
-public:
+  public:
     ScopedStage(Profile* prof, const char* stage)
         : prof_(prof), stage_(stage), t0_(std::chrono::steady_clock::now()) {}
     ~ScopedStage() {
         if (prof_)
-            prof_->add(stage_, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_)
-                                   .count());
+            prof_->add(
+                stage_,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count());
     }
     ScopedStage(const ScopedStage&) = delete;
     ScopedStage& operator=(const ScopedStage&) = delete;
 
-private:
+  private:
     Profile* prof_;
     const char* stage_;
     std::chrono::steady_clock::time_point t0_;

@@ -8,7 +8,7 @@
 namespace cortiq {
 
 class Rng {
-public:
+  public:
     explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
     uint64_t next_u64() {
         uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
@@ -30,7 +30,7 @@ public:
         return r * std::cos(t);
     }
 
-private:
+  private:
     uint64_t s_;
     double spare_ = 0;
     bool have_ = false;

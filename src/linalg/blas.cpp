@@ -60,7 +60,9 @@ double dot(const double* a, const double* b, int64_t n) {
     return cblas_ddot(static_cast<int>(n), a, 1, b, 1);
 }
 
-double frob2(const MatD& a) { return dot(a.data(), a.data(), a.size()); }
+double frob2(const MatD& a) {
+    return dot(a.data(), a.data(), a.size());
+}
 
 double frob_dot(const MatD& a, const MatD& b) {
     CORTIQ_ASSERT(a.rows() == b.rows() && a.cols() == b.cols());
@@ -139,7 +141,9 @@ std::pair<VecD, MatD> sym_eig_top(const MatD& a, int64_t r) {
     return {vals, vecs};
 }
 
-std::pair<VecD, MatD> sym_eig(const MatD& a) { return sym_eig_top(a, a.rows()); }
+std::pair<VecD, MatD> sym_eig(const MatD& a) {
+    return sym_eig_top(a, a.rows());
+}
 
 VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel) {
     const int64_t n = a.rows();

@@ -17,7 +17,7 @@ MatD syrk(const MatD& a, bool ta);
 VecD gemv(const MatD& a, bool ta, const VecD& x);
 
 double dot(const double* a, const double* b, int64_t n);
-double frob2(const MatD& a);                   // ‖A‖²_F
+double frob2(const MatD& a);                    // ‖A‖²_F
 double frob_dot(const MatD& a, const MatD& b);  // ⟨A, B⟩_F
 double trace(const MatD& a);
 
@@ -42,8 +42,7 @@ VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel = 1e-10);
 
 // Orthogonal polar factor Q of a square M (M = Q P): Newton–Schulz
 // X ← X(3I − XᵀX)/2 from M/‖M‖_F until ‖XᵀX − I‖_F ≤ tol (≤ max_iter).
-MatD polar_newton_schulz(const MatD& m, double tol = 1e-4, int max_iter = 60,
-                         int* iters = nullptr);
+MatD polar_newton_schulz(const MatD& m, double tol = 1e-4, int max_iter = 60, int* iters = nullptr);
 // The same factor through the eigendecomposition of MᵀM: Q = M (MᵀM)^{-1/2}.
 MatD polar_eig(const MatD& m);
 

@@ -1,10 +1,84 @@
+// cortiq bench: one tensor, NVG and the baselines side by side.
+#include "encode/bench.hpp"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
 #include "commands.hpp"
+#include "core/parallel.hpp"
 
 namespace cortiq::cli {
 
+namespace {
+
+struct BenchArgs {
+    int64_t m = 512, n = 1536;
+    std::string weight, save, from_model, tensor;
+    uint64_t seed = 1;
+    double bpw = 1.0, rho = 0.03;
+    std::string device = "cpu", paths = "auto", methods = "nvg,nvg-noknots,svid,rtn-sign";
+    int threads = 0;
+    bool profile = true, json = false;
+};
+
+void run(const BenchArgs& a) {
+    set_num_threads(a.threads);
+    encode::BenchInput in;
+    if (!a.weight.empty())
+        in = encode::bench_input_file(a.weight);
+    else if (!a.from_model.empty())
+        in = encode::bench_input_from_checkpoint(a.from_model, a.tensor, a.seed);
+    else
+        in = encode::bench_input_synthetic(a.m, a.n, a.seed);
+    if (!a.save.empty()) {
+        encode::save_bench_input(in, a.save);
+        fmt::print(stderr, "wrote {} ({}x{})\n", a.save, in.w.rows(), in.w.cols());
+    }
+    encode::Options o;
+    o.bpw = a.bpw;
+    o.rho = a.rho;
+    o.paths = encode::parse_paths(a.paths);
+    std::vector<encode::Method> methods;
+    std::stringstream ss(a.methods);
+    for (std::string tok; std::getline(ss, tok, ',');)
+        if (!tok.empty()) methods.push_back(encode::parse_method(tok));
+    CORTIQ_CHECK(!methods.empty(), "--methods is empty");
+    const auto rep = encode::run_bench(in, o, methods, encode::parse_device(a.device));
+    if (a.json) {
+        fmt::print("{}\n", rep.to_json().dump(2));
+        return;
+    }
+    fmt::print("{} | {}x{} | {} bpw | device {}\n", rep.source, rep.m, rep.n, rep.bpw, rep.device);
+    for (const auto& r : rep.rows) {
+        fmt::print("{:<12} {}\n", r.method, r.enc.line);
+        if (a.profile) fmt::print("{:<12} profile: {}\n", "", r.prof.line());
+    }
+    fmt::print("\n{}", rep.table());
+}
+
+}  // namespace
+
 void add_bench(CLI::App& app) {
-    auto* cmd = app.add_subcommand("bench", "encode one tensor and compare methods");
-    cmd->callback([] {});
+    auto args = std::make_shared<BenchArgs>();
+    auto* cmd = app.add_subcommand("bench", "encode one tensor with NVG and the baselines");
+    cmd->add_option("--m", args->m, "rows of the synthetic layer");
+    cmd->add_option("--n", args->n, "columns of the synthetic layer");
+    cmd->add_option("--seed", args->seed, "seed of the synthetic layer / random activations");
+    cmd->add_option("--weight", args->weight, "safetensors file with W, H_fit, H_sel");
+    cmd->add_option("--from-model", args->from_model,
+                    "checkpoint (folder or file) to take --tensor from, with random activations");
+    cmd->add_option("--tensor", args->tensor, "tensor name inside --from-model");
+    cmd->add_option("--save", args->save, "write the bench input (W, H_fit, H_sel) here");
+    cmd->add_option("--bpw", args->bpw, "bits per weight")->check(CLI::Range(0.01, 16.0));
+    cmd->add_option("--rho", args->rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--device", args->device, "cpu or gpu");
+    cmd->add_option("--paths", args->paths, "auto, 1 or 2");
+    cmd->add_option("--methods", args->methods, "comma-separated: nvg,nvg-noknots,svid,rtn-sign");
+    cmd->add_option("--threads", args->threads, "host threads (0: all)");
+    cmd->add_flag("--profile,!--no-profile", args->profile, "print the stage profile");
+    cmd->add_flag("--json", args->json, "print one JSON object");
+    cmd->callback([args] { run(*args); });
 }
 
 }  // namespace cortiq::cli

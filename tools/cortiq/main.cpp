@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     app.set_version_flag("--version", "cortiq 0.1.0");
     cortiq::cli::add_bench(app);
+    cortiq::cli::add_ppl(app);
+    cortiq::cli::add_generate(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

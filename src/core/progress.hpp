@@ -1,0 +1,40 @@
+// A progress bar with rate and ETA on stderr. On a terminal it redraws one
+// line (at most ~10 times a second); otherwise it prints a line at every
+// tenth of the work. Thread-safe; silent when disabled.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace cortiq {
+
+class Progress {
+public:
+    // `label` starts the line; `unit` names what is counted ("windows").
+    Progress(std::string label, int64_t total, std::string unit, bool enabled = true);
+    ~Progress();  // finishes the line if still open
+    Progress(const Progress&) = delete;
+    Progress& operator=(const Progress&) = delete;
+
+    // Adds `n` done units; `note` (e.g. "ppl 29.94") is shown after the ETA.
+    void advance(int64_t n = 1, const std::string& note = {});
+    void finish(const std::string& note = {});
+    double elapsed() const;
+
+private:
+    void draw(bool final_line);
+
+    std::string label_, unit_, note_;
+    int64_t total_, done_ = 0;
+    bool enabled_, tty_, finished_ = false;
+    int last_decile_ = -1;
+    std::chrono::steady_clock::time_point t0_, last_draw_;
+    std::mutex mu_;
+};
+
+// "1:02:03", "4:05", "12s"
+std::string format_duration(double seconds);
+
+}  // namespace cortiq

@@ -1,0 +1,109 @@
+// Stage 7, input side (SPEC §3.7): the columns of S_V,p in act order, as in
+// GPTQ. Column j of path p is g_j M s_j (M = hsl_p, s_j the j-th row of S_V,p);
+// against its target t_j the best g_j for given signs is sᵀb / sᵀKs (b = Mᵀt_j,
+// K = MᵀM), leaving the error ‖t_j‖² − (sᵀb)² / sᵀKs, which a greedy flip
+// search from the current signs minimises. The column's error e_j reaches the
+// later columns k through the upper Cholesky factor of H⁻¹:
+//   t_k ← t_k − e_j Uc[j,k] / Uc[j,j],
+// carried in the latent space: Mᵀe_j = b_j − g_j K s_j, so only r-vectors are
+// touched in the sequential part; blocks of columns, the trailing update a GEMM.
+#include <algorithm>
+#include <cmath>
+
+#include "encode/cpu/stages.hpp"
+#include "linalg/blas.hpp"
+
+namespace cortiq::encode::cpu {
+
+namespace {
+
+// Greedy single-flip search maximising (sᵀb)² / (sᵀKs) from the current s.
+int64_t column_search(double* s, const double* b, const MatD& k, double tol, int passes, double* ks,
+                      double* g_out) {
+    const int64_t r = k.rows();
+    for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
+    double alpha = la::dot(s, b, r), beta = la::dot(s, ks, r);
+    int64_t flips = 0;
+    for (int pass = 0; pass < passes; ++pass) {
+        int64_t nflip = 0;
+        for (int64_t a = 0; a < r; ++a) {
+            const double alpha2 = alpha - 2 * s[a] * b[a];
+            const double beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
+            if (!(beta2 > 0)) continue;
+            const double phi = beta > 0 ? alpha * alpha / beta : 0.0;
+            const double phi2 = alpha2 * alpha2 / beta2;
+            if (phi2 > phi * (1 + tol) + 1e-300) {
+                const double old = s[a];
+                s[a] = -old;
+                for (int64_t a2 = 0; a2 < r; ++a2) ks[a2] -= 2 * old * k(a2, a);
+                alpha = alpha2;
+                beta = beta2;
+                ++nflip;
+            }
+        }
+        flips += nflip;
+        if (nflip == 0) break;
+    }
+    *g_out = beta > 0 ? alpha / beta : 0.0;
+    return flips;
+}
+
+}  // namespace
+
+int64_t gptq_v(blr::Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
+               bool feedback) {
+    ScopedStage st(c.prof, "gptq_v");
+    const int64_t n = md.n, r = md.r;
+    const auto& perm = c.ic.perm;
+    const MatD& uc = c.ic.uc;
+    blr::Path& path = md.paths[p];
+    const MatD mm = md.hsl(p);
+    const MatD k = la::gemm(mm, true, mm, false);
+    // Mᵀ t_j for every column, up front: (W − Σ_{q≠p} Ŵ_q)ᵀ M.
+    MatD bn = la::gemm(c.w, true, mm, false);
+    for (size_t q = 0; q < md.paths.size(); ++q) {
+        if (q == p) continue;
+        la::gemm_into(-1.0, md.gs(q), false, la::gemm(md.hsl(q), true, mm, false), false, 1.0, bn);
+    }
+    MatD b(n, r), s(n, r), e(n, r);
+    VecD g(n);
+    for (int64_t j = 0; j < n; ++j) {
+        std::copy(bn.row(perm[j]), bn.row(perm[j]) + r, b.row(j));
+        std::copy(path.sv.row(perm[j]), path.sv.row(perm[j]) + r, s.row(j));
+    }
+    VecD ks(r);
+    int64_t flips = 0;
+    for (int64_t j0 = 0; j0 < n; j0 += block) {
+        const int64_t j1 = std::min(n, j0 + block);
+        for (int64_t j = j0; j < j1; ++j) {
+            flips += column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j]);
+            // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j
+            const double inv = 1.0 / uc(j, j);
+            for (int64_t a = 0; a < r; ++a) e(j, a) = (b(j, a) - g[j] * ks[a]) * inv;
+            if (!feedback) continue;
+            for (int64_t jj = j + 1; jj < j1; ++jj) {
+                const double f = uc(j, jj);
+                if (f == 0) continue;
+                for (int64_t a = 0; a < r; ++a) b(jj, a) -= f * e(j, a);
+            }
+        }
+        if (!feedback || j1 >= n) continue;
+        // trailing update: B[j1:] −= Uc[j0:j1, j1:]ᵀ E[j0:j1]
+        MatD ucb(j1 - j0, n - j1), eb(j1 - j0, r);
+        for (int64_t j = j0; j < j1; ++j) {
+            std::copy(uc.row(j) + j1, uc.row(j) + n, ucb.row(j - j0));
+            std::copy(e.row(j), e.row(j) + r, eb.row(j - j0));
+        }
+        MatD upd = la::gemm(ucb, true, eb, false);
+        for (int64_t jj = j1; jj < n; ++jj)
+            for (int64_t a = 0; a < r; ++a) b(jj, a) -= upd(jj - j1, a);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+        std::copy(s.row(j), s.row(j) + r, path.sv.row(perm[j]));
+        path.g[perm[j]] = g[j];
+    }
+    if (c.prof) c.prof->add("gptq_v.flips", 0, flips);
+    return flips;
+}
+
+}  // namespace cortiq::encode::cpu

@@ -1,0 +1,36 @@
+#include "encode/options.hpp"
+
+#include "core/error.hpp"
+
+namespace cortiq::encode {
+
+Method parse_method(const std::string& s) {
+    if (s == "nvg") return Method::nvg;
+    if (s == "nvg-noknots") return Method::nvg_noknots;
+    if (s == "svid") return Method::svid;
+    if (s == "rtn-sign") return Method::rtn_sign;
+    CORTIQ_FAIL("unknown method '{}' (nvg, nvg-noknots, svid, rtn-sign)", s);
+}
+
+std::string method_name(Method m) {
+    switch (m) {
+        case Method::nvg:
+            return "nvg";
+        case Method::nvg_noknots:
+            return "nvg-noknots";
+        case Method::svid:
+            return "svid";
+        case Method::rtn_sign:
+            return "rtn-sign";
+    }
+    return "?";
+}
+
+PathsChoice parse_paths(const std::string& s) {
+    if (s == "auto") return PathsChoice::automatic;
+    if (s == "1") return PathsChoice::one;
+    if (s == "2") return PathsChoice::two;
+    CORTIQ_FAIL("--paths must be auto, 1 or 2 (got '{}')", s);
+}
+
+}  // namespace cortiq::encode

@@ -1,0 +1,49 @@
+// The encoder's vocabulary shared by the CPU (float64 reference) and CUDA
+// (float32) backends: methods, options, results.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/profile.hpp"
+
+namespace cortiq::encode {
+
+enum class Method { nvg, nvg_noknots, svid, rtn_sign };
+enum class PathsChoice { automatic, one, two };
+
+Method parse_method(const std::string& s);
+std::string method_name(Method m);
+PathsChoice parse_paths(const std::string& s);
+
+struct Options {
+    double bpw = 1.0;
+    PathsChoice paths = PathsChoice::automatic;
+    Method method = Method::nvg;
+    double rho = 0.03;         // damping: c = ρ · mean diag(H_fit)
+    int itq_iters = 50;        // ITQ gauge iterations (SPEC §3.3)
+    int als_init_sweeps = 3;   // path 1 before the residual path (SPEC §3.6)
+    int als_joint_sweeps = 6;  // both paths after the residual path
+    int als_knot_sweeps = 3;   // after each discrete move (SPEC §3.7)
+    int refine_sweeps = 2;     // rounds of (flip_u, gptq_v) per path
+    int flip_passes = 16;      // greedy passes of flip_u and of each gptq_v column
+    double flip_tol = 1e-12;   // relative gain a flip must exceed (f64; f32 uses 1e-7)
+    int gptq_block = 128;      // columns per block of the input-side search
+};
+
+// One encoded tensor.
+struct Encoded {
+    std::vector<uint8_t> payload;  // BLR payload (empty for rtn-sign)
+    int paths = 0;
+    int64_t rank = 0;
+    int64_t bits = 0;                 // true bits of the stored representation
+    double bpw = 0;                   // bits / (m·n)
+    double err_fit = 0, err_sel = 0;  // relative errors with the stored scales
+    double err_init_sel = -1;         // P2 candidate before the knots (SPEC §3.9 line)
+    double err_p1_sel = -1, err_p2_sel = -1;
+    double seconds = 0;
+    std::string line;  // the one-line report (SPEC §3.9)
+};
+
+}  // namespace cortiq::encode
