@@ -1,0 +1,158 @@
+// SafetensorsWriter: layout, header and the crash-safe write (temporary file,
+// fsync, rename).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "io/safetensors.hpp"
+
+namespace cortiq::io {
+
+namespace {
+
+// Owns the temporary file until it is committed: closes the descriptor and
+// removes the file on any early exit.
+class TempFile {
+public:
+    TempFile(std::string path, std::string target)
+        : path_(std::move(path)), target_(std::move(target)) {
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        CORTIQ_CHECK(fd_ >= 0, "{}: cannot create temporary file {}: {}", target_, path_,
+                     std::strerror(errno));
+    }
+    ~TempFile() {
+        if (fd_ >= 0) ::close(fd_);
+        if (!committed_) ::unlink(path_.c_str());
+    }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+
+    void write(const void* data, size_t n) {
+        const char* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
+            if (w < 0 && errno == EINTR) continue;
+            CORTIQ_CHECK(w > 0, "{}: write failed: {}", target_,
+                         w < 0 ? std::strerror(errno) : "no progress");
+            p += w;
+            n -= static_cast<size_t>(w);
+        }
+    }
+    void commit() {
+        CORTIQ_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", target_, std::strerror(errno));
+        const int fd = fd_;
+        fd_ = -1;
+        CORTIQ_CHECK(::close(fd) == 0, "{}: close failed: {}", target_, std::strerror(errno));
+        CORTIQ_CHECK(::rename(path_.c_str(), target_.c_str()) == 0, "{}: rename from {} failed: {}",
+                     target_, path_, std::strerror(errno));
+        committed_ = true;
+        // Make the rename itself durable (best effort: some filesystems refuse).
+        auto dir = std::filesystem::path(target_).parent_path();
+        if (dir.empty()) dir = ".";
+        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd >= 0) {
+            ::fsync(dfd);
+            ::close(dfd);
+        }
+    }
+
+private:
+    std::string path_, target_;
+    int fd_ = -1;
+    bool committed_ = false;
+};
+
+}  // namespace
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            std::vector<uint8_t> bytes) {
+    CORTIQ_CHECK(!name.empty() && name != "__metadata__", "safetensors writer: bad tensor name '{}'",
+                 name);
+    CORTIQ_CHECK(!by_name_.count(name), "safetensors writer: tensor '{}' added twice", name);
+    uint64_t numel = 1;
+    for (int64_t d : shape) {
+        CORTIQ_CHECK(d >= 0, "safetensors writer: tensor '{}' has a negative dimension", name);
+        numel *= static_cast<uint64_t>(d);
+    }
+    CORTIQ_CHECK(numel * dtype_size(dtype) == bytes.size(),
+                 "safetensors writer: tensor '{}': shape × {} = {} bytes, given {}", name,
+                 dtype_name(dtype), numel * dtype_size(dtype), bytes.size());
+    by_name_[name] = tensors_.size();
+    tensors_.push_back({std::move(name), dtype, std::move(shape), std::move(bytes)});
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
+                            std::span<const uint8_t> bytes) {
+    add(std::move(name), dtype, std::move(shape), std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+void SafetensorsWriter::add_f32(std::string name, std::vector<int64_t> shape,
+                                std::span<const float> values) {
+    std::vector<uint8_t> b(values.size() * sizeof(float));
+    if (!b.empty()) std::memcpy(b.data(), values.data(), b.size());
+    add(std::move(name), DType::F32, std::move(shape), std::move(b));
+}
+
+void SafetensorsWriter::add_f32(std::string name, const MatF& m) {
+    add_f32(std::move(name), {m.rows(), m.cols()}, m.span());
+}
+
+void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+}
+
+std::vector<size_t> SafetensorsWriter::layout_order() const {
+    std::vector<size_t> order(tensors_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // Multiples of 8 bytes first (each keeps the offset 8-aligned), then the
+    // rest by descending element size (each keeps its successors aligned to
+    // their element size). Stable: insertion order within a class.
+    auto cls = [&](size_t i) {
+        const auto& e = tensors_[i];
+        return e.bytes.size() % 8 == 0 ? 0 : 16 - static_cast<int>(dtype_size(e.dtype));
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return cls(a) < cls(b); });
+    return order;
+}
+
+std::string SafetensorsWriter::header_json() const {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    if (!metadata_.empty()) {
+        nlohmann::ordered_json md = nlohmann::ordered_json::object();
+        for (const auto& [k, v] : metadata_) md[k] = v;
+        h["__metadata__"] = std::move(md);
+    }
+    uint64_t off = 0;
+    for (size_t i : layout_order()) {
+        const auto& e = tensors_[i];
+        h[e.name] = {{"dtype", std::string(dtype_name(e.dtype))},
+                     {"shape", e.shape},
+                     {"data_offsets", {off, off + e.bytes.size()}}};
+        off += e.bytes.size();
+    }
+    return h.dump();
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+    std::string header = header_json();
+    header.append((8 - header.size() % 8) % 8, ' ');  // data section 8-aligned in the file
+    uint8_t len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
+
+    TempFile tmp(fmt::format("{}.tmp.{}", path, ::getpid()), path);
+    tmp.write(len, 8);
+    tmp.write(header.data(), header.size());
+    for (size_t i : layout_order()) {
+        const auto& b = tensors_[i].bytes;
+        if (!b.empty()) tmp.write(b.data(), b.size());
+    }
+    tmp.commit();
+}
+
+}  // namespace cortiq::io

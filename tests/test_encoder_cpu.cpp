@@ -1,0 +1,322 @@
+// The float64 NVG encoder, stage by stage: each test asserts a mathematical
+// property (an exact minimiser, a monotone step, an independent recomputation).
+#include <gtest/gtest.h>
+#include <lapacke.h>
+
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "encode/cpu/stages.hpp"
+#include "encode/synthetic.hpp"
+#include "linalg/blas.hpp"
+
+using namespace cortiq;
+using namespace cortiq::encode;
+using namespace cortiq::encode::cpu;
+
+namespace {
+
+double rel_diff(const MatD& a, const MatD& b) {
+    double num = 0, den = 0;
+    for (int64_t k = 0; k < a.size(); ++k) {
+        num += std::pow(a.data()[k] - b.data()[k], 2);
+        den += std::pow(b.data()[k], 2);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+struct Fixture {
+    SyntheticLayer s;
+    std::unique_ptr<InputContext> ic;
+    std::unique_ptr<TensorContext> tc;
+    Fixture(int64_t m, int64_t n, uint64_t seed, double rho = 0.03) {
+        s = synthetic_layer(m, n, seed);
+        ic = std::make_unique<InputContext>(s.h_fit, s.h_sel, rho);
+        tc = std::make_unique<TensorContext>(s.w, *ic);
+    }
+};
+
+Options small_options() {
+    Options o;
+    o.itq_iters = 20;
+    return o;
+}
+
+}  // namespace
+
+TEST(Context, UcIsTheUpperCholeskyFactorOfPermutedInverse) {
+    Fixture f(24, 64, 1);
+    const auto& ic = *f.ic;
+    const int64_t n = ic.n;
+    MatD hp(n, n);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j < n; ++j) hp(i, j) = ic.h(ic.perm[i], ic.perm[j]);
+    for (int64_t i = 1; i < n; ++i)
+        EXPECT_GE(ic.h(ic.perm[i - 1], ic.perm[i - 1]), ic.h(ic.perm[i], ic.perm[i]));
+    for (int64_t i = 0; i < n; ++i) {
+        EXPECT_GT(ic.uc(i, i), 0);
+        for (int64_t j = 0; j < i; ++j) EXPECT_EQ(ic.uc(i, j), 0.0);
+    }
+    // Hp · (Ucᵀ Uc) = I
+    const MatD prod = la::gemm(hp, false, la::gemm(ic.uc, true, ic.uc, false), false);
+    EXPECT_LT(rel_diff(prod, MatD::identity(n)), 1e-9);
+    // L Lᵀ = H
+    EXPECT_LT(rel_diff(la::gemm(ic.l(), false, ic.l(), true), ic.h), 1e-12);
+}
+
+TEST(Context, RejectsBadGrams) {
+    auto s = synthetic_layer(8, 16, 2);
+    MatD asym = s.h_fit;
+    asym(0, 1) += 1.0;
+    EXPECT_THROW(InputContext(asym, s.h_sel, 0.01), Error);
+    MatD nan = s.h_fit;
+    nan(3, 3) = NAN;
+    EXPECT_THROW(InputContext(nan, s.h_sel, 0.01), Error);
+    MatD indefinite = s.h_fit;  // −H + small diagonal: negative eigenvalues
+    for (auto& v : indefinite.vec()) v = -v;
+    for (int64_t i = 0; i < 16; ++i) indefinite(i, i) = std::abs(indefinite(i, i)) * 0.01;
+    EXPECT_THROW(InputContext(indefinite, s.h_sel, 0.0), Error);
+    EXPECT_THROW(InputContext(s.h_fit, MatD(15, 15), 0.01), Error);
+    InputContext ok(s.h_fit, s.h_sel, 0.01);
+    MatD w = s.w;
+    w(0, 0) = NAN;
+    EXPECT_THROW(TensorContext(w, ok), Error);
+    EXPECT_THROW(TensorContext(MatD(4, 15), ok), Error);
+}
+
+// The best rank-r approximation in the H metric by another route: the SVD of
+// W·L (dgesvd), truncated, mapped back by L⁻¹.
+TEST(Latents, EqualTruncatedSvdOfWhitenedWeight) {
+    for (auto [m, n] : {std::pair{40, 96}, std::pair{96, 40}}) {
+        Fixture f(m, n, 3);
+        const int64_t r = 12;
+        auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.ic, r);
+        const MatD got = la::gemm(up, false, vp, true);
+        MatD wl = la::gemm(f.s.w, false, f.ic->l(), false);
+        const int64_t k = std::min(m, n);
+        MatD u(m, k), vt(k, n);
+        VecD sv(k), superb(k);
+        MatD a = wl;
+        ASSERT_EQ(LAPACKE_dgesvd(LAPACK_ROW_MAJOR, 'S', 'S', m, n, a.data(), n, sv.data(), u.data(),
+                                 k, vt.data(), n, superb.data()),
+                  0);
+        MatD xr(m, n);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int64_t q = 0; q < r; ++q) s += u(i, q) * sv[q] * vt(q, j);
+                xr(i, j) = s;
+            }
+        MatD linv = f.ic->l();
+        la::tri_inv(linv, false);
+        const MatD want = la::gemm(xr, false, linv, false);
+        EXPECT_LT(rel_diff(got, want), 1e-8) << m << "x" << n;
+        // balanced: ‖U_p[:,k]‖ = ‖L V_p[:,k]‖ (both √σ_k)
+        const MatD lv = la::gemm(f.ic->l(), true, vp, false);
+        for (int64_t q = 0; q < r; ++q) {
+            double nu = 0, nv = 0;
+            for (int64_t i = 0; i < m; ++i) nu += up(i, q) * up(i, q);
+            for (int64_t j = 0; j < n; ++j) nv += lv(j, q) * lv(j, q);
+            EXPECT_NEAR(nu, nv, 1e-8 * nu);
+        }
+    }
+}
+
+TEST(Polar, NewtonSchulzMatchesEigenRoute) {
+    Rng rng(4);
+    MatD m(30, 30);
+    for (auto& v : m.vec()) v = rng.normal();
+    int it = 0;
+    const MatD ns = la::polar_newton_schulz(m, 1e-10, 200, &it);
+    const MatD ev = la::polar_eig(m);
+    EXPECT_LT(rel_diff(ns, ev), 1e-8);
+    EXPECT_LT(rel_diff(la::gemm(ev, true, ev, false), MatD::identity(30)), 1e-10);
+}
+
+TEST(Itq, NeverLowersItsObjective) {
+    Fixture f(60, 90, 5);
+    auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.ic, 16);
+    auto [wu, wv] = itq_weights(up, vp, *f.ic);
+    const ItqResult res = itq(up, vp, wu, wv, 30, /*eig_polar=*/true);
+    for (size_t i = 1; i < res.objective.size(); ++i)
+        EXPECT_GE(res.objective[i], res.objective[i - 1] * (1 - 1e-12)) << "iteration " << i;
+    EXPECT_GT(res.objective.back(), res.objective.front());
+    // the rotation keeps U_p V_pᵀ
+    EXPECT_LT(rel_diff(la::gemm(res.u, false, res.v, true), la::gemm(up, false, vp, true)), 1e-9);
+}
+
+TEST(Svid, RankOneFitOfPositiveMatrixIsExactWhenRankOne) {
+    VecD a{1, 2, 3, 4}, b{0.5, 1.5, 2.5};
+    MatD m(4, 3);
+    for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < 3; ++k) m(i, k) = a[i] * b[k];
+    auto [l, r] = rank1_pos(m);
+    for (int i = 0; i < 4; ++i)
+        for (int k = 0; k < 3; ++k) EXPECT_NEAR(l[i] * r[k], m(i, k), 1e-12);
+}
+
+// err along a line through the current scales is quadratic; an exact block
+// minimiser leaves no first-order term: the best step along any direction
+// gains at most a rounding-level fraction of the error.
+template <class Get>
+void expect_block_minimum(const blr::Model& md, const TensorContext& c, Get get, uint64_t seed) {
+    Rng rng(seed);
+    const double f0 = err(md, c, Metric::h);
+    for (int trial = 0; trial < 3; ++trial) {
+        blr::Model a = md, b = md;
+        VecD& va = get(a);
+        VecD& vb = get(b);
+        double scale = 0;
+        for (double v : va) scale += v * v;
+        const double t = 1e-3 * std::sqrt(scale / static_cast<double>(va.size()));
+        for (size_t k = 0; k < va.size(); ++k) {
+            const double d = rng.normal() * t;
+            va[k] += d;
+            vb[k] -= d;
+        }
+        const double fp = err(a, c, Metric::h), fm = err(b, c, Metric::h);
+        const double lin = (fp - fm) / 2, quad = (fp + fm) / 2 - f0;
+        ASSERT_GT(quad, 0);
+        EXPECT_LE(lin * lin / (4 * quad), 1e-9 * f0) << "first-order term " << lin << " f0 " << f0;
+        EXPECT_GE(std::min(fp, fm), f0 * (1 - 1e-9));
+    }
+}
+
+TEST(Als, EachBlockIsTheExactMinimiserAndNeverRaisesTheError) {
+    for (int paths : {1, 2}) {
+        Fixture f(48, 80, 7 + paths);
+        Options o = small_options();
+        o.als_init_sweeps = 0;
+        o.als_joint_sweeps = 0;
+        blr::Model md = build_init(*f.tc, 10, paths, o);
+        double e = err(md, *f.tc, Metric::h);
+        for (int sweep = 0; sweep < 2; ++sweep) {
+            als_l(md, *f.tc);
+            const double el = err(md, *f.tc, Metric::h);
+            EXPECT_LE(el, e * (1 + 1e-10));
+            for (int p = 0; p < paths; ++p)
+                expect_block_minimum(
+                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].l; }, 11);
+            als_h(md, *f.tc);
+            const double eh = err(md, *f.tc, Metric::h);
+            EXPECT_LE(eh, el * (1 + 1e-10));
+            for (int p = 0; p < paths; ++p)
+                expect_block_minimum(
+                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].h; }, 12);
+            double eg = eh;
+            for (int p = 0; p < paths; ++p) {
+                als_g(md, *f.tc, p);
+                const double e2 = err(md, *f.tc, Metric::h);
+                EXPECT_LE(e2, eg * (1 + 1e-10));
+                eg = e2;
+                expect_block_minimum(
+                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].g; }, 13);
+            }
+            e = eg;
+        }
+    }
+}
+
+TEST(ErrorExpansion, EqualsDenseTrace) {
+    for (int paths : {1, 2}) {
+        Fixture f(30, 50, 17);
+        blr::Model md = build_init(*f.tc, 8, paths, small_options());
+        const MatD what = md.dense();
+        const double a = err(md, *f.tc, Metric::h), b = err_dense(f.s.w, what, f.ic->h);
+        EXPECT_NEAR(a, b, 1e-9 * b);
+        EXPECT_NEAR(err(md, *f.tc, Metric::fit), err_dense(f.s.w, what, f.ic->h_fit), 1e-9 * b);
+        const double s = err_dense(f.s.w, what, f.ic->h_sel);
+        EXPECT_NEAR(err(md, *f.tc, Metric::sel), s, 1e-9 * s);
+    }
+}
+
+TEST(FlipU, NeverRaisesTheError) {
+    for (int paths : {1, 2}) {
+        Fixture f(64, 96, 19 + paths);
+        blr::Model md = build_init(*f.tc, 12, paths, small_options());
+        for (int p = 0; p < paths; ++p) {
+            const double before = err(md, *f.tc, Metric::h);
+            const int64_t flips = flip_u(md, *f.tc, p, 1e-12, 16);
+            const double after = err(md, *f.tc, Metric::h);
+            EXPECT_LE(after, before * (1 + 1e-12));
+            if (flips > 0) EXPECT_LT(after, before);
+            for (double v : md.paths[p].su.vec()) EXPECT_TRUE(v == 1.0 || v == -1.0);
+        }
+    }
+}
+
+// On a correlated Gram the feedback of each column's error to the later
+// columns (GPTQ) must beat the same search without it.
+TEST(GptqV, ErrorFeedbackBeatsTheSameSearchWithout) {
+    int wins = 0;
+    for (uint64_t seed : {23, 24, 25}) {
+        Fixture f(64, 128, seed);
+        blr::Model md = build_init(*f.tc, 16, 1, small_options());
+        blr::Model with = md, without = md;
+        gptq_v(with, *f.tc, 0, 1e-12, 16, 32, true);
+        gptq_v(without, *f.tc, 0, 1e-12, 16, 32, false);
+        const double ew = err(with, *f.tc, Metric::h), eo = err(without, *f.tc, Metric::h);
+        if (ew < eo) ++wins;
+        for (double v : with.paths[0].sv.vec()) EXPECT_TRUE(v == 1.0 || v == -1.0);
+    }
+    EXPECT_EQ(wins, 3);
+}
+
+TEST(GptqV, BlockSizeDoesNotChangeTheResult) {
+    Fixture f(40, 100, 29);
+    blr::Model md = build_init(*f.tc, 10, 2, small_options());
+    blr::Model a = md, b = md;
+    gptq_v(a, *f.tc, 1, 1e-12, 16, 7, true);
+    gptq_v(b, *f.tc, 1, 1e-12, 16, 128, true);
+    EXPECT_EQ(a.paths[1].sv.vec(), b.paths[1].sv.vec());
+    for (int64_t j = 0; j < 100; ++j)
+        EXPECT_NEAR(a.paths[1].g[j], b.paths[1].g[j], 1e-9 * std::abs(b.paths[1].g[j]) + 1e-15);
+}
+
+TEST(Refine, NeverRaisesTheErrorAndKnotsHelp) {
+    Fixture f(64, 128, 31);
+    Options o = small_options();
+    blr::Model md = build_init(*f.tc, 14, 2, o);
+    const double before = err(md, *f.tc, Metric::h);
+    const blr::Model out = refine(md, *f.tc, o);
+    EXPECT_LT(err(out, *f.tc, Metric::h), before);
+}
+
+TEST(Encode, SelectionPicksTheLowerHeldOutError) {
+    Fixture f(48, 96, 37);
+    Options o = small_options();
+    o.bpw = 1.5;
+    const Encoded e = encode_tensor(f.s.w, *f.ic, o);
+    ASSERT_GT(e.err_p1_sel, 0);
+    ASSERT_GT(e.err_p2_sel, 0);
+    EXPECT_EQ(e.paths, e.err_p1_sel <= e.err_p2_sel ? 1 : 2);
+    EXPECT_NO_THROW(blr::validate(e.payload, "t", 48, 96));
+    EXPECT_LE(e.bpw, 1.5);
+    EXPECT_EQ(e.rank, blr::rank_for(48, 96, 1.5, e.paths));
+    // the stored errors are those of the payload's dense matrix
+    const MatD dq = blr::dequant(e.payload).cast<double>();
+    const double sel = std::sqrt(err_dense(f.s.w, dq, f.ic->h_sel) / f.tc->a_sel);
+    EXPECT_NEAR(e.err_sel, sel, 1e-5 * sel);
+    for (auto [choice, p] : {std::pair{PathsChoice::one, 1}, std::pair{PathsChoice::two, 2}}) {
+        o.paths = choice;
+        EXPECT_EQ(encode_tensor(f.s.w, *f.ic, o).paths, p);
+    }
+}
+
+TEST(Encode, NvgBeatsTheBaselinesAtEqualBits) {
+    Fixture f(96, 256, 41);
+    Options o = small_options();
+    o.bpw = 1.0;
+    auto run = [&](Method m) {
+        o.method = m;
+        return encode_tensor(f.s.w, *f.ic, o);
+    };
+    const Encoded nvg = run(Method::nvg), nok = run(Method::nvg_noknots), sv = run(Method::svid),
+                  rs = run(Method::rtn_sign);
+    EXPECT_LT(nvg.err_sel, nok.err_sel);
+    EXPECT_LT(nvg.err_sel, sv.err_sel);
+    EXPECT_LT(nvg.err_sel, rs.err_sel);
+    EXPECT_LE(nvg.bpw, sv.bpw + 1e-12);
+    EXPECT_LE(nvg.bpw, rs.bpw);
+}
