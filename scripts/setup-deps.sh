@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages cortiq builds with, when they are missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev nlohmann-json3-dev
-      libcli11-dev libfmt-dev libpcre2-dev libgtest-dev googletest libbenchmark-dev python3)
+      libcli11-dev libfmt-dev libpcre2-dev libssl-dev libgtest-dev googletest libbenchmark-dev python3)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "blr/sign.hpp"
 #include "core/half.hpp"
 #include "core/parallel.hpp"
 #include "encode/cpu/stages.hpp"
@@ -69,6 +70,9 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
         return std::sqrt(err_dense(w, rs.w_hat, x) /
                          std::max(la::frob_dot(w, la::gemm(w, false, x, false)), 1e-300));
     };
+    MatD s(m, n);
+    for (int64_t k = 0; k < w.size(); ++k) s.data()[k] = w.data()[k] >= 0 ? 1.0 : -1.0;
+    out.payload = blr::pack_sign(s, rs.h, rs.g);
     out.err_fit = rel(ic.h_fit);
     out.err_sel = rel(ic.h_sel);
     out.line = fmt::format("rtn-sign | stored fit {:.4f} sel {:.4f}", out.err_fit, out.err_sel);

@@ -1,0 +1,78 @@
+#include "calib/calib.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "io/tokenizer.hpp"
+
+namespace cortiq::calib {
+
+CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
+                        const std::string& what) {
+    CORTIQ_CHECK(o.samples >= 2, "--samples must be at least 2 (one fit, one held out)");
+    CORTIQ_CHECK(o.seqlen >= 2, "--seqlen must be at least 2");
+    CORTIQ_CHECK(o.holdout > 0 && o.holdout < 1, "--holdout must be in (0, 1)");
+    const int64_t need = o.samples * o.seqlen;
+    const int64_t have = static_cast<int64_t>(ids.size());
+    CORTIQ_CHECK(have >= need,
+                 "calibration text {} has {} tokens; {} samples of {} tokens need {} (use a longer "
+                 "text, fewer --samples or a shorter --seqlen)",
+                 what, have, o.samples, o.seqlen, need);
+    const int64_t nsel = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.holdout * o.samples)));
+    CORTIQ_CHECK(nsel < o.samples, "--holdout {} leaves no fit samples", o.holdout);
+    // Windows spread over the whole text; every (samples / nsel)-th is held out
+    // so both sets see every part of it.
+    const int64_t windows = have / o.seqlen;
+    CalibSet cs;
+    cs.text_tokens = have;
+    const double stride = static_cast<double>(windows) / static_cast<double>(o.samples);
+    const double every = static_cast<double>(o.samples) / static_cast<double>(nsel);
+    int64_t taken_sel = 0;
+    for (int64_t s = 0; s < o.samples; ++s) {
+        const int64_t w = static_cast<int64_t>(std::floor(s * stride));
+        const int64_t b = w * o.seqlen;
+        std::vector<int32_t> win(ids.begin() + b, ids.begin() + b + o.seqlen);
+        const bool held = taken_sel < nsel &&
+                          static_cast<int64_t>(std::floor((taken_sel + 0.5) * every)) == s;
+        if (held) {
+            cs.sel.push_back(std::move(win));
+            ++taken_sel;
+        } else {
+            cs.fit.push_back(std::move(win));
+        }
+    }
+    CORTIQ_ASSERT(taken_sel == nsel && !cs.fit.empty());
+    return cs;
+}
+
+CalibSet make_calib_set(const io::Tokenizer& tok, const std::string& text, const CalibOptions& o,
+                        const std::string& what) {
+    return make_calib_set(tok.encode(text, false), o, what);
+}
+
+void GramAccumulator::add(const float* x, int64_t rows, int64_t cols) {
+    CORTIQ_ASSERT(cols == sum_.rows(), "Gram of width {} fed {} columns", sum_.rows(), cols);
+    if (rows == 0) return;
+    // float32 product per block (rows ≤ a few thousand), summed in float64.
+    std::vector<float> g(static_cast<size_t>(cols * cols), 0.0f);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(cols),
+                static_cast<int>(rows), 1.0f, x, static_cast<int>(cols), 0.0f, g.data(),
+                static_cast<int>(cols));
+    for (int64_t i = 0; i < cols; ++i)
+        for (int64_t j = i; j < cols; ++j) sum_(i, j) += g[static_cast<size_t>(i * cols + j)];
+    tokens_ += rows;
+}
+
+MatD GramAccumulator::mean() const {
+    const int64_t n = sum_.rows();
+    MatD h(n, n);
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = i; j < n; ++j) h(i, j) = h(j, i) = sum_(i, j) * inv;
+    return h;
+}
+
+}  // namespace cortiq::calib

@@ -1,0 +1,52 @@
+// Calibration data (SPEC §2): token windows cut from a text, a held-out
+// fraction kept apart for the held-out Grams, and Gram accumulation in
+// float64 from float32 activations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/matrix.hpp"
+
+namespace cortiq::io {
+class Tokenizer;
+}
+
+namespace cortiq::calib {
+
+struct CalibOptions {
+    int64_t samples = 128;   // windows in all (fit + held out)
+    int64_t seqlen = 512;    // tokens per window
+    double holdout = 0.125;  // fraction of the windows held out (at least one)
+};
+
+struct CalibSet {
+    std::vector<std::vector<int32_t>> fit, sel;  // token windows
+    int64_t text_tokens = 0;
+};
+
+// Tokenises `text` (no added special tokens) and cuts `samples` windows of
+// `seqlen` tokens spread evenly over the text; the last ⌈holdout·samples⌉
+// windows (in text order, every k-th) form the held-out set. Throws naming
+// `what` and the tokens needed when the text is too short.
+CalibSet make_calib_set(const io::Tokenizer& tok, const std::string& text, const CalibOptions& o,
+                        const std::string& what);
+CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
+                        const std::string& what);
+
+// (1/T) Σ x xᵀ over the rows x of every added block, in float64.
+class GramAccumulator {
+public:
+    explicit GramAccumulator(int64_t n = 0) : sum_(n, n) {}
+    void add(const float* x, int64_t rows, int64_t cols);
+    int64_t tokens() const { return tokens_; }
+    int64_t dim() const { return sum_.rows(); }
+    MatD mean() const;
+
+private:
+    MatD sum_;
+    int64_t tokens_ = 0;
+};
+
+}  // namespace cortiq::calib

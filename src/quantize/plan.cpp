@@ -1,0 +1,58 @@
+#include "quantize/plan.hpp"
+
+#include <fnmatch.h>
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+
+namespace cortiq::quant {
+
+bool glob_match(const std::string& pattern, const std::string& s) {
+    return fnmatch(pattern.c_str(), s.c_str(), 0) == 0;
+}
+
+Plan::Plan(double default_bpw, const std::string& plan_path, bool include_head)
+    : default_bpw_(default_bpw), include_head_(include_head) {
+    CORTIQ_CHECK(default_bpw > 0 && default_bpw <= 16, "--bpw must be in (0, 16] (got {})",
+                 default_bpw);
+    if (plan_path.empty()) return;
+    std::ifstream f(plan_path);
+    CORTIQ_CHECK(f, "cannot open plan file {}", plan_path);
+    nlohmann::ordered_json j;
+    try {
+        j = nlohmann::ordered_json::parse(f);
+    } catch (const std::exception& e) {
+        CORTIQ_FAIL("plan file {}: invalid JSON: {}", plan_path, e.what());
+    }
+    CORTIQ_CHECK(j.is_object(), "plan file {}: expected an object of pattern → bpw", plan_path);
+    for (auto& [pat, v] : j.items()) {
+        double b = 0;
+        if (v.is_number())
+            b = v.get<double>();
+        else
+            CORTIQ_CHECK(v.is_null() || (v.is_string() && v.get<std::string>() == "keep"),
+                         "plan file {}: '{}' must map to a number, null or \"keep\"", plan_path, pat);
+        CORTIQ_CHECK(b >= 0 && b <= 16, "plan file {}: bpw {} for '{}' out of range", plan_path, b,
+                     pat);
+        rules_.emplace_back(pat, b);
+    }
+}
+
+std::optional<double> Plan::bpw_for(const std::string& tensor, bool is_head) const {
+    std::optional<double> b;
+    if (!is_head || include_head_) b = default_bpw_;
+    for (const auto& [pat, v] : rules_)
+        if (glob_match(pat, tensor)) b = v > 0 ? std::optional<double>(v) : std::nullopt;
+    return b;
+}
+
+std::string Plan::describe() const {
+    std::string s = fmt::format("default {} head {}", default_bpw_, include_head_);
+    for (const auto& [p, v] : rules_) s += fmt::format("; {}={}", p, v);
+    return s;
+}
+
+}  // namespace cortiq::quant

@@ -1,0 +1,29 @@
+// Which tensors a quantize run encodes and at what budget.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cortiq::quant {
+
+class Plan {
+public:
+    // default_bpw for every decoder linear layer; `plan_path` (optional) is a
+    // JSON object of glob pattern → bpw (null or 0: keep unquantised); the
+    // last matching pattern wins.
+    Plan(double default_bpw, const std::string& plan_path, bool include_head);
+    // The budget of a tensor, or nothing when it stays as it is.
+    std::optional<double> bpw_for(const std::string& tensor, bool is_head) const;
+    std::string describe() const;  // for the settings record
+
+private:
+    double default_bpw_;
+    bool include_head_;
+    std::vector<std::pair<std::string, double>> rules_;  // 0 = keep
+};
+
+bool glob_match(const std::string& pattern, const std::string& s);
+
+}  // namespace cortiq::quant

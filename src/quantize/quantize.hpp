@@ -1,0 +1,55 @@
+// `cortiq quantize`: a Hugging Face checkpoint and calibration text in, a
+// compressed safetensors file out (SPEC §4–§5). Sequential calibration as in
+// GPTQ's true-sequential mode; a journal of finished layers for --resume.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "calib/calib.hpp"
+#include "encode/bench.hpp"
+#include "encode/options.hpp"
+
+namespace cortiq::quant {
+
+struct QuantizeOptions {
+    std::string model_dir, calib_path, out_path;
+    double bpw = 1.0;
+    std::string plan_path;  // JSON {tensor-name glob: bpw | null (keep)}
+    bool include_head = false;
+    encode::Options enc;  // method, paths, rho, ...
+    encode::Device device = encode::Device::cpu;
+    int jobs = 0;  // tensors in flight on the GPU (0: automatic)
+    calib::CalibOptions calib;
+    bool resume = false, force = false, progress = true, verbose = true;
+};
+
+struct TensorReport {
+    std::string name, method, line;
+    int64_t m = 0, n = 0, rank = 0, bits = 0;
+    int paths = 0;
+    double bpw_target = 0, bpw = 0, err_fit = 0, err_sel = 0, seconds = 0;
+    nlohmann::json to_json(bool with_seconds) const;
+    static TensorReport from_json(const std::string& name, const nlohmann::json& j);
+};
+
+struct QuantizeReport {
+    std::vector<TensorReport> tensors;
+    int64_t linear_params = 0, linear_bits = 0;  // quantised tensors only
+    int64_t total_params = 0, file_bytes = 0;
+    double seconds = 0, encode_seconds = 0, calib_seconds = 0;
+    int resumed_layers = 0;
+    std::string out_path;
+    nlohmann::json to_json() const;
+    std::string summary() const;
+};
+
+QuantizeReport quantize(const QuantizeOptions& o);
+
+// One line per tensor (name, shape, kind, bpw, rank, paths, errors) after
+// validating every payload; throws on the first invalid one.
+std::string inspect(const std::string& path, bool json = false);
+
+}  // namespace cortiq::quant

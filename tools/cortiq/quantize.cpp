@@ -1,0 +1,72 @@
+// cortiq quantize / cortiq inspect.
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "commands.hpp"
+#include "core/parallel.hpp"
+#include "quantize/quantize.hpp"
+
+namespace cortiq::cli {
+
+namespace {
+
+struct QuantizeArgs {
+    quant::QuantizeOptions o;
+    std::string method = "nvg", paths = "auto", device = "cpu", json;
+    int threads = 0;
+    bool quiet = false;
+};
+
+}  // namespace
+
+void add_quantize(CLI::App& app) {
+    auto a = std::make_shared<QuantizeArgs>();
+    a->o.calib.seqlen = 0;  // model default
+    auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
+    cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
+    cmd->add_option("--bpw", a->o.bpw, "bits per weight of every decoder linear layer");
+    cmd->add_option("--calib", a->o.calib_path, "calibration text file")->required();
+    cmd->add_option("-o,--out", a->o.out_path, "output .safetensors file")->required();
+    cmd->add_option("--device", a->device, "cpu or gpu");
+    cmd->add_option("--paths", a->paths, "auto, 1 or 2");
+    cmd->add_option("--method", a->method, "nvg, nvg-noknots, svid or rtn-sign");
+    cmd->add_option("--plan", a->o.plan_path, "JSON: tensor-name glob -> bpw (null keeps it)");
+    cmd->add_flag("--include-head", a->o.include_head, "also compress lm_head");
+    cmd->add_option("--samples", a->o.calib.samples, "calibration windows (fit + held out)");
+    cmd->add_option("--seqlen", a->o.calib.seqlen, "tokens per window (default: min(512, context))");
+    cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
+    cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--jobs", a->o.jobs, "tensors in flight on the GPU (0: automatic)");
+    cmd->add_option("--threads", a->threads, "host threads (0: all)");
+    cmd->add_flag("--resume", a->o.resume, "continue an interrupted run from its journal");
+    cmd->add_flag("--force", a->o.force, "overwrite the output / discard an old journal");
+    cmd->add_option("--json", a->json, "write the run's summary as JSON to this file");
+    cmd->add_flag("-q,--quiet", a->quiet, "no per-tensor lines or progress bar");
+    cmd->callback([a] {
+        set_num_threads(a->threads);
+        a->o.enc.method = encode::parse_method(a->method);
+        a->o.enc.paths = encode::parse_paths(a->paths);
+        a->o.device = encode::parse_device(a->device);
+        a->o.progress = !a->quiet;
+        a->o.verbose = !a->quiet;
+        const auto rep = quant::quantize(a->o);
+        fmt::print("{}\n", rep.summary());
+        if (!a->json.empty()) {
+            std::ofstream f(a->json);
+            f << rep.to_json().dump(2) << "\n";
+            CORTIQ_CHECK(f, "cannot write {}", a->json);
+        }
+    });
+}
+
+void add_inspect(CLI::App& app) {
+    auto path = std::make_shared<std::string>();
+    auto json = std::make_shared<bool>(false);
+    auto* cmd = app.add_subcommand("inspect", "list and validate the tensors of a cortiq file");
+    cmd->add_option("file", *path, "compressed .safetensors file")->required();
+    cmd->add_flag("--json", *json, "print JSON");
+    cmd->callback([path, json] { fmt::print("{}", quant::inspect(*path, *json)); });
+}
+
+}  // namespace cortiq::cli
