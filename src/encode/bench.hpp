@@ -11,9 +11,6 @@
 
 namespace cortiq::encode {
 
-enum class Device { cpu, gpu };
-Device parse_device(const std::string& s);
-
 struct BenchInput {
     MatD w, h_fit, h_sel;
     std::string source;  // "synthetic 512x1536 seed 1" or the file
@@ -27,6 +24,11 @@ void save_bench_input(const BenchInput& in, const std::string& path);
 // scales, a few heavy channels, shared factors; seeded).
 BenchInput bench_input_from_checkpoint(const std::string& model, const std::string& tensor,
                                        uint64_t seed);
+
+// A decoder linear layer with the Grams of its input recorded from the float
+// model over `calib_path` (defined with the quantize pipeline).
+BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
+                                const std::string& calib_path, int64_t samples, int64_t seqlen);
 
 struct BenchRow {
     std::string method;

@@ -1,10 +1,12 @@
 // Reading tokenizer.json (and tokenizer_config.json) into Tokenizer::Impl.
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "io/safetensors.hpp"
 #include "io/tokenizer_impl.hpp"
 
 namespace cortiq::io::tok {
@@ -281,13 +283,29 @@ std::unique_ptr<Tokenizer::Impl> load_impl(const std::string& model_dir) {
     fs::path dir(model_dir);
     fs::path file = dir / "tokenizer.json";
     std::error_code ec;
-    if (fs::is_regular_file(dir, ec)) {  // a tokenizer.json given directly
+    // A cortiq file carries tokenizer.json (and tokenizer_config.json) in its
+    // safetensors metadata.
+    std::optional<json> embedded_root, embedded_cfg;
+    if (fs::is_regular_file(dir, ec) && dir.extension() == ".safetensors") {
+        const auto st = SafetensorsFile::open(model_dir);
+        const auto& meta = st.metadata();
+        auto it = meta.find("tokenizer.json");
+        CORTIQ_CHECK(it != meta.end(),
+                     "tokenizer: {} carries no tokenizer (pass --tokenizer FOLDER)", model_dir);
+        try {
+            embedded_root = json::parse(it->second);
+            if (auto c = meta.find("tokenizer_config.json"); c != meta.end())
+                embedded_cfg = json::parse(c->second);
+        } catch (const json::exception& e) {
+            CORTIQ_FAIL("tokenizer: {}: invalid embedded tokenizer JSON: {}", model_dir, e.what());
+        }
+    } else if (fs::is_regular_file(dir, ec)) {  // a tokenizer.json given directly
         file = dir;
         dir = dir.parent_path();
     }
-    const std::string path = file.string();
+    const std::string path = embedded_root ? model_dir + " (embedded tokenizer.json)" : file.string();
     auto impl = std::make_unique<Tokenizer::Impl>();
-    const json root = read_json(path);
+    const json root = embedded_root ? *embedded_root : read_json(path);
     try {
         build(root, path, *impl);
     } catch (const json::exception& e) {
@@ -297,9 +315,11 @@ std::unique_ptr<Tokenizer::Impl> load_impl(const std::string& model_dir) {
     // BOS / EOS: tokenizer_config.json first, else the post-processor's
     // template, else well-known names among the added tokens.
     bool have_bos = false, have_eos = false;
-    const fs::path cfg_path = dir / "tokenizer_config.json";
-    if (fs::exists(cfg_path, ec)) {
-        const json cfg = read_json(cfg_path.string());
+    const fs::path cfg_path =
+        embedded_root ? fs::path(model_dir + " (embedded tokenizer_config.json)")
+                      : dir / "tokenizer_config.json";
+    if (embedded_root ? embedded_cfg.has_value() : fs::exists(cfg_path, ec)) {
+        const json cfg = embedded_root ? *embedded_cfg : read_json(cfg_path.string());
         try {
             if (cfg.is_object()) {
                 have_bos = config_token(cfg, "bos_token", *impl, impl->bos);

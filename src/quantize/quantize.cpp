@@ -242,9 +242,15 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 };
                 model::BlockActivations act;
                 target = &acc_fit;
-                for (const auto& x : xs_fit) mdl.block(l, x, 0, nullptr, act, &hook);
+                for (const auto& x : xs_fit) {
+                    act.x = x;
+                    mdl.block(l, 0, nullptr, act, &hook);
+                }
                 target = &acc_sel;
-                for (const auto& x : xs_sel) mdl.block(l, x, 0, nullptr, act, &hook);
+                for (const auto& x : xs_sel) {
+                    act.x = x;
+                    mdl.block(l, 0, nullptr, act, &hook);
+                }
                 const MatD h_fit = acc_fit.mean(), h_sel = acc_sel.mean();
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
@@ -287,8 +293,9 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         model::BlockActivations act;
         for (auto* xs : {&xs_fit, &xs_sel})
             for (auto& x : *xs) {
-                mdl.block(l, x, 0, nullptr, act);
-                x = act.out;
+                act.x = std::move(x);
+                mdl.block(l, 0, nullptr, act);
+                x = std::move(act.out);
             }
         rep.calib_seconds += seconds_since(tc);
     }

@@ -14,7 +14,8 @@ namespace {
 
 struct BenchArgs {
     int64_t m = 512, n = 1536;
-    std::string weight, save, from_model, tensor;
+    std::string weight, save, from_model, tensor, calib;
+    int64_t samples = 64, seqlen = 512;
     uint64_t seed = 1;
     double bpw = 1.0, rho = 0.03;
     std::string device = "cpu", paths = "auto", methods = "nvg,nvg-noknots,svid,rtn-sign";
@@ -27,6 +28,8 @@ void run(const BenchArgs& a) {
     encode::BenchInput in;
     if (!a.weight.empty())
         in = encode::bench_input_file(a.weight);
+    else if (!a.from_model.empty() && !a.calib.empty())
+        in = encode::bench_input_recorded(a.from_model, a.tensor, a.calib, a.samples, a.seqlen);
     else if (!a.from_model.empty())
         in = encode::bench_input_from_checkpoint(a.from_model, a.tensor, a.seed);
     else
@@ -69,6 +72,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--from-model", args->from_model,
                     "checkpoint (folder or file) to take --tensor from, with random activations");
     cmd->add_option("--tensor", args->tensor, "tensor name inside --from-model");
+    cmd->add_option("--calib", args->calib,
+                    "text to record --tensor's input Grams from (else random activations)");
+    cmd->add_option("--samples", args->samples, "calibration windows for --calib");
+    cmd->add_option("--seqlen", args->seqlen, "tokens per calibration window");
     cmd->add_option("--save", args->save, "write the bench input (W, H_fit, H_sel) here");
     cmd->add_option("--bpw", args->bpw, "bits per weight")->check(CLI::Range(0.01, 16.0));
     cmd->add_option("--rho", args->rho, "damping relative to mean diag(H_fit)");

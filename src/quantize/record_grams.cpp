@@ -1,0 +1,67 @@
+// Grams of one linear layer's input recorded from the float model over a text
+// (for `cortiq bench --from-model M --tensor T --calib TEXT`).
+#include <fmt/format.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "calib/calib.hpp"
+#include "encode/bench.hpp"
+#include "io/tokenizer.hpp"
+#include "model/llama.hpp"
+
+namespace cortiq::encode {
+
+BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
+                                const std::string& calib_path, int64_t samples, int64_t seqlen) {
+    static const std::regex re(R"(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.weight)");
+    std::smatch mt;
+    CORTIQ_CHECK(std::regex_match(tensor, mt, re),
+                 "--tensor {}: recorded Grams need a decoder linear layer "
+                 "(model.layers.N.self_attn|mlp.X_proj.weight)",
+                 tensor);
+    const int64_t layer = std::stoll(mt[1]);
+    const std::string proj = mt[3];
+    const std::string input = proj == "q" || proj == "k" || proj == "v" ? "self_attn.q_proj"
+                              : proj == "o"                            ? "self_attn.o_proj"
+                              : proj == "gate" || proj == "up"         ? "mlp.gate_proj"
+                                                                       : "mlp.down_proj";
+    const model::Model mdl = model::Model::load(model_dir);
+    CORTIQ_CHECK(layer < mdl.num_layers(), "--tensor {}: the model has {} layers", tensor,
+                 mdl.num_layers());
+    const io::Tokenizer tok = io::Tokenizer::load(model_dir);
+    std::ifstream f(calib_path, std::ios::binary);
+    CORTIQ_CHECK(f, "cannot open calibration text {}", calib_path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    calib::CalibOptions co;
+    co.samples = samples;
+    co.seqlen = seqlen;
+    const auto cs = calib::make_calib_set(tok, ss.str(), co, calib_path);
+    const std::string lin = tensor.substr(tensor.find('.', 13) + 1);
+    const MatF w = mdl.linear(layer, lin.substr(0, lin.size() - 7)).w->dense();
+    calib::GramAccumulator fit(w.cols()), sel(w.cols());
+    calib::GramAccumulator* target = nullptr;
+    const model::LinearInputHook hook = [&](int64_t l, std::string_view in, const float* x,
+                                            int64_t rows, int64_t cols) {
+        if (l == layer && in == input) target->add(x, rows, cols);
+    };
+    model::BlockActivations act;
+    for (auto [set, acc] : {std::pair{&cs.fit, &fit}, std::pair{&cs.sel, &sel}}) {
+        target = acc;
+        for (const auto& win : *set) {
+            MatF x = mdl.embed(win);
+            for (int64_t l = 0; l <= layer; ++l) {
+                act.x = std::move(x);
+                mdl.block(l, 0, nullptr, act, &hook);
+                x = std::move(act.out);
+            }
+        }
+    }
+    return {w.cast<double>(), fit.mean(), sel.mean(),
+            fmt::format("{}:{} (Grams from {} over {}+{} windows of {})", model_dir, tensor,
+                        calib_path, cs.fit.size(), cs.sel.size(), seqlen)};
+}
+
+}  // namespace cortiq::encode
