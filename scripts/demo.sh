@@ -17,4 +17,4 @@ echo "== perplexity on held-out text (plain protocol, ctx 256)"
 $cortiq ppl models/demo --text models/demo/heldout.txt --ctx 256
 $cortiq ppl "$out/demo-${bpw}bpw.safetensors" --text models/demo/heldout.txt --ctx 256
 echo "== generate with the compressed model"
-$cortiq generate "$out/demo-${bpw}bpw.safetensors" --prompt "hacker n. " --max-tokens 60
+$cortiq generate "$out/demo-${bpw}bpw.safetensors" --prompt "A hacker is" --max-tokens 60
