@@ -26,14 +26,21 @@ uint64_t sign_payload_bytes(uint64_t m, uint64_t n) {
 
 }  // namespace
 
-int64_t sign_bits(int64_t m, int64_t n) { return m * n + 16 * (m + n); }
+int64_t sign_bits(int64_t m, int64_t n) {
+    return m * n + 16 * (m + n);
+}
 
 std::vector<uint8_t> pack_sign(const MatD& s, const VecD& h, const VecD& g) {
     const uint64_t m = s.rows(), n = s.cols(), words = words_for(n);
     CORTIQ_ASSERT(h.size() == m && g.size() == n);
     std::vector<uint8_t> out(sign_payload_bytes(m, n), 0);
-    SignHeader hd{kSignMagic, 1, 0, static_cast<uint32_t>(m), static_cast<uint32_t>(n),
-                  static_cast<uint32_t>(words), {0, 0, 0}};
+    SignHeader hd{kSignMagic,
+                  1,
+                  0,
+                  static_cast<uint32_t>(m),
+                  static_cast<uint32_t>(n),
+                  static_cast<uint32_t>(words),
+                  {0, 0, 0}};
     std::memcpy(out.data(), &hd, sizeof hd);
     uint8_t* p = out.data() + sizeof hd;
     for (uint64_t i = 0; i < m; ++i) {

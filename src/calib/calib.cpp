@@ -21,7 +21,8 @@ CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
                  "calibration text {} has {} tokens; {} samples of {} tokens need {} (use a longer "
                  "text, fewer --samples or a shorter --seqlen)",
                  what, have, o.samples, o.seqlen, need);
-    const int64_t nsel = std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.holdout * o.samples)));
+    const int64_t nsel =
+        std::max<int64_t>(1, static_cast<int64_t>(std::ceil(o.holdout * o.samples)));
     CORTIQ_CHECK(nsel < o.samples, "--holdout {} leaves no fit samples", o.holdout);
     // Windows spread over the whole text; every (samples / nsel)-th is held out
     // so both sets see every part of it.
@@ -35,8 +36,8 @@ CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
         const int64_t w = static_cast<int64_t>(std::floor(s * stride));
         const int64_t b = w * o.seqlen;
         std::vector<int32_t> win(ids.begin() + b, ids.begin() + b + o.seqlen);
-        const bool held = taken_sel < nsel &&
-                          static_cast<int64_t>(std::floor((taken_sel + 0.5) * every)) == s;
+        const bool held =
+            taken_sel < nsel && static_cast<int64_t>(std::floor((taken_sel + 0.5) * every)) == s;
         if (held) {
             cs.sel.push_back(std::move(win));
             ++taken_sel;

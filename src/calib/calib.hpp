@@ -37,14 +37,14 @@ CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
 
 // (1/T) Σ x xᵀ over the rows x of every added block, in float64.
 class GramAccumulator {
-public:
+  public:
     explicit GramAccumulator(int64_t n = 0) : sum_(n, n) {}
     void add(const float* x, int64_t rows, int64_t cols);
     int64_t tokens() const { return tokens_; }
     int64_t dim() const { return sum_.rows(); }
     MatD mean() const;
 
-private:
+  private:
     MatD sum_;
     int64_t tokens_ = 0;
 };

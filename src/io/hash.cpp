@@ -17,7 +17,7 @@ struct MdCtxFree {
 };
 
 class Sha256 {
-public:
+  public:
     Sha256() : ctx_(EVP_MD_CTX_new()) {
         CORTIQ_CHECK(ctx_ && EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) == 1,
                      "SHA-256 unavailable");
@@ -32,7 +32,7 @@ public:
         return s;
     }
 
-private:
+  private:
     std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx_;
 };
 

@@ -19,8 +19,8 @@ std::string inspect(const std::string& path, bool as_json) {
         out["run"] = nlohmann::json::parse(it->second, nullptr, false);
     std::string s;
     int64_t total_params = 0, blr_params = 0, blr_bits = 0;
-    s += fmt::format("{:<44} {:>14} {:>6} {:>8} {:>6} {:>5} {:>8} {:>8}\n", "tensor", "shape", "kind",
-                     "bpw", "rank", "paths", "fit", "sel");
+    s += fmt::format("{:<44} {:>14} {:>6} {:>8} {:>6} {:>5} {:>8} {:>8}\n", "tensor", "shape",
+                     "kind", "bpw", "rank", "paths", "fit", "sel");
     for (const auto& t : f.tensors()) {
         const std::string what = fmt::format("{}: tensor '{}'", path, t.name);
         nlohmann::json row;
@@ -28,28 +28,35 @@ std::string inspect(const std::string& path, bool as_json) {
             const auto ps = blr::payload_shape(f.bytes(t), what);  // validates
             const double bpw = static_cast<double>(ps.bits) / static_cast<double>(ps.m * ps.n);
             const auto rj = reports.is_object() && reports.contains(t.name) ? reports[t.name]
-                                                                             : nlohmann::json();
+                                                                            : nlohmann::json();
             const double fit = rj.is_object() ? rj.value("err_fit", -1.0) : -1.0;
             const double sel = rj.is_object() ? rj.value("err_sel", -1.0) : -1.0;
             s += fmt::format("{:<44} {:>14} {:>6} {:>8.4f} {:>6} {:>5} {:>8.4f} {:>8.4f}\n", t.name,
                              fmt::format("[{}, {}]", ps.m, ps.n), ps.paths ? "blr" : "sign", bpw,
                              ps.rank, ps.paths, fit, sel);
-            row = {{"shape", {ps.m, ps.n}}, {"kind", ps.paths ? "blr" : "sign"}, {"bpw", bpw},
-                   {"bits", ps.bits},       {"rank", ps.rank},   {"paths", ps.paths},
-                   {"err_fit", fit},        {"err_sel", sel}};
+            row = {{"shape", {ps.m, ps.n}},
+                   {"kind", ps.paths ? "blr" : "sign"},
+                   {"bpw", bpw},
+                   {"bits", ps.bits},
+                   {"rank", ps.rank},
+                   {"paths", ps.paths},
+                   {"err_fit", fit},
+                   {"err_sel", sel}};
             total_params += ps.m * ps.n;
             blr_params += ps.m * ps.n;
             blr_bits += ps.bits;
         } else {
-            s += fmt::format("{:<44} {:>14} {:>6}\n", t.name, t.shape_str(), io::dtype_name(t.dtype));
+            s += fmt::format("{:<44} {:>14} {:>6}\n", t.name, t.shape_str(),
+                             io::dtype_name(t.dtype));
             row = {{"shape", t.shape}, {"kind", std::string(io::dtype_name(t.dtype))}};
             total_params += t.numel();
         }
         out["tensors"][t.name] = row;
     }
     const double bpw = blr_params ? static_cast<double>(blr_bits) / blr_params : 0.0;
-    s += fmt::format("{} tensors; compressed {} of {} parameters at {:.4f} bpw; all payloads valid\n",
-                     f.tensors().size(), blr_params, total_params, bpw);
+    s += fmt::format(
+        "{} tensors; compressed {} of {} parameters at {:.4f} bpw; all payloads valid\n",
+        f.tensors().size(), blr_params, total_params, bpw);
     out["compressed_params"] = blr_params;
     out["total_params"] = total_params;
     out["compressed_bpw"] = bpw;

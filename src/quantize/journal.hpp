@@ -20,7 +20,7 @@ struct LayerRecord {
 };
 
 class Journal {
-public:
+  public:
     // Creates OUT.journal (or reopens it with `resume` when its settings
     // match; `force` discards an old one). Throws with advice otherwise.
     Journal(const std::string& out_path, const nlohmann::json& settings, bool resume, bool force);
@@ -29,7 +29,7 @@ public:
     void remove() const;
     const std::string& dir() const { return dir_; }
 
-private:
+  private:
     std::string file_of(int64_t key) const;
     std::string dir_;
 };

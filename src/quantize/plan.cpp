@@ -1,7 +1,7 @@
 #include "quantize/plan.hpp"
 
-#include <fnmatch.h>
 #include <fmt/format.h>
+#include <fnmatch.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -34,7 +34,8 @@ Plan::Plan(double default_bpw, const std::string& plan_path, bool include_head)
             b = v.get<double>();
         else
             CORTIQ_CHECK(v.is_null() || (v.is_string() && v.get<std::string>() == "keep"),
-                         "plan file {}: '{}' must map to a number, null or \"keep\"", plan_path, pat);
+                         "plan file {}: '{}' must map to a number, null or \"keep\"", plan_path,
+                         pat);
         CORTIQ_CHECK(b >= 0 && b <= 16, "plan file {}: bpw {} for '{}' out of range", plan_path, b,
                      pat);
         rules_.emplace_back(pat, b);

@@ -9,7 +9,7 @@
 namespace cortiq::quant {
 
 class Plan {
-public:
+  public:
     // default_bpw for every decoder linear layer; `plan_path` (optional) is a
     // JSON object of glob pattern → bpw (null or 0: keep unquantised); the
     // last matching pattern wins.
@@ -18,7 +18,7 @@ public:
     std::optional<double> bpw_for(const std::string& tensor, bool is_head) const;
     std::string describe() const;  // for the settings record
 
-private:
+  private:
     double default_bpw_;
     bool include_head_;
     std::vector<std::pair<std::string, double>> rules_;  // 0 = keep

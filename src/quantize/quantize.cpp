@@ -73,8 +73,8 @@ std::vector<std::string> checkpoint_files(const io::Checkpoint& ck) {
 }  // namespace
 
 nlohmann::json TensorReport::to_json(bool with_seconds) const {
-    nlohmann::json j = {{"method", method}, {"shape", {m, n}}, {"bpw_target", bpw_target},
-                        {"bits", bits},     {"bpw", bpw},       {"rank", rank},
+    nlohmann::json j = {{"method", method}, {"shape", {m, n}},    {"bpw_target", bpw_target},
+                        {"bits", bits},     {"bpw", bpw},         {"rank", rank},
                         {"paths", paths},   {"err_fit", err_fit}, {"err_sel", err_sel},
                         {"line", line}};
     if (with_seconds) j["seconds"] = seconds;
@@ -125,9 +125,9 @@ std::string QuantizeReport::summary() const {
         "{:.1f}s){}",
         out_path, tensors.size(),
         linear_params ? static_cast<double>(linear_bits) / linear_params : 0.0, linear_params,
-        linear_bits / 8e6, file_bytes / 1e6,
-        total_params ? 8.0 * file_bytes / total_params : 0.0, seconds, calib_seconds,
-        encode_seconds, resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "");
+        linear_bits / 8e6, file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0,
+        seconds, calib_seconds, encode_seconds,
+        resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "");
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {
@@ -153,9 +153,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     const std::string calib_text = read_text(o.calib_path, "calibration text");
     calib::CalibOptions co = o.calib;
     if (co.seqlen <= 0)
-        co.seqlen = std::min<int64_t>(512, cfg.max_position_embeddings > 0
-                                               ? cfg.max_position_embeddings
-                                               : 512);
+        co.seqlen = std::min<int64_t>(
+            512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);
     const calib::CalibSet cs = calib::make_calib_set(tok, calib_text, co, o.calib_path);
     const std::string source_hash = io::sha256_files(checkpoint_files(ck));
 
@@ -210,8 +209,9 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     for (int64_t l = 0; l < mdl.num_layers(); ++l) {
         if (auto old = journal.load(l)) {
             for (const auto& [name, bytes] : old->payloads) {
-                const std::string lin = name.substr(name.find('.', 13) + 1);  // after "model.layers.N."
-                install(l, lin.substr(0, lin.size() - 7), bytes);           // drop ".weight"
+                const std::string lin =
+                    name.substr(name.find('.', 13) + 1);           // after "model.layers.N."
+                install(l, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
             }
             int64_t work = 0;
             for (const auto& r : old->reports) {
@@ -227,7 +227,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 for (const char* lin : g.linears) {
                     const std::string name = tensor_name(l, lin);
                     if (!budget.count(name)) continue;
-                    jobs.push_back({lin, mdl.linear(l, lin).w->dense().cast<double>(), budget[name]});
+                    jobs.push_back(
+                        {lin, mdl.linear(l, lin).w->dense().cast<double>(), budget[name]});
                 }
                 if (jobs.empty()) continue;
                 // Grams of this input, with everything before it already compressed.
@@ -254,15 +255,16 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 const MatD h_fit = acc_fit.mean(), h_sel = acc_sel.mean();
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
-                const std::string what = fmt::format("{} (layer {} input of {})", o.model_dir, l, g.input);
-                const auto enc = encode_group(
-                    jobs, h_fit, h_sel, o.enc, o.device, o.jobs, what,
-                    [&](size_t i, const encode::Encoded& e) {
-                        const std::string name = tensor_name(l, jobs[i].name);
-                        if (o.verbose)
-                            bar.print(fmt::format("{:<40} {}", name, e.line));
-                        bar.advance(jobs[i].w.size(), name);
-                    });
+                const std::string what =
+                    fmt::format("{} (layer {} input of {})", o.model_dir, l, g.input);
+                const auto enc =
+                    encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs, what,
+                                 [&](size_t i, const encode::Encoded& e) {
+                                     const std::string name = tensor_name(l, jobs[i].name);
+                                     if (o.verbose)
+                                         bar.print(fmt::format("{:<40} {}", name, e.line));
+                                     bar.advance(jobs[i].w.size(), name);
+                                 });
                 rep.encode_seconds += seconds_since(te);
                 for (size_t i = 0; i < jobs.size(); ++i) {
                     const std::string name = tensor_name(l, jobs[i].name);
@@ -287,6 +289,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 }
             }
             journal.save(l, rec);
+            CORTIQ_CHECK(l != o.interrupt_after_layer, "interrupted after layer {} (test hook)", l);
         }
         // move the hidden states through the compressed layer
         const auto tc = std::chrono::steady_clock::now();
@@ -328,7 +331,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     wr.set_metadata("format_version", std::to_string(kFormatVersion));
     wr.set_metadata("cortiq", meta.dump());
     wr.set_metadata("cortiq.tensors", tensors.dump());
-    wr.set_metadata("config", read_text((fs::path(o.model_dir) / "config.json").string(), "config"));
+    wr.set_metadata("config",
+                    read_text((fs::path(o.model_dir) / "config.json").string(), "config"));
     wr.set_metadata("tokenizer.json",
                     read_text((fs::path(o.model_dir) / "tokenizer.json").string(), "tokenizer"));
     if (fs::exists(fs::path(o.model_dir) / "tokenizer_config.json"))

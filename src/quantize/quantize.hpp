@@ -24,6 +24,9 @@ struct QuantizeOptions {
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
     calib::CalibOptions calib;
     bool resume = false, force = false, progress = true, verbose = true;
+    // Testing hook: throw an Error right after the journal entry of this layer
+    // is written, as a killed run would stop (-1: never).
+    int64_t interrupt_after_layer = -1;
 };
 
 struct TensorReport {

@@ -24,9 +24,9 @@ BenchInput bench_input_recorded(const std::string& model_dir, const std::string&
     const int64_t layer = std::stoll(mt[1]);
     const std::string proj = mt[3];
     const std::string input = proj == "q" || proj == "k" || proj == "v" ? "self_attn.q_proj"
-                              : proj == "o"                            ? "self_attn.o_proj"
-                              : proj == "gate" || proj == "up"         ? "mlp.gate_proj"
-                                                                       : "mlp.down_proj";
+                              : proj == "o"                             ? "self_attn.o_proj"
+                              : proj == "gate" || proj == "up"          ? "mlp.gate_proj"
+                                                                        : "mlp.down_proj";
     const model::Model mdl = model::Model::load(model_dir);
     CORTIQ_CHECK(layer < mdl.num_layers(), "--tensor {}: the model has {} layers", tensor,
                  mdl.num_layers());

@@ -1,11 +1,12 @@
 // cortiq quantize / cortiq inspect.
+#include "quantize/quantize.hpp"
+
 #include <fmt/format.h>
 
 #include <fstream>
 
 #include "commands.hpp"
 #include "core/parallel.hpp"
-#include "quantize/quantize.hpp"
 
 namespace cortiq::cli {
 
@@ -34,7 +35,8 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--plan", a->o.plan_path, "JSON: tensor-name glob -> bpw (null keeps it)");
     cmd->add_flag("--include-head", a->o.include_head, "also compress lm_head");
     cmd->add_option("--samples", a->o.calib.samples, "calibration windows (fit + held out)");
-    cmd->add_option("--seqlen", a->o.calib.seqlen, "tokens per window (default: min(512, context))");
+    cmd->add_option("--seqlen", a->o.calib.seqlen,
+                    "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
     cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
     cmd->add_option("--jobs", a->o.jobs, "tensors in flight on the GPU (0: automatic)");
