@@ -32,6 +32,21 @@ class Mat {
         CORTIQ_ASSERT(static_cast<int64_t>(d_.size()) == rows * cols, "{}x{} vs {}", rows, cols,
                       d_.size());
     }
+    Mat(const Mat&) = default;
+    Mat& operator=(const Mat&) = default;
+    // A moved-from matrix is empty (0 × 0), never a shape without storage.
+    Mat(Mat&& o) noexcept : rows_(o.rows_), cols_(o.cols_), d_(std::move(o.d_)) {
+        o.rows_ = o.cols_ = 0;
+    }
+    Mat& operator=(Mat&& o) noexcept {
+        if (this != &o) {
+            rows_ = o.rows_;
+            cols_ = o.cols_;
+            d_ = std::move(o.d_);
+            o.rows_ = o.cols_ = 0;
+        }
+        return *this;
+    }
     static Mat identity(int64_t n) {
         Mat m(n, n);
         for (int64_t i = 0; i < n; ++i) m(i, i) = T(1);

@@ -65,6 +65,15 @@ void Progress::finish(const std::string& note) {
     finished_ = true;
 }
 
+void Progress::print(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (enabled_ && tty_) fmt::print(stderr, "\r\x1b[K");
+    std::fflush(stderr);
+    fmt::print("{}\n", line);
+    std::fflush(stdout);
+    if (enabled_ && tty_ && done_ > 0 && !finished_) draw(false);
+}
+
 void Progress::draw(bool final_line) {
     const double el = elapsed();
     const double frac = total_ > 0 ? std::min(1.0, static_cast<double>(done_) / total_) : 1.0;
@@ -73,7 +82,7 @@ void Progress::draw(bool final_line) {
     std::string bar(static_cast<size_t>(fill), '#');
     bar.append(static_cast<size_t>(kWidth - fill), '.');
     const double rate = el > 0 ? done_ / el : 0;
-    std::string eta = final_line ? fmt::format("done in {}", format_duration(el))
+    std::string eta = final_line  ? fmt::format("done in {}", format_duration(el))
                       : done_ > 0 ? fmt::format("ETA {}", format_duration((total_ - done_) / rate))
                                   : "ETA ?";
     std::string line = fmt::format("{} [{}] {}/{} {} {:.1f}/s {}{}{}", label_, bar, done_, total_,

@@ -11,7 +11,7 @@
 namespace cortiq {
 
 class Progress {
-public:
+  public:
     // `label` starts the line; `unit` names what is counted ("windows").
     Progress(std::string label, int64_t total, std::string unit, bool enabled = true);
     ~Progress();  // finishes the line if still open
@@ -21,9 +21,11 @@ public:
     // Adds `n` done units; `note` (e.g. "ppl 29.94") is shown after the ETA.
     void advance(int64_t n = 1, const std::string& note = {});
     void finish(const std::string& note = {});
+    // Prints a whole line to stdout above the bar (the bar is redrawn after).
+    void print(const std::string& line);
     double elapsed() const;
 
-private:
+  private:
     void draw(bool final_line);
 
     std::string label_, unit_, note_;

@@ -39,7 +39,9 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     data_ = static_cast<const uint8_t*>(p);
 }
 
-MappedFile::~MappedFile() { release(); }
+MappedFile::~MappedFile() {
+    release();
+}
 
 MappedFile::MappedFile(MappedFile&& o) noexcept
     : path_(std::move(o.path_)),

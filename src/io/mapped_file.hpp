@@ -9,7 +9,7 @@
 namespace cortiq::io {
 
 class MappedFile {
-public:
+  public:
     MappedFile() = default;
     // Maps `path` read-only; throws cortiq::Error naming the file on failure.
     // An empty file gives an empty span.
@@ -24,7 +24,7 @@ public:
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
 
-private:
+  private:
     void release() noexcept;
 
     std::string path_;

@@ -24,13 +24,17 @@ using nlohmann::json;
 size_t dtype_size(DType t) {
     switch (t) {
         case DType::F64:
-        case DType::I64: return 8;
+        case DType::I64:
+            return 8;
         case DType::F32:
-        case DType::I32: return 4;
+        case DType::I32:
+            return 4;
         case DType::F16:
-        case DType::BF16: return 2;
+        case DType::BF16:
+            return 2;
         case DType::U8:
-        case DType::I8: return 1;
+        case DType::I8:
+            return 1;
     }
     CORTIQ_ASSERT(false, "bad dtype {}", static_cast<int>(t));
     return 0;
@@ -38,14 +42,22 @@ size_t dtype_size(DType t) {
 
 std::string_view dtype_name(DType t) {
     switch (t) {
-        case DType::F32: return "F32";
-        case DType::F16: return "F16";
-        case DType::BF16: return "BF16";
-        case DType::F64: return "F64";
-        case DType::U8: return "U8";
-        case DType::I8: return "I8";
-        case DType::I32: return "I32";
-        case DType::I64: return "I64";
+        case DType::F32:
+            return "F32";
+        case DType::F16:
+            return "F16";
+        case DType::BF16:
+            return "BF16";
+        case DType::F64:
+            return "F64";
+        case DType::U8:
+            return "U8";
+        case DType::I8:
+            return "I8";
+        case DType::I32:
+            return "I32";
+        case DType::I64:
+            return "I64";
     }
     CORTIQ_ASSERT(false, "bad dtype {}", static_cast<int>(t));
     return "";
@@ -69,7 +81,9 @@ int64_t TensorInfo::numel() const {
     return n;
 }
 
-std::string TensorInfo::shape_str() const { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string TensorInfo::shape_str() const {
+    return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 // ---------------------------------------------------------------- reader
 
@@ -218,7 +232,9 @@ std::vector<float> to_floats(const TensorInfo& t, std::span<const uint8_t> bytes
     parallel_for(0, chunks, [&](int64_t c) {
         const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
         switch (dt) {
-            case DType::F32: std::memcpy(dst + b, src + 4 * b, 4 * (e - b)); break;
+            case DType::F32:
+                std::memcpy(dst + b, src + 4 * b, 4 * (e - b));
+                break;
             case DType::F16:
                 for (int64_t i = b; i < e; ++i) {
                     uint16_t h;
@@ -240,7 +256,8 @@ std::vector<float> to_floats(const TensorInfo& t, std::span<const uint8_t> bytes
                     dst[i] = static_cast<float>(d);
                 }
                 break;
-            default: CORTIQ_ASSERT(false);
+            default:
+                CORTIQ_ASSERT(false);
         }
     });
     return out;
@@ -329,7 +346,9 @@ const Checkpoint::Where& Checkpoint::where(std::string_view name) const {
     return it->second;
 }
 
-const TensorInfo& Checkpoint::info(std::string_view name) const { return *where(name).info; }
+const TensorInfo& Checkpoint::info(std::string_view name) const {
+    return *where(name).info;
+}
 
 std::span<const uint8_t> Checkpoint::bytes(std::string_view name) const {
     const auto& w = where(name);

@@ -43,7 +43,7 @@ struct TensorInfo {
 };
 
 class SafetensorsFile {
-public:
+  public:
     // Maps and validates; every error names the file (and the tensor).
     static SafetensorsFile open(const std::string& path);
 
@@ -57,7 +57,7 @@ public:
     // Data section offset inside the file (for alignment checks).
     uint64_t data_offset() const { return data_offset_; }
 
-private:
+  private:
     MappedFile file_;
     uint64_t data_offset_ = 0;
     std::vector<TensorInfo> tensors_;
@@ -75,7 +75,7 @@ std::vector<float> to_floats(const TensorInfo& t, std::span<const uint8_t> bytes
 // One safetensors file or a folder holding model.safetensors or a sharded
 // set described by model.safetensors.index.json; tensors found by name.
 class Checkpoint {
-public:
+  public:
     // `path`: a .safetensors file, or a folder (index.json preferred, else
     // model.safetensors, else the single *.safetensors in it).
     static Checkpoint open(const std::string& path);
@@ -92,7 +92,7 @@ public:
     const std::map<std::string, std::string>& metadata() const;
     const std::vector<SafetensorsFile>& shards() const { return shards_; }
 
-private:
+  private:
     struct Where {
         size_t shard;
         const TensorInfo* info;
@@ -111,7 +111,7 @@ private:
 // every tensor is aligned to its element size and every tensor of a multiple
 // of 8 bytes (all BLR payloads) starts 8-byte aligned.
 class SafetensorsWriter {
-public:
+  public:
     void add(std::string name, DType dtype, std::vector<int64_t> shape, std::vector<uint8_t> bytes);
     void add(std::string name, DType dtype, std::vector<int64_t> shape,
              std::span<const uint8_t> bytes);
@@ -127,7 +127,7 @@ public:
     // The serialised header JSON (without the length and padding).
     std::string header_json() const;
 
-private:
+  private:
     struct Entry {
         std::string name;
         DType dtype;

@@ -18,7 +18,7 @@ namespace {
 // Owns the temporary file until it is committed: closes the descriptor and
 // removes the file on any early exit.
 class TempFile {
-public:
+  public:
     TempFile(std::string path, std::string target)
         : path_(std::move(path)), target_(std::move(target)) {
         fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -61,7 +61,7 @@ public:
         }
     }
 
-private:
+  private:
     std::string path_, target_;
     int fd_ = -1;
     bool committed_ = false;
@@ -71,8 +71,8 @@ private:
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                             std::vector<uint8_t> bytes) {
-    CORTIQ_CHECK(!name.empty() && name != "__metadata__", "safetensors writer: bad tensor name '{}'",
-                 name);
+    CORTIQ_CHECK(!name.empty() && name != "__metadata__",
+                 "safetensors writer: bad tensor name '{}'", name);
     CORTIQ_CHECK(!by_name_.count(name), "safetensors writer: tensor '{}' added twice", name);
     uint64_t numel = 1;
     for (int64_t d : shape) {

@@ -9,5 +9,7 @@ namespace cortiq::cli {
 void add_bench(CLI::App& app);
 void add_ppl(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_quantize(CLI::App& app);
+void add_inspect(CLI::App& app);
 
 }  // namespace cortiq::cli

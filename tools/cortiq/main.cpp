@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
     cortiq::cli::add_bench(app);
     cortiq::cli::add_ppl(app);
     cortiq::cli::add_generate(app);
+    cortiq::cli::add_quantize(app);
+    cortiq::cli::add_inspect(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

@@ -1,0 +1,275 @@
+#include "io/config.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.hpp"
+#include "io/safetensors.hpp"
+
+namespace cortiq::io {
+
+using nlohmann::json;
+
+namespace {
+
+const json* find(const json& j, const char* key) {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t get_int(const json& j, const char* key, const std::string& what, int64_t def = -1) {
+    const json* v = find(j, key);
+    if (!v) {
+        CORTIQ_CHECK(def >= 0, "{}: missing '{}'", what, key);
+        return def;
+    }
+    CORTIQ_CHECK(v->is_number_integer(), "{}: '{}' must be an integer, got {}", what, key,
+                 v->dump());
+    return v->get<int64_t>();
+}
+
+double get_double(const json& j, const char* key, const std::string& what, double def) {
+    const json* v = find(j, key);
+    if (!v) return def;
+    CORTIQ_CHECK(v->is_number(), "{}: '{}' must be a number, got {}", what, key, v->dump());
+    return v->get<double>();
+}
+
+bool get_bool(const json& j, const char* key, const std::string& what, bool def) {
+    const json* v = find(j, key);
+    if (!v) return def;
+    CORTIQ_CHECK(v->is_boolean(), "{}: '{}' must be true or false, got {}", what, key, v->dump());
+    return v->get<bool>();
+}
+
+// rope_scaling (transformers 4.x) or rope_parameters (5.x).
+RopeScaling parse_rope_scaling(const json& r, const std::string& what) {
+    RopeScaling s;
+    CORTIQ_CHECK(r.is_object(), "{}: rope scaling must be an object, got {}", what, r.dump());
+    const json* t = find(r, "rope_type");
+    if (!t) t = find(r, "type");
+    if (t) {
+        CORTIQ_CHECK(t->is_string(), "{}: rope_type must be a string", what);
+        s.type = t->get<std::string>();
+    }
+    if (s.type == "default") return s;
+    if (s.type == "linear") {
+        s.factor = get_double(r, "factor", what, 0.0);
+        CORTIQ_CHECK(s.factor > 0, "{}: linear RoPE scaling needs factor > 0", what);
+        return s;
+    }
+    if (s.type == "llama3") {
+        s.factor = get_double(r, "factor", what, 0.0);
+        s.low_freq_factor = get_double(r, "low_freq_factor", what, 1.0);
+        s.high_freq_factor = get_double(r, "high_freq_factor", what, 4.0);
+        s.original_max_position = get_int(r, "original_max_position_embeddings", what, 8192);
+        CORTIQ_CHECK(
+            s.factor > 0 && s.high_freq_factor > s.low_freq_factor && s.original_max_position > 0,
+            "{}: bad llama3 RoPE scaling {}", what, r.dump());
+        return s;
+    }
+    CORTIQ_FAIL("{}: RoPE scaling type '{}' is not supported (default, linear, llama3)", what,
+                s.type);
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& what) {
+    CORTIQ_CHECK(j.is_object(), "{}: not a JSON object", what);
+    ModelConfig c;
+    const json* mt = find(j, "model_type");
+    CORTIQ_CHECK(mt && mt->is_string(), "{}: missing model_type", what);
+    c.model_type = mt->get<std::string>();
+    const bool llama = c.model_type == "llama", mistral = c.model_type == "mistral",
+               qwen2 = c.model_type == "qwen2", qwen3 = c.model_type == "qwen3";
+    CORTIQ_CHECK(llama || mistral || qwen2 || qwen3,
+                 "{}: model_type '{}' is not supported (llama, mistral, qwen2, qwen3)", what,
+                 c.model_type);
+
+    c.hidden_size = get_int(j, "hidden_size", what);
+    c.intermediate_size = get_int(j, "intermediate_size", what);
+    c.num_layers = get_int(j, "num_hidden_layers", what);
+    c.num_heads = get_int(j, "num_attention_heads", what);
+    c.num_kv_heads = get_int(j, "num_key_value_heads", what, c.num_heads);
+    c.vocab_size = get_int(j, "vocab_size", what);
+    CORTIQ_CHECK(c.hidden_size > 0 && c.intermediate_size > 0 && c.num_layers > 0 &&
+                     c.num_heads > 0 && c.num_kv_heads > 0 && c.vocab_size > 0,
+                 "{}: sizes must be positive (hidden {}, intermediate {}, layers {}, heads {}, kv "
+                 "heads {}, vocab {})",
+                 what, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
+                 c.num_kv_heads, c.vocab_size);
+    CORTIQ_CHECK(c.num_heads % c.num_kv_heads == 0,
+                 "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", what,
+                 c.num_heads, c.num_kv_heads);
+    // Qwen3Config defaults head_dim to 128; the others derive it.
+    const int64_t def_hd = qwen3 ? 128 : c.hidden_size / c.num_heads;
+    c.head_dim = get_int(j, "head_dim", what, def_hd);
+    CORTIQ_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "{}: head_dim {} must be positive and even",
+                 what, c.head_dim);
+    c.max_position_embeddings =
+        get_int(j, "max_position_embeddings", what, llama ? 2048 : (qwen3 ? 40960 : 32768));
+
+    // RoPE: top-level rope_theta (4.x) and/or rope_parameters (5.x).
+    const double def_theta = qwen3 ? 1e6 : 10000.0;
+    const json* top = find(j, "rope_theta");
+    const json* params = find(j, "rope_parameters");
+    double theta = def_theta;
+    if (params) {
+        CORTIQ_CHECK(params->is_object(), "{}: rope_parameters must be an object", what);
+        theta = get_double(*params, "rope_theta", what, def_theta);
+    }
+    if (top) {
+        CORTIQ_CHECK(top->is_number(), "{}: rope_theta must be a number", what);
+        const double t = top->get<double>();
+        CORTIQ_CHECK(!params || !find(*params, "rope_theta") || t == theta,
+                     "{}: rope_theta {} and rope_parameters.rope_theta {} disagree", what, t,
+                     theta);
+        theta = t;
+    }
+    CORTIQ_CHECK(theta > 0, "{}: rope_theta must be positive", what);
+    c.rope_theta = theta;
+    if (const json* rs = find(j, "rope_scaling"))
+        c.rope_scaling = parse_rope_scaling(*rs, what + " rope_scaling");
+    else if (params)
+        c.rope_scaling = parse_rope_scaling(*params, what + " rope_parameters");
+
+    c.rms_norm_eps = get_double(j, "rms_norm_eps", what, 1e-6);
+    CORTIQ_CHECK(c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive", what);
+    c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", what, false);
+
+    const json* act = find(j, "hidden_act");
+    if (act) {
+        CORTIQ_CHECK(act->is_string(), "{}: hidden_act must be a string", what);
+        const auto a = act->get<std::string>();
+        CORTIQ_CHECK(a == "silu" || a == "swish", "{}: hidden_act '{}' is not supported (silu)",
+                     what, a);
+    }
+
+    if (llama) {
+        c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", what, false);
+        c.mlp_bias = get_bool(j, "mlp_bias", what, false);
+    } else if (qwen2) {
+        c.qkv_bias = get_bool(j, "attention_bias", what, true);  // Qwen2: q/k/v biases
+    } else if (qwen3) {
+        c.qkv_bias = c.o_bias = get_bool(j, "attention_bias", what, false);
+        c.qk_norm = true;
+    }
+    if (mistral) {
+        const int64_t w = get_int(j, "sliding_window", what, 0);
+        CORTIQ_CHECK(w >= 0, "{}: sliding_window must be non-negative", what);
+        c.sliding_window = w;
+    } else if (qwen2 || qwen3) {
+        CORTIQ_CHECK(!get_bool(j, "use_sliding_window", what, false),
+                     "{}: use_sliding_window = true (per-layer sliding windows) is not supported",
+                     what);
+    }
+
+    if (const json* b = find(j, "bos_token_id"); b && b->is_number_integer())
+        c.bos_token_id = b->get<int32_t>();
+    if (const json* e = find(j, "eos_token_id")) {
+        if (e->is_number_integer()) c.eos_token_ids.push_back(e->get<int32_t>());
+        if (e->is_array())
+            for (const auto& x : *e)
+                if (x.is_number_integer()) c.eos_token_ids.push_back(x.get<int32_t>());
+    }
+    return c;
+}
+
+ModelConfig ModelConfig::parse(const std::string& json_text, const std::string& what) {
+    json j = json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    CORTIQ_CHECK(!j.is_discarded(), "{}: not valid JSON", what);
+    return from_json(j, what);
+}
+
+ModelConfig ModelConfig::load(const std::string& path) {
+    std::filesystem::path p(path);
+    if (std::filesystem::is_directory(p)) p /= "config.json";
+    std::ifstream in(p);
+    CORTIQ_CHECK(in, "{}: cannot open", p.string());
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse(ss.str(), p.string());
+}
+
+std::string ModelConfig::summary() const {
+    std::string rope = fmt::format("rope θ {:g}", rope_theta);
+    if (rope_scaling.type != "default")
+        rope += fmt::format(" {} ×{:g}", rope_scaling.type, rope_scaling.factor);
+    return fmt::format(
+        "{}: {} layers, hidden {}, intermediate {}, heads {}/{} × {}, vocab {}, {}, eps {:g}{}{}{}",
+        model_type, num_layers, hidden_size, intermediate_size, num_heads, num_kv_heads, head_dim,
+        vocab_size, rope, rms_norm_eps, tie_word_embeddings ? ", tied" : "",
+        qkv_bias ? ", qkv bias" : "", qk_norm ? ", qk norm" : "");
+}
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+    const int64_t h = c.hidden_size, f = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+    std::vector<ExpectedTensor> out;
+    out.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string p = fmt::format("model.layers.{}.", i);
+        out.push_back({p + "input_layernorm.weight", {h}});
+        out.push_back({p + "post_attention_layernorm.weight", {h}});
+        out.push_back({p + "self_attn.q_proj.weight", {q, h}});
+        out.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+        out.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+        out.push_back({p + "self_attn.o_proj.weight", {h, q}});
+        if (c.qkv_bias) {
+            out.push_back({p + "self_attn.q_proj.bias", {q}});
+            out.push_back({p + "self_attn.k_proj.bias", {kv}});
+            out.push_back({p + "self_attn.v_proj.bias", {kv}});
+        }
+        if (c.o_bias) out.push_back({p + "self_attn.o_proj.bias", {h}});
+        if (c.qk_norm) {
+            out.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+            out.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+        }
+        out.push_back({p + "mlp.gate_proj.weight", {f, h}});
+        out.push_back({p + "mlp.up_proj.weight", {f, h}});
+        out.push_back({p + "mlp.down_proj.weight", {h, f}});
+        if (c.mlp_bias) {
+            out.push_back({p + "mlp.gate_proj.bias", {f}});
+            out.push_back({p + "mlp.up_proj.bias", {f}});
+            out.push_back({p + "mlp.down_proj.bias", {h}});
+        }
+    }
+    out.push_back({"model.norm.weight", {h}});
+    if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, h}});
+    return out;
+}
+
+void check_checkpoint(const ModelConfig& c, const Checkpoint& ckpt) {
+    std::vector<std::string> problems;
+    size_t count = 0;
+    for (const auto& e : expected_tensors(c)) {
+        std::string problem;
+        if (!ckpt.has(e.name)) {
+            problem = fmt::format("missing tensor '{}' (expected shape [{}])", e.name,
+                                  fmt::join(e.shape, ", "));
+        } else {
+            const TensorInfo& t = ckpt.info(e.name);
+            if (t.dtype == DType::U8) continue;  // a BLR payload, validated when loaded
+            if (!is_float(t.dtype))
+                problem = fmt::format("tensor '{}' has dtype {}, expected a float type", e.name,
+                                      dtype_name(t.dtype));
+            else if (t.shape != e.shape)
+                problem = fmt::format("tensor '{}' has shape {}, config implies [{}]", e.name,
+                                      t.shape_str(), fmt::join(e.shape, ", "));
+        }
+        if (problem.empty()) continue;
+        if (problems.size() < 24) problems.push_back(std::move(problem));
+        ++count;
+    }
+    if (count == 0) return;
+    CORTIQ_FAIL(
+        "{}: checkpoint does not match the config ({}):\n  {}{}", ckpt.path(), c.summary(),
+        fmt::join(problems, "\n  "),
+        count > problems.size() ? fmt::format("\n  ... and {} more", count - problems.size()) : "");
+}
+
+}  // namespace cortiq::io

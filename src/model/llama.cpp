@@ -1,0 +1,228 @@
+#include "model/llama.hpp"
+
+#include <filesystem>
+
+#include "blr/model.hpp"
+#include "blr/sign.hpp"
+#include "core/blas_threads.hpp"
+#include "io/safetensors.hpp"
+#include "model/ops.hpp"
+
+namespace cortiq::model {
+
+namespace {
+
+// A float vector of exactly n values.
+std::vector<float> load_vec(const io::Checkpoint& ckpt, const std::string& name, int64_t n) {
+    auto v = ckpt.load_floats(name);
+    CORTIQ_CHECK(static_cast<int64_t>(v.size()) == n, "{}: tensor '{}' has {} values, expected {}",
+                 ckpt.file_of(name).path(), name, v.size(), n);
+    return v;
+}
+
+// `prefix`.weight (float m × n, or a U8 BLR / sign payload of that shape) and, if
+// `bias`, `prefix`.bias.
+Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_t m, int64_t n,
+                   bool bias) {
+    const std::string wname = prefix + ".weight";
+    const io::TensorInfo& t = ckpt.info(wname);
+    const std::string& file = ckpt.file_of(wname).path();
+    Linear lin;
+    if (t.dtype == io::DType::U8) {
+        const auto bytes = ckpt.bytes(wname);
+        blr::validate_any(bytes, fmt::format("{}: tensor '{}'", file, wname), m, n);
+        lin.w = std::make_unique<DenseLinear>(blr::dequant_any(bytes));
+    } else {
+        MatF w = ckpt.load_matf(wname);
+        CORTIQ_CHECK(w.rows() == m && w.cols() == n && t.shape.size() == 2,
+                     "{}: tensor '{}' has shape {}, expected [{}, {}]", file, wname, t.shape_str(),
+                     m, n);
+        lin.w = std::make_unique<DenseLinear>(std::move(w));
+    }
+    if (bias) lin.bias = load_vec(ckpt, prefix + ".bias", m);
+    return lin;
+}
+
+}  // namespace
+
+const std::vector<std::string>& Model::linear_names() {
+    static const std::vector<std::string> kNames = {
+        "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+        "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+    return kNames;
+}
+
+Linear& Model::linear(int64_t layer, std::string_view name) {
+    LayerWeights& w = this->layer(layer);
+    if (name == "self_attn.q_proj") return w.q;
+    if (name == "self_attn.k_proj") return w.k;
+    if (name == "self_attn.v_proj") return w.v;
+    if (name == "self_attn.o_proj") return w.o;
+    if (name == "mlp.gate_proj") return w.gate;
+    if (name == "mlp.up_proj") return w.up;
+    if (name == "mlp.down_proj") return w.down;
+    CORTIQ_FAIL("no linear layer named '{}' (self_attn.q_proj ... mlp.down_proj)", name);
+}
+
+const Linear& Model::linear(int64_t layer, std::string_view name) const {
+    return const_cast<Model*>(this)->linear(layer, name);
+}
+
+Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckpt) {
+    io::check_checkpoint(c, ckpt);
+    Model m;
+    m.cfg_ = c;
+    const int64_t H = c.hidden_size, F = c.intermediate_size;
+    m.embed_ = std::make_shared<const MatF>(ckpt.load_matf("model.embed_tokens.weight"));
+    m.layers_.resize(static_cast<size_t>(c.num_layers));
+    for (int64_t i = 0; i < c.num_layers; ++i) {
+        const std::string p = fmt::format("model.layers.{}.", i);
+        LayerWeights& w = m.layers_[static_cast<size_t>(i)];
+        w.input_norm = load_vec(ckpt, p + "input_layernorm.weight", H);
+        w.post_attn_norm = load_vec(ckpt, p + "post_attention_layernorm.weight", H);
+        if (c.qk_norm) {
+            w.q_norm = load_vec(ckpt, p + "self_attn.q_norm.weight", c.head_dim);
+            w.k_norm = load_vec(ckpt, p + "self_attn.k_norm.weight", c.head_dim);
+        }
+        w.q = load_linear(ckpt, p + "self_attn.q_proj", c.q_dim(), H, c.qkv_bias);
+        w.k = load_linear(ckpt, p + "self_attn.k_proj", c.kv_dim(), H, c.qkv_bias);
+        w.v = load_linear(ckpt, p + "self_attn.v_proj", c.kv_dim(), H, c.qkv_bias);
+        w.o = load_linear(ckpt, p + "self_attn.o_proj", H, c.q_dim(), c.o_bias);
+        w.gate = load_linear(ckpt, p + "mlp.gate_proj", F, H, c.mlp_bias);
+        w.up = load_linear(ckpt, p + "mlp.up_proj", F, H, c.mlp_bias);
+        w.down = load_linear(ckpt, p + "mlp.down_proj", H, F, c.mlp_bias);
+    }
+    m.final_norm_ = load_vec(ckpt, "model.norm.weight", H);
+    if (c.tie_word_embeddings)
+        m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_);
+    else
+        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false);
+    m.inv_freq_ = rope_inv_freq(c);
+    return m;
+}
+
+Model Model::load(const std::string& path) {
+    if (std::filesystem::is_directory(path)) {
+        const auto cfg = io::ModelConfig::load(path);
+        return from_checkpoint(cfg, io::Checkpoint::open(path));
+    }
+    auto ckpt = io::Checkpoint::open(path);
+    auto it = ckpt.metadata().find("config");
+    CORTIQ_CHECK(it != ckpt.metadata().end(),
+                 "{}: a single safetensors file needs the model config in its metadata "
+                 "(\"config\"); pass the model folder instead",
+                 path);
+    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt);
+}
+
+MatF Model::embed(std::span<const int32_t> tokens) const {
+    return embed_rows(*embed_, tokens);
+}
+
+void Model::block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations& a,
+                  const LinearInputHook* hook) const {
+    const RopeTable rope = rope_table(inv_freq_, pos0, a.x.rows());
+    BlockContext ctx;
+    ctx.cfg = &cfg_;
+    ctx.rope = &rope;
+    ctx.layer = layer;
+    ctx.pos0 = pos0;
+    ctx.cache = cache;
+    ctx.hook = hook;
+    block_forward(this->layer(layer), ctx, a);
+}
+
+void Model::logits(const MatF& hidden, MatF& normed, MatF& out) const {
+    SingleThreadedBlas single_blas;  // OpenMP drives the parallelism (model/ops.hpp)
+    if (normed.rows() != hidden.rows() || normed.cols() != hidden.cols() ||
+        static_cast<int64_t>(normed.vec().size()) != hidden.size())
+        normed = MatF(hidden.rows(), hidden.cols());
+    rmsnorm(hidden.data(), hidden.rows(), hidden.cols(), final_norm_.data(),
+            static_cast<float>(cfg_.rms_norm_eps), normed.data());
+    lm_head_.forward(normed, out);
+}
+
+MatF Model::logits(const MatF& hidden) const {
+    MatF normed, out;
+    logits(hidden, normed, out);
+    return out;
+}
+
+void Model::run(std::span<const int32_t> tokens, int64_t pos0, KvCache* cache,
+                const ForwardOptions& opt, Workspace& ws) const {
+    CORTIQ_CHECK(!tokens.empty(), "forward: no tokens");
+    SingleThreadedBlas single_blas;  // OpenMP drives the parallelism (model/ops.hpp)
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    if (ws.rope.pos0 != pos0 || ws.rope.rows != T ||
+        ws.rope.half != static_cast<int64_t>(inv_freq_.size()))
+        ws.rope = rope_table(inv_freq_, pos0, T);
+    BlockContext ctx;
+    ctx.cfg = &cfg_;
+    ctx.rope = &ws.rope;
+    ctx.pos0 = pos0;
+    ctx.cache = cache;
+    ctx.hook = opt.hook;
+    if (opt.activations) opt.activations->resize(layers_.size());
+    ws.block.x = embed(tokens);
+    for (int64_t l = 0; l < num_layers(); ++l) {
+        ctx.layer = l;
+        if (opt.activations) {
+            auto& acts = *opt.activations;
+            const size_t i = static_cast<size_t>(l);
+            acts[i].x = i == 0 ? ws.block.x : acts[i - 1].out;
+            block_forward(layers_[i], ctx, acts[i]);
+        } else {
+            block_forward(layers_[static_cast<size_t>(l)], ctx, ws.block);
+            std::swap(ws.block.x, ws.block.out);  // the output feeds the next block
+        }
+    }
+    const MatF& hidden = opt.activations ? opt.activations->back().out : ws.block.x;
+    if (opt.last_logits_only) {
+        MatF last(1, hidden.cols());
+        std::copy_n(hidden.row(hidden.rows() - 1), hidden.cols(), last.data());
+        logits(last, ws.normed, ws.logits);
+    } else {
+        logits(hidden, ws.normed, ws.logits);
+    }
+}
+
+const MatF& Model::forward(std::span<const int32_t> tokens, Workspace& ws,
+                           const ForwardOptions& opt) const {
+    run(tokens, 0, nullptr, opt, ws);
+    return ws.logits;
+}
+
+MatF Model::forward(std::span<const int32_t> tokens, const ForwardOptions& opt) const {
+    Workspace ws;
+    run(tokens, 0, nullptr, opt, ws);
+    return std::move(ws.logits);
+}
+
+MatF Model::forward(std::span<const int32_t> tokens, KvCache& cache,
+                    const ForwardOptions& opt) const {
+    CORTIQ_CHECK(static_cast<int64_t>(cache.k.size()) == num_layers(),
+                 "KV cache has {} layers, model {}", cache.k.size(), num_layers());
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    CORTIQ_CHECK(cache.length + T <= cache.capacity, "KV cache full: {} + {} tokens > capacity {}",
+                 cache.length, T, cache.capacity);
+    Workspace ws;
+    run(tokens, cache.length, &cache, opt, ws);
+    cache.length += T;
+    return std::move(ws.logits);
+}
+
+int64_t Model::num_params() const {
+    int64_t n = embed_->size() + static_cast<int64_t>(final_norm_.size());
+    auto lin = [](const Linear& l) {
+        return l.in_features() * l.out_features() + static_cast<int64_t>(l.bias.size());
+    };
+    for (const auto& w : layers_) {
+        n += static_cast<int64_t>(w.input_norm.size() + w.post_attn_norm.size() + w.q_norm.size() +
+                                  w.k_norm.size());
+        for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) n += lin(*l);
+    }
+    if (!cfg_.tie_word_embeddings) n += lin(lm_head_);
+    return n;
+}
+
+}  // namespace cortiq::model

@@ -1,0 +1,90 @@
+// A Llama-family causal LM (llama, mistral, qwen2, qwen3) in float32 on the
+// CPU: loaded from a Hugging Face folder by tensor name, run as a batch of
+// tokens (scoring) or incrementally through a KV cache (generation).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "io/config.hpp"
+#include "model/block.hpp"
+#include "model/linear.hpp"
+
+namespace cortiq::io {
+class Checkpoint;
+}
+
+namespace cortiq::model {
+
+struct ForwardOptions {
+    const LinearInputHook* hook = nullptr;  // called at every linear-layer input
+    // If set: resized to num_layers and filled with every block's activations.
+    std::vector<BlockActivations>* activations = nullptr;
+    bool last_logits_only = false;  // logits of the last row only (1 × vocab)
+};
+
+// Buffers reused by repeated forwards (e.g. the windows of a ppl run): a
+// size that repeats allocates nothing.
+struct Workspace {
+    BlockActivations block;  // used when activations are not kept
+    MatF normed, logits;
+    RopeTable rope;
+};
+
+class Model {
+  public:
+    // `path`: a Hugging Face folder (config.json + safetensors, sharded or
+    // not), or a single safetensors file whose metadata holds "config" (the
+    // config.json text). Linear weights stored as U8 are BLR or sign payloads,
+    // dequantised on load.
+    static Model load(const std::string& path);
+    static Model from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+
+    const io::ModelConfig& config() const { return cfg_; }
+    int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+    const LayerWeights& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
+    LayerWeights& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
+    // A linear layer by its HF name inside the block: "self_attn.q_proj",
+    // "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    // "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj".
+    Linear& linear(int64_t layer, std::string_view name);
+    const Linear& linear(int64_t layer, std::string_view name) const;
+    static const std::vector<std::string>& linear_names();
+
+    // The steps of forward(), for block-by-block use.
+    MatF embed(std::span<const int32_t> tokens) const;  // T × hidden
+    // Block `layer` on a.x (rows at positions pos0..), filling a (a.out: output).
+    void block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations& a,
+               const LinearInputHook* hook = nullptr) const;
+    MatF logits(const MatF& hidden) const;  // final norm + lm_head: T × vocab
+    void logits(const MatF& hidden, MatF& normed, MatF& out) const;
+
+    // Tokens at positions 0..T-1 → logits (T × vocab).
+    MatF forward(std::span<const int32_t> tokens, const ForwardOptions& opt = {}) const;
+    // The same into ws.logits (returned), reusing ws's buffers.
+    const MatF& forward(std::span<const int32_t> tokens, Workspace& ws,
+                        const ForwardOptions& opt = {}) const;
+    // Tokens at positions cache.length.. appended to the cache → their logits.
+    MatF forward(std::span<const int32_t> tokens, KvCache& cache,
+                 const ForwardOptions& opt = {}) const;
+    KvCache make_cache(int64_t capacity) const { return KvCache(cfg_, capacity); }
+
+    int64_t num_params() const;
+
+  private:
+    void run(std::span<const int32_t> tokens, int64_t pos0, KvCache* cache,
+             const ForwardOptions& opt, Workspace& ws) const;
+
+    io::ModelConfig cfg_;
+    std::shared_ptr<const MatF> embed_;  // vocab × hidden (shared with a tied lm_head)
+    std::vector<LayerWeights> layers_;
+    std::vector<float> final_norm_;
+    Linear lm_head_;
+    std::vector<float> inv_freq_;
+};
+
+}  // namespace cortiq::model

@@ -1,0 +1,285 @@
+#include "model/ops.hpp"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numbers>
+
+#include "core/parallel.hpp"
+
+namespace cortiq::model {
+
+namespace {
+
+// Runs body(i) for every row, in tasks of about kTaskElems values: cheap
+// elementwise work stays on one thread when it is small.
+constexpr int64_t kTaskElems = 16384;
+
+template <class F>
+void for_rows(int64_t rows, int64_t row_elems, F&& body) {
+    const int64_t per_task = std::max<int64_t>(1, kTaskElems / std::max<int64_t>(1, row_elems));
+    const int64_t tasks = (rows + per_task - 1) / per_task;
+    parallel_for(0, tasks, [&](int64_t t) {
+        const int64_t e = std::min(rows, (t + 1) * per_task);
+        for (int64_t i = t * per_task; i < e; ++i) body(i);
+    });
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y) {
+    CORTIQ_ASSERT(n > 0);
+    for_rows(rows, n, [&](int64_t i) {
+        const float* xi = x + i * n;
+        float* yi = y + i * n;
+        double ss = 0;
+        for (int64_t j = 0; j < n; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+        const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+        for (int64_t j = 0; j < n; ++j) yi[j] = w[j] * (xi[j] * inv);
+    });
+}
+
+std::vector<float> rope_inv_freq(const io::ModelConfig& c) {
+    const int64_t d = c.head_dim, half = d / 2;
+    std::vector<float> f(static_cast<size_t>(half));
+    const auto& s = c.rope_scaling;
+    for (int64_t i = 0; i < half; ++i) {
+        // transformers: 1 / base^(arange(0, d, 2) / d), in float32.
+        const float expo = static_cast<float>(2 * i) / static_cast<float>(d);
+        double inv = 1.0 / std::pow(c.rope_theta, static_cast<double>(expo));
+        if (s.type == "linear") {
+            inv /= s.factor;
+        } else if (s.type == "llama3") {
+            // _compute_llama3_parameters: long wavelengths divided by factor,
+            // short ones kept, a smooth blend in between.
+            const double old_len = static_cast<double>(s.original_max_position);
+            const double low_wavelen = old_len / s.low_freq_factor;
+            const double high_wavelen = old_len / s.high_freq_factor;
+            const double wavelen = 2 * std::numbers::pi / inv;
+            if (wavelen > low_wavelen) {
+                inv /= s.factor;
+            } else if (wavelen >= high_wavelen) {
+                const double smooth = (old_len / wavelen - s.low_freq_factor) /
+                                      (s.high_freq_factor - s.low_freq_factor);
+                inv = (1 - smooth) * inv / s.factor + smooth * inv;
+            }
+        } else {
+            CORTIQ_ASSERT(s.type == "default", "rope type {}", s.type);
+        }
+        f[static_cast<size_t>(i)] = static_cast<float>(inv);
+    }
+    return f;
+}
+
+RopeTable rope_table(std::span<const float> inv_freq, int64_t pos0, int64_t rows) {
+    RopeTable t;
+    t.pos0 = pos0;
+    t.rows = rows;
+    t.half = static_cast<int64_t>(inv_freq.size());
+    t.cos.resize(static_cast<size_t>(rows * t.half));
+    t.sin.resize(t.cos.size());
+    for (int64_t i = 0; i < rows; ++i) {
+        const float pos = static_cast<float>(pos0 + i);
+        for (int64_t j = 0; j < t.half; ++j) {
+            const float a = pos * inv_freq[static_cast<size_t>(j)];  // float32 as in HF
+            t.cos[i * t.half + j] = static_cast<float>(std::cos(static_cast<double>(a)));
+            t.sin[i * t.half + j] = static_cast<float>(std::sin(static_cast<double>(a)));
+        }
+    }
+    return t;
+}
+
+void rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_dim,
+          const RopeTable& table) {
+    const int64_t half = head_dim / 2;
+    CORTIQ_ASSERT(table.half == half && table.rows >= rows, "{} {} {} {}", table.half, half,
+                  table.rows, rows);
+    for_rows(rows, heads * head_dim, [&](int64_t i) {
+        const float* cs = table.cos.data() + i * half;
+        const float* sn = table.sin.data() + i * half;
+        for (int64_t h = 0; h < heads; ++h) {
+            float* p = x + i * ld + h * head_dim;
+            for (int64_t j = 0; j < half; ++j) {
+                const float x1 = p[j], x2 = p[j + half];
+                p[j] = x1 * cs[j] - x2 * sn[j];
+                p[j + half] = x2 * cs[j] + x1 * sn[j];
+            }
+        }
+    });
+}
+
+// exp(x) for x ≤ 0 (Cephes expf: x = n·ln2 + r, a degree-5 polynomial in r,
+// 2ⁿ through the exponent bits), relative error ~2e-7, in a form the
+// compiler vectorises; exp(x) = 0 below −87.
+static inline float exp_nonpositive(float x) {
+    const bool under = x < -87.0f;
+    x = under ? -87.0f : x;
+    const float fn = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f - 0.5f));
+    const float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
+    float two_n;
+    std::memcpy(&two_n, &bits, sizeof two_n);
+    return under ? 0.0f : p * two_n;
+}
+
+__attribute__((target_clones("avx2", "default"))) void softmax(float* s, int64_t n) {
+    if (n <= 0) return;
+    float mx = s[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) {
+        s[j] = exp_nonpositive(s[j] - mx);
+        sum += s[j];
+    }
+    const float inv = 1.0f / sum;
+#pragma omp simd
+    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
+}
+
+void attention(const float* q, int64_t T, int64_t ldq, const float* k, const float* v, int64_t ldkv,
+               int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t pos0, int64_t window,
+               float* out, int64_t ldo) {
+    CORTIQ_ASSERT(heads % kv_heads == 0 && T >= 0 && pos0 >= 0);
+    if (T == 0) return;
+    const int64_t group = heads / kv_heads;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    // Tasks are (head, block of query rows); a block scores only the keys its
+    // last row can see, which keeps the causal waste of the GEMM small.
+    constexpr int64_t kBlock = 64;
+    const int64_t blocks = (T + kBlock - 1) / kBlock;
+    parallel_for(0, heads * blocks, [&](int64_t task) {
+        // Late blocks (more keys) first, for load balance.
+        const int64_t h = task % heads, b = blocks - 1 - task / heads, g = h / group;
+        const int64_t i0 = b * kBlock, nb = std::min(kBlock, T - i0);
+        const int64_t kmax = pos0 + i0 + nb;  // exclusive
+        const int64_t kmin = window > 0 ? std::max<int64_t>(0, pos0 + i0 - window + 1) : 0;
+        const int64_t nk = kmax - kmin;
+        thread_local std::vector<float> scores;  // grows once per thread
+        if (scores.size() < static_cast<size_t>(nb * nk))
+            scores.resize(static_cast<size_t>(nb * nk));
+        // S = scale · Q_blk K_gᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nb),
+                    static_cast<int>(nk), static_cast<int>(head_dim), scale,
+                    q + i0 * ldq + h * head_dim, static_cast<int>(ldq),
+                    k + kmin * ldkv + g * head_dim, static_cast<int>(ldkv), 0.0f, scores.data(),
+                    static_cast<int>(nk));
+        // Masked softmax per row over the visible keys [lo, hi].
+        for (int64_t r = 0; r < nb; ++r) {
+            float* s = scores.data() + r * nk;
+            const int64_t p = pos0 + i0 + r;
+            const int64_t lo = (window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - kmin;
+            const int64_t hi = p - kmin;
+            std::fill(s, s + lo, 0.0f);
+            softmax(s + lo, hi - lo + 1);
+            std::fill(s + hi + 1, s + nk, 0.0f);
+        }
+        // O_blk = P V_g
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nb),
+                    static_cast<int>(head_dim), static_cast<int>(nk), 1.0f, scores.data(),
+                    static_cast<int>(nk), v + kmin * ldkv + g * head_dim, static_cast<int>(ldkv),
+                    0.0f, out + i0 * ldo + h * head_dim, static_cast<int>(ldo));
+    });
+}
+
+// silu(z)·u with e = exp(−|z|): sigmoid(z) = 1/(1+e) for z ≥ 0, e/(1+e) below.
+__attribute__((target_clones("avx2", "default"))) static void swiglu_span(const float* gate,
+                                                                          const float* up,
+                                                                          int64_t n, float* y) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) {
+        const float z = gate[i];
+        const float e = exp_nonpositive(-std::fabs(z));
+        const float sig = (z >= 0 ? 1.0f : e) / (1.0f + e);
+        y[i] = z * sig * up[i];
+    }
+}
+
+void swiglu(const float* gate, const float* up, int64_t n, float* y) {
+    for_rows((n + kTaskElems - 1) / kTaskElems, kTaskElems, [&](int64_t c) {
+        const int64_t b = c * kTaskElems, e = std::min(n, b + kTaskElems);
+        swiglu_span(gate + b, up + b, e - b, y + b);
+    });
+}
+
+void add(const float* a, const float* b, int64_t n, float* y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+}
+
+MatF embed_rows(const MatF& table, std::span<const int32_t> tokens) {
+    const int64_t T = static_cast<int64_t>(tokens.size()), d = table.cols();
+    for (int64_t i = 0; i < T; ++i)
+        CORTIQ_CHECK(tokens[i] >= 0 && tokens[i] < table.rows(),
+                     "token id {} at position {} is outside the vocabulary (0..{})", tokens[i], i,
+                     table.rows() - 1);
+    MatF out(T, d);
+    for (int64_t i = 0; i < T; ++i) std::copy_n(table.row(tokens[i]), d, out.row(i));
+    return out;
+}
+
+void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y) {
+    CORTIQ_ASSERT(w.cols() == n, "{} vs {}", w.cols(), n);
+    if (rows == 0) return;
+    const int64_t m = w.rows();
+    // y[r0:r1, c0:c1] = x[r0:r1] · W[c0:c1]ᵀ
+    auto tile = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(r1 - r0),
+                    static_cast<int>(c1 - c0), static_cast<int>(n), 1.0f, x + r0 * n,
+                    static_cast<int>(n), w.data() + c0 * n, static_cast<int>(n), 0.0f,
+                    y + r0 * m + c0, static_cast<int>(m));
+    };
+    // OpenMP over tiles, single-threaded BLAS inside (see core/blas_threads.hpp):
+    // row panels for batches, column panels for a few rows (generation).
+    const int64_t nt = omp_in_parallel() ? 1 : num_threads();
+    if (nt <= 1 || rows * m * n < (int64_t{1} << 18)) return tile(0, rows, 0, m);
+    if (rows >= 32 * nt) {
+        const int64_t step = ((rows + 2 * nt - 1) / (2 * nt) + 7) / 8 * 8;
+        parallel_for(0, (rows + step - 1) / step,
+                     [&](int64_t i) { tile(i * step, std::min(rows, (i + 1) * step), 0, m); });
+    } else {
+        const int64_t step = std::max<int64_t>(64, ((m + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16);
+        parallel_for(0, (m + step - 1) / step,
+                     [&](int64_t i) { tile(0, rows, i * step, std::min(m, (i + 1) * step)); });
+    }
+}
+
+// Σ_j exp(l_j − mx) (all arguments ≤ 0): float lanes per chunk of 256,
+// chunks summed in double.
+__attribute__((target_clones("avx2", "default"))) static double sum_exp_shifted(const float* l,
+                                                                                int64_t n,
+                                                                                float mx) {
+    double s = 0;
+    for (int64_t b = 0; b < n; b += 256) {
+        const int64_t e = std::min(n, b + 256);
+        float part = 0;
+#pragma omp simd reduction(+ : part)
+        for (int64_t j = b; j < e; ++j) part += exp_nonpositive(l[j] - mx);
+        s += part;
+    }
+    return s;
+}
+
+std::vector<double> logsumexp_rows(const MatF& logits) {
+    std::vector<double> out(static_cast<size_t>(logits.rows()));
+    const int64_t V = logits.cols();
+    for_rows(logits.rows(), V, [&](int64_t i) {
+        const float* l = logits.row(i);
+        float mx = -INFINITY;
+        for (int64_t j = 0; j < V; ++j) mx = std::max(mx, l[j]);
+        out[static_cast<size_t>(i)] = mx + std::log(sum_exp_shifted(l, V, mx));
+    });
+    return out;
+}
+
+}  // namespace cortiq::model

@@ -1,0 +1,491 @@
+// The float32 forward pass: golden logits from transformers for the three
+// shared models, KV-cache generation against the full sequence, the hooks
+// and activations, and a plain double-precision reference on small random
+// models for the variants the golden models do not cover (Qwen2 biases,
+// Mistral's sliding window, llama3 RoPE scaling, tied heads).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "io/config.hpp"
+#include "io/safetensors.hpp"
+#include "model/generate.hpp"
+#include "model/llama.hpp"
+#include "model/ops.hpp"
+
+namespace fs = std::filesystem;
+using namespace cortiq;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kData = CORTIQ_SHARED_DATA;
+const fs::path kGolden = fs::path(CORTIQ_SOURCE_DIR) / "tests/golden";
+
+// ‖a − b‖ / ‖b‖ over n values.
+double rel_err(const float* a, const float* b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const double d = static_cast<double>(a[i]) - b[i];
+        num += d * d;
+        den += static_cast<double>(b[i]) * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+struct Golden {
+    std::vector<std::vector<int32_t>> seqs;
+    std::vector<int64_t> shape;  // [seqs, T, vocab]
+    std::vector<float> logits;
+};
+
+Golden load_golden(const std::string& name) {
+    Golden g;
+    std::ifstream in(kGolden / (name + ".json"));
+    EXPECT_TRUE(in) << name;
+    json j = json::parse(in);
+    g.seqs = j.at("seqs").get<std::vector<std::vector<int32_t>>>();
+    g.shape = j.at("logits_shape").get<std::vector<int64_t>>();
+    const int64_t n = g.shape[0] * g.shape[1] * g.shape[2];
+    g.logits.resize(static_cast<size_t>(n));
+    std::ifstream bin(kGolden / (name + ".logits.f32"), std::ios::binary);
+    bin.read(reinterpret_cast<char*>(g.logits.data()), n * 4);
+    EXPECT_EQ(bin.gcount(), n * 4) << name;
+    return g;
+}
+
+// Tolerance of the golden comparison: float32 compute here and in
+// transformers, different summation orders; 1e-4 relative is ~100× the
+// float32 rounding seen on these models and far below any real bug.
+constexpr double kGoldenTol = 1e-4;
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GoldenTest, LogitsMatchTransformers) {
+    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    const auto name = GetParam();
+    const auto g = load_golden(name);
+    const auto m = model::Model::load((kData / "models" / name).string());
+    ASSERT_EQ(g.shape[2], m.config().vocab_size);
+    const int64_t T = g.shape[1], V = g.shape[2];
+    for (size_t s = 0; s < g.seqs.size(); ++s) {
+        ASSERT_EQ(static_cast<int64_t>(g.seqs[s].size()), T);
+        const MatF logits = m.forward(g.seqs[s]);
+        ASSERT_EQ(logits.rows(), T);
+        ASSERT_EQ(logits.cols(), V);
+        const double e = rel_err(logits.data(), g.logits.data() + s * T * V, T * V);
+        EXPECT_LT(e, kGoldenTol) << name << " seq " << s;
+        std::printf("%s seq %zu: rel err %.3g\n", name.c_str(), s, e);
+    }
+}
+
+TEST_P(GoldenTest, KvCacheMatchesFullSequence) {
+    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    const auto name = GetParam();
+    const auto g = load_golden(name);
+    const auto m = model::Model::load((kData / "models" / name).string());
+    const auto& seq = g.seqs[0];
+    const int64_t T = static_cast<int64_t>(seq.size()), V = m.config().vocab_size;
+    const MatF full = m.forward(seq);
+    // A prefill of 17 tokens, then one token at a time, then a chunk of 8.
+    auto cache = m.make_cache(T);
+    std::vector<MatF> parts;
+    std::span<const int32_t> all(seq);
+    parts.push_back(m.forward(all.subspan(0, 17), cache));
+    for (int64_t t = 17; t < T - 8; ++t) parts.push_back(m.forward(all.subspan(t, 1), cache));
+    parts.push_back(m.forward(all.subspan(T - 8, 8), cache));
+    EXPECT_EQ(cache.length, T);
+    int64_t row = 0;
+    for (const auto& p : parts) {
+        for (int64_t i = 0; i < p.rows(); ++i, ++row) {
+            const double e = rel_err(p.row(i), full.row(row), V);
+            EXPECT_LT(e, 1e-5) << name << " row " << row;
+        }
+    }
+    EXPECT_EQ(row, T);
+    EXPECT_THROW(m.forward(all.subspan(0, 1), cache), Error);  // full
+
+    // last_logits_only gives the last row.
+    cache.clear();
+    model::ForwardOptions fo;
+    fo.last_logits_only = true;
+    const MatF last = m.forward(all, cache, fo);
+    ASSERT_EQ(last.rows(), 1);
+    EXPECT_LT(rel_err(last.data(), full.row(T - 1), V), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, GoldenTest,
+                         ::testing::Values("stories260K", "tiny-llama-6m", "tiny-qwen3-6m"));
+
+TEST(Forward, HooksAndActivations) {
+    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    const auto m = model::Model::load((kData / "models/tiny-qwen3-6m").string());
+    const auto& c = m.config();
+    const std::vector<int32_t> toks = {5, 17, 300, 42, 9, 1000, 77};
+    const int64_t T = static_cast<int64_t>(toks.size());
+    std::vector<std::tuple<int64_t, std::string, int64_t, int64_t, double>> calls;
+    model::LinearInputHook hook = [&](int64_t layer, std::string_view input, const float* x,
+                                      int64_t rows, int64_t cols) {
+        double s = 0;
+        for (int64_t i = 0; i < rows * cols; ++i) s += x[i];
+        calls.emplace_back(layer, std::string(input), rows, cols, s);
+    };
+    std::vector<model::BlockActivations> acts;
+    model::ForwardOptions fo;
+    fo.hook = &hook;
+    fo.activations = &acts;
+    const MatF logits = m.forward(toks, fo);
+    ASSERT_EQ(calls.size(), static_cast<size_t>(4 * c.num_layers));
+    const char* names[] = {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj",
+                           "mlp.down_proj"};
+    for (int64_t l = 0; l < c.num_layers; ++l)
+        for (int k = 0; k < 4; ++k) {
+            const auto& [layer, input, rows, cols, sum] = calls[static_cast<size_t>(4 * l + k)];
+            EXPECT_EQ(layer, l);
+            EXPECT_EQ(input, names[k]);
+            EXPECT_EQ(rows, T);
+            EXPECT_EQ(cols, k == 1 ? c.q_dim() : k == 3 ? c.intermediate_size : c.hidden_size);
+        }
+    ASSERT_EQ(acts.size(), static_cast<size_t>(c.num_layers));
+    // The hook saw exactly the stored activations.
+    double s0 = 0;
+    for (float v : acts[2].mlp_in.vec()) s0 += v;
+    EXPECT_DOUBLE_EQ(std::get<4>(calls[4 * 2 + 2]), s0);
+    // The block steps chain: block l's output is block l+1's input, and the
+    // last output through the head gives the logits.
+    for (size_t l = 0; l + 1 < acts.size(); ++l) EXPECT_EQ(acts[l].out.vec(), acts[l + 1].x.vec());
+    EXPECT_EQ(m.logits(acts.back().out).vec(), logits.vec());
+    // Replacing a linear layer changes the output (the calibration path).
+    auto m2 = model::Model::load((kData / "models/tiny-qwen3-6m").string());
+    MatF w = m2.linear(0, "mlp.down_proj").w->dense();
+    for (auto& v : w.vec()) v *= 0.5f;
+    m2.linear(0, "mlp.down_proj").w = std::make_unique<model::DenseLinear>(std::move(w));
+    EXPECT_GT(rel_err(m2.forward(toks).data(), logits.data(), logits.size()), 1e-3);
+    EXPECT_THROW(m2.linear(0, "mlp.nope"), Error);
+    EXPECT_THROW(m.forward(std::vector<int32_t>{static_cast<int32_t>(c.vocab_size)}), Error);
+}
+
+TEST(Forward, GreedyGenerationDeterministic) {
+    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    const auto m = model::Model::load((kData / "models/stories260K").string());
+    model::GenerateOptions opt;
+    opt.max_tokens = 24;
+    const std::vector<int32_t> bos = {1};
+    const auto a = model::generate(m, bos, opt);
+    ASSERT_EQ(a.size(), 24u);
+    // Greedy through the cache equals greedy by re-running the whole prefix.
+    std::vector<int32_t> seq = bos;
+    for (int i = 0; i < 24; ++i) {
+        const MatF l = m.forward(seq);
+        Rng rng(0);
+        seq.push_back(model::pick_token(std::span(l.row(l.rows() - 1), l.cols()), 0.0, rng));
+    }
+    EXPECT_EQ(std::vector<int32_t>(seq.begin() + 1, seq.end()), a);
+    // Sampling is reproducible by seed.
+    opt.temperature = 0.8;
+    opt.seed = 7;
+    EXPECT_EQ(model::generate(m, bos, opt), model::generate(m, bos, opt));
+}
+
+// ---------------------------------------------------------------- ops
+
+TEST(Ops, AttentionMatchesNaive) {
+    Rng rng(3);
+    const int64_t heads = 4, kvh = 2, d = 8, T = 150, pos0 = 30, S = pos0 + T;
+    for (int64_t window : {int64_t{0}, int64_t{37}}) {
+        std::vector<float> q(T * heads * d), k(S * kvh * d), v(S * kvh * d), out(T * heads * d);
+        for (auto* vec : {&q, &k, &v})
+            for (auto& x : *vec) x = static_cast<float>(rng.normal());
+        model::attention(q.data(), T, heads * d, k.data(), v.data(), kvh * d, heads, kvh, d, pos0,
+                         window, out.data(), heads * d);
+        double maxdiff = 0;
+        for (int64_t i = 0; i < T; ++i)
+            for (int64_t h = 0; h < heads; ++h) {
+                const int64_t g = h / (heads / kvh), p = pos0 + i;
+                std::vector<double> s;
+                std::vector<int64_t> js;
+                for (int64_t j = 0; j <= p; ++j) {
+                    if (window > 0 && j <= p - window) continue;
+                    double dot = 0;
+                    for (int64_t c = 0; c < d; ++c)
+                        dot += q[(i * heads + h) * d + c] * k[(j * kvh + g) * d + c];
+                    s.push_back(dot / std::sqrt(double(d)));
+                    js.push_back(j);
+                }
+                double mx = -1e300, sum = 0;
+                for (double x : s) mx = std::max(mx, x);
+                for (double& x : s) sum += x = std::exp(x - mx);
+                for (int64_t c = 0; c < d; ++c) {
+                    double o = 0;
+                    for (size_t t = 0; t < s.size(); ++t)
+                        o += s[t] / sum * v[(js[t] * kvh + g) * d + c];
+                    maxdiff = std::max(maxdiff, std::abs(o - out[(i * heads + h) * d + c]));
+                }
+            }
+        EXPECT_LT(maxdiff, 1e-5) << "window " << window;
+    }
+}
+
+TEST(Ops, SoftmaxMatchesExp) {
+    Rng rng(9);
+    for (int64_t n : {1, 3, 17, 512}) {
+        std::vector<float> s(n);
+        for (auto& x : s) x = static_cast<float>(20 * rng.normal());
+        std::vector<double> ref(n);
+        float mx = s[0];
+        for (float x : s) mx = std::max(mx, x);
+        double sum = 0;  // the argument rounded to float as in the kernel
+        for (int64_t j = 0; j < n; ++j) sum += ref[j] = std::exp(double(s[j] - mx));
+        model::softmax(s.data(), n);
+        for (int64_t j = 0; j < n; ++j)
+            EXPECT_NEAR(s[j], ref[j] / sum, 1e-6 * ref[j] / sum + 1e-30) << n << " " << j;
+    }
+}
+
+TEST(Ops, RopeRotateHalf) {
+    io::ModelConfig c;
+    c.head_dim = 4;
+    c.rope_theta = 100.0;
+    const auto inv = model::rope_inv_freq(c);
+    ASSERT_EQ(inv.size(), 2u);
+    EXPECT_FLOAT_EQ(inv[0], 1.0f);
+    EXPECT_FLOAT_EQ(inv[1], 0.1f);        // 100^(-2/4)
+    std::vector<float> x = {1, 2, 3, 4};  // one row, one head, position 5
+    model::rope(x.data(), 1, 4, 1, 4, model::rope_table(inv, 5, 1));
+    const double a0 = 5.0, a1 = 0.5;
+    EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+    EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+    EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
+    EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+}
+
+// ---------------------------------------------------------------- synthetic models
+
+// A small random model written as a HF folder, and a plain double-precision
+// forward pass written from the equations, independent of src/model.
+struct SyntheticModel {
+    json cfg;
+    std::map<std::string, std::vector<double>> w;
+    fs::path dir;
+
+    SyntheticModel(json config, uint64_t seed, const std::string& tag) : cfg(std::move(config)) {
+        const auto c = io::ModelConfig::from_json(cfg, tag);
+        Rng rng(seed);
+        dir = fs::temp_directory_path() / fmt::format("cortiq_fwd_{}_{}", ::getpid(), tag);
+        fs::create_directories(dir);
+        io::SafetensorsWriter wr;
+        for (const auto& e : io::expected_tensors(c)) {
+            int64_t n = 1;
+            for (auto d : e.shape) n *= d;
+            const bool norm = e.name.find("norm") != std::string::npos;
+            const double scale = norm ? 0.2 : 1.0 / std::sqrt(static_cast<double>(e.shape.back()));
+            std::vector<double> v(static_cast<size_t>(n));
+            std::vector<float> f(v.size());
+            for (size_t i = 0; i < v.size(); ++i) {
+                f[i] = static_cast<float>((norm ? 1.0 : 0.0) + scale * rng.normal());
+                v[i] = f[i];
+            }
+            w[e.name] = v;
+            wr.add_f32(e.name, e.shape, f);
+        }
+        wr.write((dir / "model.safetensors").string());
+        std::ofstream(dir / "config.json") << cfg.dump(2);
+    }
+    ~SyntheticModel() { fs::remove_all(dir); }
+
+    // y = W x (+ b) for W m × n stored row-major.
+    std::vector<double> lin(const std::string& p, const std::vector<double>& x) const {
+        const auto& W = w.at(p + ".weight");
+        const size_t n = x.size(), m = W.size() / n;
+        std::vector<double> y(m, 0.0);
+        for (size_t i = 0; i < m; ++i)
+            for (size_t j = 0; j < n; ++j) y[i] += W[i * n + j] * x[j];
+        if (auto it = w.find(p + ".bias"); it != w.end())
+            for (size_t i = 0; i < m; ++i) y[i] += it->second[i];
+        return y;
+    }
+    static std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& g,
+                                   double eps) {
+        double s = 0;
+        for (double v : x) s += v * v;
+        const double inv = 1 / std::sqrt(s / x.size() + eps);
+        std::vector<double> y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = g[i] * x[i] * inv;
+        return y;
+    }
+
+    std::vector<std::vector<double>> forward(const std::vector<int32_t>& toks) const {
+        const auto c = io::ModelConfig::from_json(cfg, "ref");
+        const int64_t T = toks.size(), H = c.hidden_size, hd = c.head_dim, nh = c.num_heads,
+                      nkv = c.num_kv_heads;
+        const double eps = c.rms_norm_eps;
+        // inv_freq with scaling, from the transformers definitions.
+        std::vector<double> inv(hd / 2);
+        for (int64_t i = 0; i < hd / 2; ++i) {
+            double f = std::pow(c.rope_theta, -2.0 * i / hd);
+            const auto& s = c.rope_scaling;
+            if (s.type == "linear") f /= s.factor;
+            if (s.type == "llama3") {
+                const double wl = 2 * M_PI / f, lo = s.original_max_position / s.low_freq_factor,
+                             hi = s.original_max_position / s.high_freq_factor;
+                if (wl > lo)
+                    f /= s.factor;
+                else if (wl >= hi) {
+                    const double sm = (s.original_max_position / wl - s.low_freq_factor) /
+                                      (s.high_freq_factor - s.low_freq_factor);
+                    f = (1 - sm) * f / s.factor + sm * f;
+                }
+            }
+            inv[i] = f;
+        }
+        auto rope = [&](std::vector<double>& v, int64_t heads, int64_t pos) {
+            for (int64_t h = 0; h < heads; ++h)
+                for (int64_t i = 0; i < hd / 2; ++i) {
+                    double& a = v[h * hd + i];
+                    double& b = v[h * hd + i + hd / 2];
+                    const double cs = std::cos(pos * inv[i]), sn = std::sin(pos * inv[i]);
+                    const double a2 = a * cs - b * sn, b2 = b * cs + a * sn;
+                    a = a2;
+                    b = b2;
+                }
+        };
+        std::vector<std::vector<double>> x(T);
+        const auto& E = w.at("model.embed_tokens.weight");
+        for (int64_t t = 0; t < T; ++t)
+            x[t].assign(E.begin() + toks[t] * H, E.begin() + (toks[t] + 1) * H);
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const std::string p = fmt::format("model.layers.{}.", l);
+            std::vector<std::vector<double>> q(T), k(T), v(T);
+            for (int64_t t = 0; t < T; ++t) {
+                const auto n1 = rms(x[t], w.at(p + "input_layernorm.weight"), eps);
+                q[t] = lin(p + "self_attn.q_proj", n1);
+                k[t] = lin(p + "self_attn.k_proj", n1);
+                v[t] = lin(p + "self_attn.v_proj", n1);
+                if (c.qk_norm) {
+                    for (int64_t h = 0; h < nh; ++h) {
+                        std::vector<double> s(q[t].begin() + h * hd, q[t].begin() + (h + 1) * hd);
+                        s = rms(s, w.at(p + "self_attn.q_norm.weight"), eps);
+                        std::copy(s.begin(), s.end(), q[t].begin() + h * hd);
+                    }
+                    for (int64_t h = 0; h < nkv; ++h) {
+                        std::vector<double> s(k[t].begin() + h * hd, k[t].begin() + (h + 1) * hd);
+                        s = rms(s, w.at(p + "self_attn.k_norm.weight"), eps);
+                        std::copy(s.begin(), s.end(), k[t].begin() + h * hd);
+                    }
+                }
+                rope(q[t], nh, t);
+                rope(k[t], nkv, t);
+            }
+            for (int64_t t = 0; t < T; ++t) {
+                std::vector<double> att(nh * hd, 0.0);
+                for (int64_t h = 0; h < nh; ++h) {
+                    const int64_t g = h / (nh / nkv);
+                    std::vector<double> s(t + 1, -INFINITY);
+                    double mx = -INFINITY;
+                    for (int64_t j = 0; j <= t; ++j) {
+                        if (c.sliding_window > 0 && j <= t - c.sliding_window) continue;
+                        double d = 0;
+                        for (int64_t e = 0; e < hd; ++e) d += q[t][h * hd + e] * k[j][g * hd + e];
+                        s[j] = d / std::sqrt(double(hd));
+                        mx = std::max(mx, s[j]);
+                    }
+                    double sum = 0;
+                    for (auto& z : s) sum += z = std::exp(z - mx);
+                    for (int64_t j = 0; j <= t; ++j)
+                        for (int64_t e = 0; e < hd; ++e)
+                            att[h * hd + e] += s[j] / sum * v[j][g * hd + e];
+                }
+                const auto o = lin(p + "self_attn.o_proj", att);
+                for (int64_t i = 0; i < H; ++i) x[t][i] += o[i];
+                const auto n2 = rms(x[t], w.at(p + "post_attention_layernorm.weight"), eps);
+                const auto gt = lin(p + "mlp.gate_proj", n2), up = lin(p + "mlp.up_proj", n2);
+                std::vector<double> a(gt.size());
+                for (size_t i = 0; i < a.size(); ++i) a[i] = gt[i] / (1 + std::exp(-gt[i])) * up[i];
+                const auto dn = lin(p + "mlp.down_proj", a);
+                for (int64_t i = 0; i < H; ++i) x[t][i] += dn[i];
+            }
+        }
+        std::vector<std::vector<double>> logits(T);
+        const std::string head = c.tie_word_embeddings ? "model.embed_tokens" : "lm_head";
+        for (int64_t t = 0; t < T; ++t) {
+            const auto n = rms(x[t], w.at("model.norm.weight"), eps);
+            const auto& Wh = w.at(head + ".weight");
+            logits[t].assign(c.vocab_size, 0.0);
+            for (int64_t i = 0; i < c.vocab_size; ++i)
+                for (int64_t j = 0; j < H; ++j) logits[t][i] += Wh[i * H + j] * n[j];
+        }
+        return logits;
+    }
+};
+
+json small(const std::string& type) {
+    return json{{"model_type", type},       {"hidden_size", 32},
+                {"intermediate_size", 48},  {"num_hidden_layers", 2},
+                {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                {"vocab_size", 50},         {"rms_norm_eps", 1e-5},
+                {"rope_theta", 10000.0},    {"max_position_embeddings", 64}};
+}
+
+void check_synthetic(const json& cfg, const std::string& tag) {
+    SyntheticModel sm(cfg, 11, tag);
+    const auto m = model::Model::load(sm.dir.string());
+    std::vector<int32_t> toks;
+    Rng rng(5);
+    for (int i = 0; i < 40; ++i) toks.push_back(static_cast<int32_t>(rng.next_u64() % 50));
+    const MatF got = m.forward(toks);
+    const auto ref = sm.forward(toks);
+    for (size_t t = 0; t < toks.size(); ++t) {
+        std::vector<float> r(ref[t].begin(), ref[t].end());
+        EXPECT_LT(rel_err(got.row(t), r.data(), got.cols()), 1e-5) << tag << " token " << t;
+    }
+    // And through the cache, one token at a time.
+    auto cache = m.make_cache(40);
+    for (size_t t = 0; t < toks.size(); ++t) {
+        const MatF l = m.forward(std::span(toks).subspan(t, 1), cache);
+        EXPECT_LT(rel_err(l.data(), got.row(t), got.cols()), 1e-5) << tag << " cached " << t;
+    }
+}
+
+}  // namespace
+
+TEST(Synthetic, Llama) {
+    check_synthetic(small("llama"), "llama");
+}
+
+TEST(Synthetic, LlamaTiedBiasedLlama3Rope) {
+    auto c = small("llama");
+    c["tie_word_embeddings"] = true;
+    c["attention_bias"] = true;
+    c["mlp_bias"] = true;
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 16}};
+    check_synthetic(c, "llama3");
+}
+
+TEST(Synthetic, Qwen2Biases) {
+    check_synthetic(small("qwen2"), "qwen2");
+}
+
+TEST(Synthetic, Qwen3QkNorm) {
+    auto c = small("qwen3");
+    c["head_dim"] = 16;  // ≠ hidden / heads, as in real Qwen3 models
+    check_synthetic(c, "qwen3");
+}
+
+TEST(Synthetic, MistralSlidingWindow) {
+    auto c = small("mistral");
+    c["sliding_window"] = 7;
+    c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+    check_synthetic(c, "mistral");
+}

@@ -1,0 +1,79 @@
+// cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S]
+#include "model/generate.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "commands.hpp"
+#include "core/parallel.hpp"
+#include "io/tokenizer.hpp"
+#include "model/llama.hpp"
+#include "runtime_args.hpp"
+
+namespace cortiq::cli {
+
+namespace {
+
+struct GenerateArgs {
+    std::string model, prompt, tokenizer, device = "cpu";
+    int64_t max_tokens = 128;
+    double temp = 0.0;
+    uint64_t seed = 0;
+    int threads = 0;
+    bool ignore_eos = false;
+};
+
+void run(const GenerateArgs& a) {
+    require_cpu_runtime(a.device);
+    set_num_threads(a.threads);
+    const auto model = model::Model::load(a.model);
+    const auto tok = load_tokenizer(a.model, a.tokenizer);
+    std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true);
+    if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
+    CORTIQ_CHECK(!prompt.empty(), "generate: empty prompt and the tokenizer has no BOS token");
+
+    model::GenerateOptions opt;
+    opt.max_tokens = a.max_tokens;
+    opt.temperature = a.temp;
+    opt.seed = a.seed;
+    if (!a.ignore_eos) {
+        opt.stop_ids = model.config().eos_token_ids;
+        if (tok.eos_id() >= 0) opt.stop_ids.push_back(tok.eos_id());
+    }
+    fmt::print("{}", a.prompt);
+    std::fflush(stdout);
+    int32_t prev = prompt.back();
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto out = model::generate(model, prompt, opt, [&](int32_t id) {
+        fmt::print("{}", tok.decode_token(id, prev));
+        std::fflush(stdout);
+        prev = id;
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fmt::print("\n");
+    fmt::print(stderr, "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s]\n",
+               prompt.size(), out.size(), s, s > 0 ? out.size() / s : 0.0);
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app) {
+    auto* cmd = app.add_subcommand("generate", "continue a prompt (greedy at --temp 0)");
+    auto a = std::make_shared<GenerateArgs>();
+    cmd->add_option("model", a->model, "Hugging Face model folder or cortiq file")->required();
+    cmd->add_option("--prompt", a->prompt, "prompt text (empty: start from BOS)");
+    cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate")->capture_default_str();
+    cmd->add_option("--temp", a->temp, "sampling temperature (0: greedy)")->capture_default_str();
+    cmd->add_option("--seed", a->seed, "sampling seed")->capture_default_str();
+    cmd->add_option("--device", a->device, "cpu or gpu")->capture_default_str();
+    cmd->add_option("--threads", a->threads, "host threads (0: all cores)");
+    cmd->add_option("--tokenizer", a->tokenizer,
+                    "folder with tokenizer.json (default: the model's)");
+    cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+    cmd->callback([a] { run(*a); });
+}
+
+}  // namespace cortiq::cli

@@ -1,0 +1,72 @@
+// cortiq ppl MODEL --text FILE [--ctx 512] [--bos] [--device cpu|gpu] [--threads N] [--json]
+#include "eval/ppl.hpp"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "commands.hpp"
+#include "core/parallel.hpp"
+#include "io/tokenizer.hpp"
+#include "model/llama.hpp"
+#include "runtime_args.hpp"
+
+namespace cortiq::cli {
+
+namespace {
+
+struct PplArgs {
+    std::string model, text, tokenizer, device = "cpu";
+    int64_t ctx = 512, max_windows = 0;
+    int threads = 0;
+    bool bos = false, json = false, quiet = false;
+};
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    CORTIQ_CHECK(in, "{}: cannot open", path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void run(const PplArgs& a) {
+    require_cpu_runtime(a.device);
+    set_num_threads(a.threads);
+    const auto model = model::Model::load(a.model);
+    const auto tok = load_tokenizer(a.model, a.tokenizer);
+    const std::string text = read_file(a.text);
+    eval::PplOptions opt;
+    opt.ctx = a.ctx;
+    opt.bos = a.bos;
+    opt.max_windows = a.max_windows;
+    opt.progress = !a.quiet;
+    const auto r = eval::perplexity(model, tok, text, opt);
+    if (a.json)
+        fmt::print("{}\n", r.json());
+    else
+        fmt::print("{}: {}\n", a.text, r.summary());
+}
+
+}  // namespace
+
+void add_ppl(CLI::App& app) {
+    auto* cmd = app.add_subcommand("ppl", "perplexity on a text (plain protocol)");
+    auto a = std::make_shared<PplArgs>();
+    cmd->add_option("model", a->model, "Hugging Face model folder or cortiq file")->required();
+    cmd->add_option("--text", a->text, "text file, tokenised whole")->required();
+    cmd->add_option("--ctx", a->ctx, "window length in tokens")->capture_default_str();
+    cmd->add_option("--device", a->device, "cpu or gpu")->capture_default_str();
+    cmd->add_flag("--bos", a->bos, "start each window with BOS (then ctx-1 text tokens)");
+    cmd->add_option("--threads", a->threads, "host threads (0: all cores)");
+    cmd->add_option("--max-windows", a->max_windows, "score only the first N windows (0: all)");
+    cmd->add_option("--tokenizer", a->tokenizer,
+                    "folder with tokenizer.json (default: the model's)");
+    cmd->add_flag("--json", a->json, "print the result as one JSON line");
+    cmd->add_flag("--quiet", a->quiet, "no progress bar");
+    cmd->callback([a] { run(*a); });
+}
+
+}  // namespace cortiq::cli
