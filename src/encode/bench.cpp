@@ -13,12 +13,6 @@
 
 namespace cortiq::encode {
 
-Device parse_device(const std::string& s) {
-    if (s == "cpu") return Device::cpu;
-    if (s == "gpu" || s == "cuda") return Device::gpu;
-    CORTIQ_FAIL("--device must be cpu or gpu (got '{}')", s);
-}
-
 BenchInput bench_input_synthetic(int64_t m, int64_t n, uint64_t seed) {
     CORTIQ_CHECK(m >= 2 && n >= 2, "synthetic layer must be at least 2x2 (got {}x{})", m, n);
     auto s = synthetic_layer(m, n, seed);

@@ -33,4 +33,10 @@ PathsChoice parse_paths(const std::string& s) {
     CORTIQ_FAIL("--paths must be auto, 1 or 2 (got '{}')", s);
 }
 
+Device parse_device(const std::string& s) {
+    if (s == "cpu") return Device::cpu;
+    if (s == "gpu" || s == "cuda") return Device::gpu;
+    CORTIQ_FAIL("--device must be cpu or gpu (got '{}')", s);
+}
+
 }  // namespace cortiq::encode

@@ -12,10 +12,12 @@ namespace cortiq::encode {
 
 enum class Method { nvg, nvg_noknots, svid, rtn_sign };
 enum class PathsChoice { automatic, one, two };
+enum class Device { cpu, gpu };
 
 Method parse_method(const std::string& s);
 std::string method_name(Method m);
 PathsChoice parse_paths(const std::string& s);
+Device parse_device(const std::string& s);
 
 struct Options {
     double bpw = 1.0;
