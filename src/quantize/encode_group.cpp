@@ -2,6 +2,7 @@
 
 #include "encode/cpu/stages.hpp"
 #include "encode/dispatch.hpp"
+#include "encode/encode_many.hpp"
 
 namespace cortiq::quant {
 
@@ -12,13 +13,20 @@ std::vector<encode::Encoded> encode_group(
     std::vector<encode::Encoded> out(jobs.size());
     if (jobs.empty()) return out;
     if (device == encode::Device::gpu) {
-        (void)gpu_jobs;
-        for (size_t i = 0; i < jobs.size(); ++i) {
+        // One input shared by the group; several tensors in flight per GPU.
+        const std::vector<encode::ManyInput> inputs = {{&h_fit, &h_sel, what}};
+        std::vector<encode::ManyJob> many;
+        for (const auto& j : jobs) {
             encode::Options o = base;
-            o.bpw = jobs[i].bpw;
-            out[i] = encode::encode_gpu(jobs[i].w, h_fit, h_sel, o, nullptr);
-            on_done(i, out[i]);
+            o.bpw = j.bpw;
+            many.push_back({j.name, &j.w, 0, o});
         }
+        encode::ManyOptions mo;
+        mo.device = encode::Device::gpu;
+        mo.in_flight = gpu_jobs;
+        mo.on_done = [&](size_t i, const encode::ManyResult& r) { on_done(i, r.enc); };
+        auto res = encode::encode_many(inputs, many, mo);
+        for (size_t i = 0; i < jobs.size(); ++i) out[i] = std::move(res[i].enc);
         return out;
     }
     const encode::cpu::InputContext ic(h_fit, h_sel, base.rho, what);

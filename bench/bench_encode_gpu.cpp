@@ -1,0 +1,253 @@
+// Figures for the CUDA NVG encoder (prints tables; not a timed unit test):
+//   bench_encode_gpu [--sizes 896x4864,4864x896,...] [--bpw 1.0] [--cpu 896x4864,...]
+//                    [--variants 4096x4096] [--layer] [--in-flight 4] [--threads 0]
+// Per size: seconds (context, tensor), the report line and the stage profile
+// on synthetic layers generated on the GPU; the CPU encoder on the sizes of
+// --cpu (same inputs); tuning variants on one size; and encode_many over the
+// seven tensors of one 4096-wide, 11008-MLP decoder layer against one at a time.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+#include "encode/dispatch.hpp"
+
+#ifdef CORTIQ_HAVE_CUDA
+#include "encode/cpu/stages.hpp"
+#include "encode/cuda/stages.hpp"
+#include "encode/cuda/synthetic.hpp"
+#include "encode/encode_many.hpp"
+
+using namespace cortiq;
+using namespace cortiq::encode;
+namespace cu = cortiq::encode::cuda;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Size {
+    int64_t m, n;
+};
+
+std::vector<Size> parse_sizes(const std::string& s) {
+    std::vector<Size> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+        const auto x = tok.find('x');
+        CORTIQ_CHECK(x != std::string::npos, "size '{}' is not MxN", tok);
+        out.push_back({std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1))});
+    }
+    return out;
+}
+
+struct Row {
+    std::string what;
+    double ctx_s = 0, tensor_s = 0, sel = 0;
+    std::string line, prof;
+};
+
+Row run_gpu(cu::Gpu& gpu, const SyntheticLayer& s, const Options& o, const cu::Tuning& t,
+            bool profile, const std::string& what) {
+    Row row;
+    row.what = what;
+    Profile prof;
+    const auto t0 = Clock::now();
+    cu::InputContext ic(gpu, s.h_fit, s.h_sel, o.rho);
+    gpu.sync();
+    row.ctx_s = seconds_since(t0);
+    const Encoded e = cu::encode_tensor(s.w, ic, o, profile ? &prof : nullptr, gpu, t);
+    row.tensor_s = e.seconds;
+    row.sel = e.err_sel;
+    row.line = e.line;
+    row.prof = prof.line();
+    return row;
+}
+
+void print_rows(const char* title, const std::vector<Row>& rows) {
+    fmt::print("\n== {} ==\n{:<28} {:>8} {:>9} {:>9} {:>8}\n", title, "tensor", "ctx_s", "tensor_s",
+               "total_s", "sel");
+    for (const Row& r : rows)
+        fmt::print("{:<28} {:>8.2f} {:>9.2f} {:>9.2f} {:>8.4f}\n", r.what, r.ctx_s, r.tensor_s,
+                   r.ctx_s + r.tensor_s, r.sel);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string sizes = "896x4864,4864x896,2048x8192,4096x4096,4096x11008,11008x4096";
+    std::string cpu_sizes, variants;
+    bool layer = false;
+    int in_flight = 4, threads = 0;
+    double bpw = 1.0;
+    for (int i = 1; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> std::string {
+            CORTIQ_CHECK(i + 1 < argc, "{} needs a value", a);
+            return argv[++i];
+        };
+        if (a == "--sizes")
+            sizes = next();
+        else if (a == "--cpu")
+            cpu_sizes = next();
+        else if (a == "--variants")
+            variants = next();
+        else if (a == "--layer")
+            layer = true;
+        else if (a == "--in-flight")
+            in_flight = std::stoi(next());
+        else if (a == "--threads")
+            threads = std::stoi(next());
+        else if (a == "--bpw")
+            bpw = std::stod(next());
+        else
+            CORTIQ_FAIL("unknown flag {}", a);
+    }
+    try {
+        CORTIQ_CHECK(gpu_available(), "{}", gpu_unavailable_reason());
+        set_num_threads(threads);
+        cu::Gpu gpu;
+        Options o;
+        o.bpw = bpw;
+        {  // warm-up: module load, library handles, pools
+            const auto s = cu::synthetic_layer(gpu, 256, 512, 99);
+            run_gpu(gpu, s, o, {}, false, "warm-up");
+        }
+        std::vector<Row> rows;
+        if (!sizes.empty()) {
+            for (const Size& z : parse_sizes(sizes)) {
+                const auto t0 = Clock::now();
+                const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
+                const double gen = seconds_since(t0);
+                Row r = run_gpu(gpu, s, o, {}, true, fmt::format("{}x{}", z.m, z.n));
+                fmt::print(
+                    "{}x{} (inputs generated in {:.1f}s)\n  {}\n  ctx {:.2f}s tensor {:.2f}s\n"
+                    "  profile: {}\n",
+                    z.m, z.n, gen, r.line, r.ctx_s, r.tensor_s, r.prof);
+                std::fflush(stdout);
+                // unprofiled (no per-stage synchronisation): the headline seconds
+                Row u = run_gpu(gpu, s, o, {}, false, fmt::format("{}x{}", z.m, z.n));
+                fmt::print("  unprofiled: ctx {:.2f}s tensor {:.2f}s\n", u.ctx_s, u.tensor_s);
+                std::fflush(stdout);
+                rows.push_back(u);
+            }
+            print_rows("GPU, 1 tensor at a time (unprofiled)", rows);
+        }
+        if (!variants.empty()) {
+            std::vector<Row> vr;
+            for (const Size& z : parse_sizes(variants)) {
+                const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
+                const std::string tag = fmt::format("{}x{}", z.m, z.n);
+                cu::Tuning fp32, x3, windowed, serial, partial;
+                fp32.itq_tf32_min_rank = INT_MAX;
+                x3.x3_min_k = 1024;
+                windowed.gptq_windowed = true;
+                serial.parallel_candidates = false;
+                partial.eig_partial = true;
+                vr.push_back(run_gpu(gpu, s, o, {}, false, tag + " default"));
+                vr.push_back(run_gpu(gpu, s, o, fp32, false, tag + " itq fp32"));
+                std::fflush(stdout);
+                vr.push_back(run_gpu(gpu, s, o, x3, false, tag + " 3xtf32"));
+                vr.push_back(run_gpu(gpu, s, o, windowed, false, tag + " windowed gptq_v"));
+                vr.push_back(run_gpu(gpu, s, o, serial, false, tag + " serial cands"));
+                vr.push_back(run_gpu(gpu, s, o, partial, false, tag + " syevdx"));
+                for (const Row& r : vr) fmt::print("  {}: {}\n", r.what, r.line);
+                std::fflush(stdout);
+            }
+            print_rows("GPU tuning variants", vr);
+        }
+        if (!cpu_sizes.empty()) {
+            std::vector<Row> cr;
+            for (const Size& z : parse_sizes(cpu_sizes)) {
+                const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
+                Row r;
+                r.what = fmt::format("cpu {}x{}", z.m, z.n);
+                Profile prof;
+                const auto t0 = Clock::now();
+                cpu::InputContext ic(s.h_fit, s.h_sel, o.rho);
+                r.ctx_s = seconds_since(t0);
+                const Encoded e = cpu::encode_tensor(s.w, ic, o, &prof);
+                r.tensor_s = e.seconds;
+                r.sel = e.err_sel;
+                fmt::print("{}: {}\n  profile: {}\n", r.what, e.line, prof.line());
+                Row g = run_gpu(gpu, s, o, {}, false, fmt::format("gpu {}x{}", z.m, z.n));
+                fmt::print("gpu {}x{}: {}\n  speed-up (ctx+tensor): {:.1f}x, sel gpu/cpu {:.4f}\n",
+                           z.m, z.n, g.line, (r.ctx_s + r.tensor_s) / (g.ctx_s + g.tensor_s),
+                           g.sel / r.sel);
+                std::fflush(stdout);
+                cr.push_back(r);
+                cr.push_back(g);
+            }
+            print_rows("CPU (float64 reference) vs GPU", cr);
+        }
+        if (layer) {
+            // one decoder layer: q,k,v,o 4096x4096 (q/k/v share an input), gate/up
+            // 11008x4096 (shared input), down 4096x11008
+            const auto t0 = Clock::now();
+            std::vector<std::pair<MatD, MatD>> grams;
+            grams.push_back(cu::synthetic_grams(gpu, 4096, 101));
+            grams.push_back(cu::synthetic_grams(gpu, 4096, 102));
+            grams.push_back(cu::synthetic_grams(gpu, 4096, 103));
+            grams.push_back(cu::synthetic_grams(gpu, 11008, 104));
+            const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+            const int64_t ms[] = {4096, 4096, 4096, 4096, 11008, 11008, 4096};
+            const int64_t ns[] = {4096, 4096, 4096, 4096, 4096, 4096, 11008};
+            const size_t ins[] = {0, 0, 0, 1, 2, 2, 3};
+            std::vector<MatD> ws;
+            for (int k = 0; k < 7; ++k)
+                ws.push_back(cu::synthetic_weight(gpu, ms[k], ns[k], 200 + k));
+            fmt::print("\nlayer inputs generated in {:.1f}s\n", seconds_since(t0));
+            std::fflush(stdout);
+            std::vector<ManyInput> inputs;
+            for (auto& g : grams) inputs.push_back({&g.first, &g.second, "input"});
+            std::vector<ManyJob> jobs;
+            for (int k = 0; k < 7; ++k) jobs.push_back({names[k], &ws[k], ins[k], o});
+            auto run = [&](int flight) {
+                ManyOptions mo;
+                mo.in_flight = flight;
+                const auto t1 = Clock::now();
+                mo.on_done = [&](size_t j, const ManyResult& r) {
+                    fmt::print("  [{:6.1f}s] {:<5} {}x{}: {} ({:.1f}s)\n", seconds_since(t1),
+                               jobs[j].name, jobs[j].w->rows(), jobs[j].w->cols(), r.enc.line,
+                               r.enc.seconds);
+                    std::fflush(stdout);
+                };
+                encode_many(inputs, jobs, mo);
+                return seconds_since(t1);
+            };
+            fmt::print("encode_many, {} in flight:\n", in_flight);
+            std::fflush(stdout);
+            const double many_s = run(in_flight);
+            fmt::print("one at a time:\n");
+            std::fflush(stdout);
+            const double seq_s = run(1);
+            fmt::print(
+                "\n== decoder layer (7 tensors) ==\nencode_many ({} in flight): {:.1f}s\n"
+                "one at a time:             {:.1f}s\nspeed-up: {:.2f}x\n",
+                in_flight, many_s, seq_s, seq_s / many_s);
+        }
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_encode_gpu: %s\n", e.what());
+        return 1;
+    }
+}
+
+#else
+
+#include <cstdio>
+
+int main() {
+    std::printf("bench_encode_gpu: this cortiq was built without CUDA\n");
+    return 0;
+}
+
+#endif

@@ -1,0 +1,244 @@
+// cuBLAS and cuSOLVER behind row-major float32 signatures. A row-major matrix
+// is the column-major matrix of its transpose, so C = op(A) op(B) is computed
+// as Cᵀ = op(B)ᵀ op(A)ᵀ with the operands swapped.
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "encode/cuda/ops.hpp"
+
+namespace cortiq::encode::cuda {
+
+namespace {
+
+int to_int(int64_t v, const char* what) {
+    CORTIQ_ASSERT(v >= 0 && v <= INT32_MAX, "{} = {} exceeds the 32-bit cuBLAS range", what, v);
+    return static_cast<int>(v);
+}
+
+int read_info(const Gpu& g, const DeviceBuffer<int>& info) {
+    int h = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&h, info.get(), sizeof h, cudaMemcpyDeviceToHost, g.stream()));
+    g.sync();
+    return h;
+}
+
+}  // namespace
+
+namespace {
+
+void gemm_one(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+              int64_t ldc, cublasComputeType_t ct) {
+    CUBLAS_CHECK(cublasGemmEx(
+        g.blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "n"),
+        to_int(m, "m"), to_int(k, "k"), &alpha, b, CUDA_R_32F, to_int(ldb, "ldb"), a, CUDA_R_32F,
+        to_int(lda, "lda"), &beta, c, CUDA_R_32F, to_int(ldc, "ldc"), ct, CUBLAS_GEMM_DEFAULT));
+}
+
+}  // namespace
+
+void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc, Prec p, unsigned exact) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        CORTIQ_ASSERT(ldc == n, "gemm with k = 0 needs a contiguous C");
+        scal(g.stream(), c, beta, m * n);
+        return;
+    }
+    if (p != Prec::tf32x3) {
+        gemm_one(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                 p == Prec::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+        return;
+    }
+    const cublasComputeType_t tf = CUBLAS_COMPUTE_32F_FAST_TF32;
+    // stored shapes of A (m×k or k×m) and B (k×n or n×k)
+    const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    const cudaStream_t st = g.stream();
+    DeviceBuffer<float> ahi, alo, bhi, blo;
+    const float *a_hi = a, *b_hi = b;
+    int64_t lda_h = lda, ldb_h = ldb;
+    if (!(exact & kExactA)) {
+        ahi = DeviceBuffer<float>(ar * ac, st);
+        alo = DeviceBuffer<float>(ar * ac, st);
+        split_tf32(st, a, ar, ac, lda, ahi.get(), alo.get());
+        a_hi = ahi.get();
+        lda_h = ac;
+    }
+    if (!(exact & kExactB)) {
+        bhi = DeviceBuffer<float>(br * bc, st);
+        blo = DeviceBuffer<float>(br * bc, st);
+        split_tf32(st, b, br, bc, ldb, bhi.get(), blo.get());
+        b_hi = bhi.get();
+        ldb_h = bc;
+    }
+    // small terms first, the main product last
+    float bt = beta;
+    if (!alo.empty()) {
+        gemm_one(g, ta, tb, m, n, k, alpha, alo.get(), ac, b_hi, ldb_h, bt, c, ldc, tf);
+        bt = 1.f;
+    }
+    if (!blo.empty()) {
+        gemm_one(g, ta, tb, m, n, k, alpha, a_hi, lda_h, blo.get(), bc, bt, c, ldc, tf);
+        bt = 1.f;
+    }
+    gemm_one(g, ta, tb, m, n, k, alpha, a_hi, lda_h, b_hi, ldb_h, bt, c, ldc, tf);
+}
+
+DMat mm(const Gpu& g, const DMat& a, bool ta, const DMat& b, bool tb, Prec p, unsigned exact) {
+    DMat c(ta ? a.cols : a.rows, tb ? b.rows : b.cols, g.stream());
+    mm_into(g, 1.f, a, ta, b, tb, 0.f, c, p, exact);
+    return c;
+}
+
+void mm_into(const Gpu& g, float alpha, const DMat& a, bool ta, const DMat& b, bool tb, float beta,
+             DMat& c, Prec p, unsigned exact) {
+    const int64_t m = ta ? a.cols : a.rows, k = ta ? a.rows : a.cols;
+    const int64_t kb = tb ? b.cols : b.rows, n = tb ? b.rows : b.cols;
+    CORTIQ_ASSERT(k == kb, "gemm inner dims {} vs {}", k, kb);
+    CORTIQ_ASSERT(c.rows == m && c.cols == n, "gemm output {}x{} vs {}x{}", c.rows, c.cols, m, n);
+    gemm(g, ta, tb, m, n, k, alpha, a.data(), a.cols, b.data(), b.cols, beta, c.data(), n, p,
+         exact);
+}
+
+void gemv(const Gpu& g, bool ta, int64_t rows, int64_t cols, const float* a, const float* x,
+          float* y) {
+    if (rows == 0 || cols == 0) return;
+    const float one = 1.f, zero = 0.f;
+    CUBLAS_CHECK(cublasSgemv(g.blas(), ta ? CUBLAS_OP_N : CUBLAS_OP_T, to_int(cols, "cols"),
+                             to_int(rows, "rows"), &one, a, to_int(cols, "lda"), x, 1, &zero, y,
+                             1));
+}
+
+bool potrf_solver(const Gpu& g, float* a, int64_t n) {
+    if (n == 0) return true;
+    int lwork = 0;
+    CUSOLVER_CHECK(cusolverDnSpotrf_bufferSize(g.solver(), CUBLAS_FILL_MODE_LOWER, to_int(n, "n"),
+                                               a, to_int(n, "lda"), &lwork));
+    DeviceBuffer<float> work(std::max(lwork, 1), g.stream());
+    DeviceBuffer<int> info(1, g.stream());
+    CUSOLVER_CHECK(cusolverDnSpotrf(g.solver(), CUBLAS_FILL_MODE_LOWER, to_int(n, "n"), a,
+                                    to_int(n, "lda"), work.get(), lwork, info.get()));
+    return read_info(g, info) == 0;
+}
+
+void potrs_solver(const Gpu& g, const float* a, int64_t n, float* x) {
+    if (n == 0) return;
+    DeviceBuffer<int> info(1, g.stream());
+    CUSOLVER_CHECK(cusolverDnSpotrs(g.solver(), CUBLAS_FILL_MODE_LOWER, to_int(n, "n"), 1, a,
+                                    to_int(n, "lda"), x, to_int(n, "ldb"), info.get()));
+}
+
+bool cholesky_lower(const Gpu& g, float* a, int64_t n) {
+    if (n == 0) return true;
+    // Column-major UPPER on the row-major buffer is the row-major lower factor.
+    int lwork = 0;
+    CUSOLVER_CHECK(cusolverDnSpotrf_bufferSize(g.solver(), CUBLAS_FILL_MODE_UPPER, to_int(n, "n"),
+                                               a, to_int(n, "lda"), &lwork));
+    DeviceBuffer<float> work(std::max(lwork, 1), g.stream());
+    DeviceBuffer<int> info(1, g.stream());
+    CUSOLVER_CHECK(cusolverDnSpotrf(g.solver(), CUBLAS_FILL_MODE_UPPER, to_int(n, "n"), a,
+                                    to_int(n, "lda"), work.get(), lwork, info.get()));
+    if (read_info(g, info) != 0) return false;
+    zero_upper(g.stream(), a, n);
+    return true;
+}
+
+void tri_inv_lower(const Gpu& g, const float* l, float* out, int64_t n) {
+    if (n == 0) return;
+    // The row-major lower L is the column-major upper U = Lᵀ; U X = I gives
+    // X = U⁻¹, whose row-major reading is (U⁻¹)ᵀ = L⁻¹.
+    set_identity(g.stream(), out, n);
+    const float one = 1.f;
+    CUBLAS_CHECK(cublasStrsm(g.blas(), CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_N,
+                             CUBLAS_DIAG_NON_UNIT, to_int(n, "n"), to_int(n, "n"), &one, l,
+                             to_int(n, "lda"), out, to_int(n, "ldb")));
+}
+
+void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build, const float* b,
+               float* x, double ridge_rel) {
+    if (n == 0) return;
+    DeviceBuffer<float> a(n * n, g.stream());
+    double mean_diag = 0, ridge = ridge_rel;
+    for (int attempt = 0; attempt < 12; ++attempt) {
+        build(a.get());
+        if (attempt == 0) {
+            mean_diag = mean_abs_diag(g.stream(), a.get(), n);
+            if (!(mean_diag > 0) || !std::isfinite(mean_diag)) mean_diag = 1.0;
+        }
+        add_diag(g.stream(), a.get(), n, static_cast<float>(ridge * mean_diag));
+        if (potrf_solver(g, a.get(), n)) {
+            if (x != b)
+                CUDA_CHECK(cudaMemcpyAsync(x, b, static_cast<size_t>(n) * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, g.stream()));
+            potrs_solver(g, a.get(), n, x);
+            return;
+        }
+        // A float32 factorisation sees no ridge below its resolution: jump to 1e-7.
+        ridge = std::max(ridge * 10, 1e-7);
+    }
+    CORTIQ_FAIL("SPD solve failed: {}x{} system is not positive definite (float32)", n, n);
+}
+
+void gemm_f64(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a,
+              int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    const double one = 1.0, zero = 0.0;
+    if (k == 0) {
+        CORTIQ_ASSERT(ldc == n, "gemm_f64 with k = 0 needs a contiguous C");
+        CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(m * n) * sizeof(double), g.stream()));
+        return;
+    }
+    CUBLAS_CHECK(cublasDgemm(g.blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                             ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "n"), to_int(m, "m"),
+                             to_int(k, "k"), &one, b, to_int(ldb, "ldb"), a, to_int(lda, "lda"),
+                             &zero, c, to_int(ldc, "ldc")));
+}
+
+std::pair<std::vector<double>, DMat> sym_eig_top_f64(const Gpu& g, DeviceBuffer<double>& a,
+                                                     int64_t k, int64_t r, bool partial) {
+    CORTIQ_ASSERT(a.size() == k * k && r >= 1 && r <= k, "eig of {} entries, {}x{}, rank {}",
+                  a.size(), k, k, r);
+    DeviceBuffer<double> w(k, g.stream());
+    DeviceBuffer<int> info(1, g.stream());
+    const int ki = to_int(k, "k");
+    int lwork = 0;
+    int64_t count = k;
+    if (partial && r < k) {
+        int meig = 0;
+        const int il = static_cast<int>(k - r + 1), iu = ki;
+        CUSOLVER_CHECK(cusolverDnDsyevdx_bufferSize(
+            g.solver(), CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I, CUBLAS_FILL_MODE_LOWER, ki,
+            a.get(), ki, 0.0, 0.0, il, iu, &meig, w.get(), &lwork));
+        DeviceBuffer<double> work(std::max(lwork, 1), g.stream());
+        CUSOLVER_CHECK(cusolverDnDsyevdx(g.solver(), CUSOLVER_EIG_MODE_VECTOR, CUSOLVER_EIG_RANGE_I,
+                                         CUBLAS_FILL_MODE_LOWER, ki, a.get(), ki, 0.0, 0.0, il, iu,
+                                         &meig, w.get(), work.get(), lwork, info.get()));
+        const int inf = read_info(g, info);
+        CORTIQ_CHECK(inf == 0 && meig == r, "syevdx failed (info {}, {} of {} eigenpairs)", inf,
+                     meig, r);
+        count = r;
+    } else {
+        CUSOLVER_CHECK(cusolverDnDsyevd_bufferSize(g.solver(), CUSOLVER_EIG_MODE_VECTOR,
+                                                   CUBLAS_FILL_MODE_LOWER, ki, a.get(), ki, w.get(),
+                                                   &lwork));
+        DeviceBuffer<double> work(std::max(lwork, 1), g.stream());
+        CUSOLVER_CHECK(cusolverDnDsyevd(g.solver(), CUSOLVER_EIG_MODE_VECTOR,
+                                        CUBLAS_FILL_MODE_LOWER, ki, a.get(), ki, w.get(),
+                                        work.get(), lwork, info.get()));
+        const int inf = read_info(g, info);
+        CORTIQ_CHECK(inf == 0, "syevd failed (info {})", inf);
+    }
+    std::vector<double> wh(static_cast<size_t>(count));
+    CUDA_CHECK(cudaMemcpyAsync(wh.data(), w.get(), wh.size() * sizeof(double),
+                               cudaMemcpyDeviceToHost, g.stream()));
+    g.sync();
+    std::vector<double> vals(static_cast<size_t>(r));
+    for (int64_t c = 0; c < r; ++c) vals[c] = wh[count - 1 - c];
+    DMat vecs(k, r, g.stream());
+    gather_eigvecs_f64(g.stream(), a.get(), k, count, r, vecs.data());
+    return {std::move(vals), std::move(vecs)};
+}
+
+}  // namespace cortiq::encode::cuda

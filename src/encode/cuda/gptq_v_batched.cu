@@ -1,0 +1,263 @@
+// The batched column-search kernel of gptq_v (the first device version, kept
+// as an alternative: Tuning::gptq_windowed = false). The block evaluates a
+// window of bits at once against the current state and takes the first
+// candidate, as the sequential scan would; the K rows of the next few
+// candidates are fetched together, and each later candidate is taken only if
+// it is still a candidate and no bit between has become one: the sequential
+// scan's result, one L2 round trip per batch and two barriers per flip.
+#include <algorithm>
+
+#include "encode/cuda/gptq_v_kernels.hpp"
+
+namespace cortiq::encode::cuda {
+
+namespace {
+
+constexpr int kMaxThreads = 512;
+
+template <int Ept>
+__global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) {
+    // candidates fetched per batch: Q·Ept registers of K rows (≤ 32)
+    constexpr int Q = Ept >= 32 ? 1 : (32 / Ept < 8 ? 32 / Ept : 8);
+    extern __shared__ float sm[];
+    const int64_t r = a.r;
+    const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
+    float* ks = sm;
+    float* bv = ks + r;
+    float* sg = bv + r;
+    float* kd = sg + r;
+    float* eb = kd + r;         // nb × r errors of this block's columns
+    float* ucol = eb + nb * r;  // Uc[j0 + q, j] of the current column
+    __shared__ unsigned wmask[32];
+    __shared__ int cand[8];
+    __shared__ int ncand;
+    __shared__ float c0v[4];  // the first candidate's sg, bv, ks, kd
+    __shared__ double red[2][32];
+
+    for (int k = 0; k < Ept; ++k) {
+        const int64_t y = t + static_cast<int64_t>(k) * T;
+        if (y < r) kd[y] = a.kd[y];
+    }
+    unsigned long long total = 0;
+    for (int64_t j = a.j0; j < a.j1; ++j) {
+        const int64_t jj = j - a.j0;
+        for (int64_t q = t; q < jj; q += T) ucol[q] = a.feedback ? a.uc[(a.j0 + q) * a.n + j] : 0.f;
+        __syncthreads();
+        double pa = 0, pb = 0;
+        for (int k = 0; k < Ept; ++k) {
+            const int64_t y = t + static_cast<int64_t>(k) * T;
+            if (y >= r) break;
+            float bvv = a.b[j * r + y];
+            if (a.feedback)
+                for (int64_t q = 0; q < jj; ++q) bvv -= ucol[q] * eb[q * r + y];
+            const float sv = a.s[j * r + y], kv = a.ks0[j * r + y];
+            bv[y] = bvv;
+            ks[y] = kv;
+            sg[y] = sv;
+            pa += static_cast<double>(sv) * bvv;
+            pb += static_cast<double>(sv) * kv;
+        }
+        // α = sᵀb, β = sᵀKs, summed in a fixed order, known to every thread
+        for (int o = 16; o > 0; o >>= 1) {
+            pa += __shfl_xor_sync(0xffffffffu, pa, o);
+            pb += __shfl_xor_sync(0xffffffffu, pb, o);
+        }
+        if (lane == 0) {
+            red[0][warp] = pa;
+            red[1][warp] = pb;
+        }
+        __syncthreads();
+        double alpha = 0, beta = 0;
+        for (int w = 0; w < nw; ++w) {
+            alpha += red[0][w];
+            beta += red[1][w];
+        }
+        for (int pass = 0; pass < a.passes; ++pass) {
+            int nflip = 0;
+            int64_t pos = 0;
+            while (pos < r) {
+                __syncthreads();  // the last batch's updates are visible
+                {
+                    const int64_t x = pos + t;
+                    const bool c =
+                        x < r && gptq_gain(sg[x], bv[x], ks[x], kd[x], alpha, beta, a.tol);
+                    const unsigned mk = __ballot_sync(0xffffffffu, c);
+                    if (lane == 0) wmask[warp] = mk;
+                }
+                __syncthreads();
+                if (warp == 0) {
+                    // the first Q candidates in scan order
+                    unsigned mw = lane < nw ? wmask[lane] : 0u;
+                    const int cnt = __popc(mw);
+                    int incl = cnt;
+                    for (int o = 1; o < 32; o <<= 1) {
+                        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+                        if (lane >= o) incl += v;
+                    }
+                    int at = incl - cnt;
+                    while (mw && at < Q) {
+                        const int64_t x = pos + lane * 32 + (__ffs(mw) - 1);
+                        cand[at] = static_cast<int>(x);
+                        if (at == 0) {
+                            c0v[0] = sg[x];
+                            c0v[1] = bv[x];
+                            c0v[2] = ks[x];
+                            c0v[3] = kd[x];
+                        }
+                        ++at;
+                        mw &= mw - 1;
+                    }
+                    const int tot = __shfl_sync(0xffffffffu, incl, 31);
+                    if (lane == 0) ncand = tot < Q ? tot : Q;
+                }
+                __syncthreads();
+                const int nq = ncand;
+                if (nq == 0) {
+                    pos += T;
+                    continue;
+                }
+                float kr[Q][Ept];
+#pragma unroll
+                for (int i = 0; i < Q; ++i) {
+                    if (i < nq) {
+                        const int64_t ci = cand[i];
+#pragma unroll
+                        for (int k = 0; k < Ept; ++k) {
+                            const int64_t y = t + static_cast<int64_t>(k) * T;
+                            kr[i][k] = y < r ? __ldg(a.k + ci * r + y) : 0.f;
+                        }
+                    }
+                }
+                // the first candidate is the next flip of the sequential scan
+                {
+                    const int c0 = cand[0];
+                    const float old = c0v[0];
+                    alpha = alpha - 2.0 * old * c0v[1];
+                    beta = beta - 4.0 * old * c0v[2] + 4.0 * c0v[3];
+                    if (t == 0) sg[c0] = -old;
+#pragma unroll
+                    for (int k = 0; k < Ept; ++k) {
+                        const int64_t y = t + static_cast<int64_t>(k) * T;
+                        if (y < r) ks[y] -= 2.f * old * kr[0][k];
+                    }
+                    ++nflip;
+                }
+                int64_t next = -1;
+#pragma unroll
+                for (int i = 1; i < Q; ++i) {
+                    if (i < nq && next < 0) {
+                        __syncthreads();  // the previous flip's updates are visible
+                        const int64_t prev = cand[i - 1], ci = cand[i];
+                        const int64_t x = pos + t;
+                        const bool fresh =
+                            x > prev && x < ci && x < r &&
+                            gptq_gain(sg[x], bv[x], ks[x], kd[x], alpha, beta, a.tol);
+                        const float sgc = sg[ci], bvc = bv[ci], ksc = ks[ci], kdc = kd[ci];
+                        const bool still = gptq_gain(sgc, bvc, ksc, kdc, alpha, beta, a.tol);
+                        const int anynew = __syncthreads_or(fresh);  // all reads done
+                        if (anynew) {
+                            next = prev + 1;
+                        } else if (!still) {
+                            next = ci + 1;
+                        } else {
+                            alpha = alpha - 2.0 * sgc * bvc;
+                            beta = beta - 4.0 * sgc * ksc + 4.0 * kdc;
+                            if (t == 0) sg[ci] = -sgc;
+#pragma unroll
+                            for (int k = 0; k < Ept; ++k) {
+                                const int64_t y = t + static_cast<int64_t>(k) * T;
+                                if (y < r) ks[y] -= 2.f * sgc * kr[i][k];
+                            }
+                            ++nflip;
+                        }
+                    }
+                }
+                pos = next >= 0 ? next : static_cast<int64_t>(cand[nq - 1]) + 1;
+            }
+            total += static_cast<unsigned long long>(nflip);
+            if (nflip == 0) break;
+        }
+        __syncthreads();
+        const double gj = beta > 0 ? alpha / beta : 0.0;
+        const float inv = 1.f / a.uc[j * a.n + j];
+        for (int k = 0; k < Ept; ++k) {
+            const int64_t y = t + static_cast<int64_t>(k) * T;
+            if (y >= r) break;
+            const float ev = (bv[y] - static_cast<float>(gj) * ks[y]) * inv;
+            eb[jj * r + y] = ev;
+            a.e[j * r + y] = ev;
+            a.s[j * r + y] = sg[y];
+        }
+        if (t == 0) a.g[j] = static_cast<float>(gj);
+        __syncthreads();
+    }
+    if (t == 0 && total) atomicAdd(a.flips, total);
+}
+
+}  // namespace
+
+GptqPlan plan_batched(const Gpu& g, int64_t r, int block) {
+    GptqPlan l;
+    l.threads = r <= 256 ? 256 : kMaxThreads;
+    const int64_t need = (r + l.threads - 1) / l.threads;
+    while (l.ept < need) l.ept *= 2;
+    if (l.ept > 32) return l;  // nb = 0: unsupported
+    const int64_t fixed = 4 * r * static_cast<int64_t>(sizeof(float));
+    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 1024;
+    const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
+    l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
+    l.smem = static_cast<size_t>(fixed + l.nb * per_col);
+    return l;
+}
+
+namespace {
+
+template <int Ept>
+void set_smem(size_t smem) {
+    CUDA_CHECK(cudaFuncSetAttribute(k_gptq_block<Ept>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(smem)));
+}
+
+template <int Ept>
+void launch(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
+    k_gptq_block<Ept><<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+void prepare_batched(const GptqPlan& p) {
+    switch (p.ept) {
+        case 1:
+            return set_smem<1>(p.smem);
+        case 2:
+            return set_smem<2>(p.smem);
+        case 4:
+            return set_smem<4>(p.smem);
+        case 8:
+            return set_smem<8>(p.smem);
+        case 16:
+            return set_smem<16>(p.smem);
+        default:
+            return set_smem<32>(p.smem);
+    }
+}
+
+void launch_batched(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
+    switch (p.ept) {
+        case 1:
+            return launch<1>(g, a, p);
+        case 2:
+            return launch<2>(g, a, p);
+        case 4:
+            return launch<4>(g, a, p);
+        case 8:
+            return launch<8>(g, a, p);
+        case 16:
+            return launch<16>(g, a, p);
+        default:
+            return launch<32>(g, a, p);
+    }
+}
+
+}  // namespace cortiq::encode::cuda

@@ -1,0 +1,160 @@
+// Stage 3 on the device (SPEC §3.3): weighted ITQ, B = w² ∘ sign(X R) and
+// R = polar(Xᵀ B), the polar factor by Newton–Schulz with few readbacks.
+#include <algorithm>
+#include <cmath>
+
+#include "encode/cuda/ops.hpp"
+#include "encode/cuda/stages.hpp"
+
+namespace cortiq::encode::cuda {
+
+std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const DMat& vp) {
+    const cudaStream_t st = c.stream();
+    DVec nu(up.rows, st), nv(vp.rows, st);
+    rowdot(st, up.data(), up.data(), up.rows, up.cols, nu.get());
+    rowdot(st, vp.data(), vp.data(), vp.rows, vp.cols, nv.get());
+    VecD wu = download(nu, st), wv = download(nv, st);
+    for (auto& v : wu) v = std::sqrt(std::max(v, 0.0));
+    for (size_t j = 0; j < wv.size(); ++j) wv[j] = std::sqrt(std::max(wv[j], 0.0)) * c.ic.sqd[j];
+    return {wu, wv};
+}
+
+namespace {
+
+// An estimate of ‖M‖₂ from 8 power iterations on MᵀM (from a fixed start).
+double spectral_estimate(const Gpu& g, const DMat& m) {
+    const cudaStream_t st = g.stream();
+    const int64_t r = m.rows;
+    std::vector<float> v0(r);
+    for (int64_t i = 0; i < r; ++i) v0[i] = 1.0f + 0.5f * std::sin(0.7f * static_cast<float>(i));
+    DVec v = upload_f(v0, st), u(r, st);
+    double lam = 0;
+    for (int it = 0; it < 8; ++it) {
+        const double nv = std::sqrt(dot(st, v.get(), v.get(), r));
+        if (!(nv > 0)) return 0.0;
+        scal(st, v.get(), static_cast<float>(1.0 / nv), r);
+        gemv(g, false, r, r, m.data(), v.get(), u.get());  // M v
+        gemv(g, true, r, r, m.data(), u.get(), v.get());   // Mᵀ M v
+        lam = std::sqrt(dot(st, v.get(), v.get(), r));     // ≈ σ_max² (v unit)
+    }
+    return std::sqrt(lam);
+}
+
+}  // namespace
+
+DMat polar(const Gpu& g, const DMat& mm_in, bool tf32, double tol, int max_iter, int* iters) {
+    const cudaStream_t st = g.stream();
+    const int64_t r = mm_in.rows;
+    CORTIQ_ASSERT(mm_in.cols == r, "polar of a {}x{} matrix", mm_in.rows, mm_in.cols);
+    DMat x = mm_in.clone(st);
+    const double nf = std::sqrt(dot(st, mm_in.data(), mm_in.data(), r * r));
+    if (!(nf > 0)) {
+        set_identity(st, x.data(), r);
+        if (iters) *iters = 0;
+        return x;
+    }
+    // The polar factor does not depend on the scale; the iteration count does:
+    // M/‖M‖_F (SPEC) has σ ≤ 1 but its small σ start √rank lower than under
+    // M/‖M‖₂. Scale by 1.1× the power-iteration estimate of ‖M‖₂ (never above
+    // ‖M‖_F); a divergence falls back to ‖M‖_F.
+    const double s2 = spectral_estimate(g, mm_in);
+    double scale = s2 > 0 ? std::min(nf, 1.1 * s2) : nf;
+    scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
+    DMat a(r, r, st), y(r, r, st);
+    // ‖XᵀX − I‖_F is read back only at checkpoints: from iteration 4, every 2.
+    // FP32 stops at tol or where rounding ends the quadratic convergence;
+    // TF32 hands over to FP32 below 0.1 (or where it stagnates).
+    Prec p = tf32 ? Prec::tf32 : Prec::fp32;
+    double prev = INFINITY;
+    int it = 0;
+    SumBatch sb(st);
+    for (;; ++it) {
+        mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX
+        if (it >= max_iter || (it >= 4 && it % 2 == 0)) {
+            sb.dev_identity(a.data(), r);
+            const double dev = std::sqrt(sb.read()[0]);
+            if (!std::isfinite(dev) || dev > 4.0 * static_cast<double>(r)) {
+                CORTIQ_ASSERT(scale < nf, "Newton-Schulz diverged from M/|M|_F");
+                scale = nf;  // restart from the safe scaling
+                CUDA_CHECK(cudaMemcpyAsync(x.data(), mm_in.data(), x.size() * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, st));
+                scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
+                prev = INFINITY;
+                continue;
+            }
+            if (it >= max_iter) break;
+            if (p == Prec::tf32) {
+                if (dev < 0.1 || dev > 0.5 * prev) {
+                    p = Prec::fp32;
+                    prev = INFINITY;
+                    mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX again in FP32
+                } else {
+                    prev = dev;
+                }
+            } else {
+                if (dev <= tol) break;
+                if (dev < 5e-2 && dev > 0.25 * prev) break;  // at the float32 floor
+                prev = dev;
+            }
+        }
+        mm_into(g, 1.f, x, false, a, false, 0.f, y, p);  // X XᵀX
+        axpby(st, x.data(), 1.5f, y.data(), -0.5f, r * r);
+    }
+    if (iters) *iters = it;
+    return x;
+}
+
+ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD& wu,
+              const VecD& wv, int iters, bool record_objective) {
+    const Gpu& g = c.gpu;
+    const cudaStream_t st = c.stream();
+    const int64_t m = up.rows, n = vp.rows, r = up.cols, nn = m + n;
+    const bool fast = r >= c.tuning.itq_tf32_min_rank;
+    const Prec p = fast ? Prec::tf32 : Prec::fp32;
+    DMat x(nn, r, st);
+    CUDA_CHECK(cudaMemcpyAsync(x.data(), up.data(), up.size() * sizeof(float),
+                               cudaMemcpyDeviceToDevice, st));
+    CUDA_CHECK(cudaMemcpyAsync(x.row(m), vp.data(), vp.size() * sizeof(float),
+                               cudaMemcpyDeviceToDevice, st));
+    row_normalize(st, x.data(), nn, r);
+    VecD w2(nn);
+    double mean = 0;
+    for (int64_t i = 0; i < nn; ++i) {
+        const double w = i < m ? wu[i] : wv[i - m];
+        w2[i] = w * w;
+        mean += w2[i];
+    }
+    mean /= static_cast<double>(nn);
+    for (auto& v : w2) v /= std::max(mean, 1e-300);
+    const DVec w2_d = upload(w2, st);
+
+    ItqResult res;
+    res.rot = DMat(r, r, st);
+    set_identity(st, res.rot.data(), r);
+    DMat xr(nn, r, st), mm_t(r, r, st);
+    SumBatch sb(st);
+    int ns_total = 0;
+    for (int it = 0; it < iters; ++it) {
+        mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr, p);
+        if (record_objective) {
+            sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
+            res.objective.push_back(sb.read()[0]);
+        }
+        weighted_sign(st, xr.data(), w2_d.get(), nn, r);
+        mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
+        int ns = 0;
+        res.rot = polar(g, mm_t, fast, 1e-4, 60, &ns);
+        ns_total += ns;
+    }
+    if (record_objective) {
+        mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr);
+        sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
+        res.objective.push_back(sb.read()[0]);
+    }
+    if (c.prof) c.prof->add("itq.ns_iters", 0, ns_total);
+    res.u = mm(g, up, false, res.rot, false);
+    res.v = mm(g, vp, false, res.rot, false);
+    return res;
+}
+
+}  // namespace cortiq::encode::cuda

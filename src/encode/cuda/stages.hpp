@@ -1,0 +1,232 @@
+// The float32 NVG encoder on the GPU (SPEC §3), stage for stage the float64
+// reference of src/encode/cpu/stages.hpp: the same stage names, the same
+// arguments where they make sense, float32 data on one device.
+//
+// Threads: an InputContext or TensorData is built on one Gpu and, once built,
+// read by any Gpu (stream) of the same device; everything else (models,
+// TensorContext) belongs to one host thread and its Gpu.
+#pragma once
+
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "blr/model.hpp"
+#include "core/matrix.hpp"
+#include "core/profile.hpp"
+#include "encode/cuda/common.hpp"
+#include "encode/cuda/ops.hpp"
+#include "encode/options.hpp"
+
+namespace cortiq::encode::cuda {
+
+// Knobs of the device encoder that have no CPU counterpart.
+struct Tuning {
+    // ITQ's two products and the Newton–Schulz iterations in TF32 (the final
+    // polish and U_p R, V_p R stay FP32) from this rank up; INT_MAX: never.
+    int itq_tf32_min_rank = 512;
+    // latents: the top r eigenpairs only (cusolverDnDsyevdx) instead of all (syevd).
+    bool eig_partial = false;
+    // Products with an inner dimension from this size run as 3xTF32 (see
+    // ops.hpp: FP32-like accuracy, 2.8e-7 vs 1.9e-7 relative on the H200, at
+    // about half the tensor-core time in theory); smaller ones in plain FP32.
+    // Off by default (INT64_MAX) until its speed is measured on its own; 1024
+    // turns it on for the large products.
+    int64_t x3_min_k = INT64_MAX;
+    // gptq_v: true: the windowed column search (one deciding warp, one barrier
+    // per 32 bits; measured 3-4x slower on the H200: its helpers wait one L2
+    // round trip per window); false: the batched one (two barriers per flip).
+    bool gptq_windowed = false;
+    // The P = 2 and P = 1 candidates on two streams at once (two host threads).
+    bool parallel_candidates = true;
+    // encode_tensor checks its memory estimate against the free device memory
+    // (encode_many budgets memory itself and turns this off).
+    bool check_memory = true;
+};
+
+// float32 flips need a gain above float resolution (SPEC §3.7).
+inline double flip_tol_f32(double tol) {
+    return tol < 1e-7 ? 1e-7 : tol;
+}
+
+// ── stage 1: per-input context ───────────────────────────────────────────────
+class InputContext {
+  public:
+    // Same checks and maths as cpu::InputContext, float32 on `gpu`'s device.
+    InputContext(Gpu& gpu, const MatD& h_fit, const MatD& h_sel, double rho,
+                 const std::string& what = "Gram");
+
+    int64_t n = 0;
+    int device = 0;
+    double c_fit = 0;
+    DMat h;                     // H = H_fit + c I
+    DMat h_sel;                 // H_sel
+    VecD sqd;                   // sqrt(diag H) (host, float64)
+    std::vector<int64_t> perm;  // act order
+    DeviceBuffer<int> perm_d;   // the same on the device
+    DMat uc;                    // upper Cholesky factor of (P H Pᵀ)⁻¹
+    double uc_ridge = 0;        // ridge the equilibrated float32 factorisation needed
+    // Lower Cholesky factor of H, built on first use with the caller's Gpu.
+    const DMat& l(Gpu& gpu) const;
+    // Device bytes this context holds (L included once built).
+    size_t bytes() const;
+
+  private:
+    mutable std::mutex l_mu_;
+    mutable std::unique_ptr<DMat> l_;
+};
+
+// Per-tensor device data, shared read-only by the candidates' streams.
+struct TensorData {
+    TensorData(Gpu& gpu, const MatD& w, const InputContext& ic, const Tuning& tuning = {});
+    int64_t m = 0, n = 0;
+    DMat w, wh, wh_sel;                            // W, W·H, W·H_sel
+    double a_h = 0, a_fit = 0, a_sel = 0, w2 = 0;  // tr(W X Wᵀ), ‖W‖²_F
+};
+
+// The r_max leading left singular vectors of W·L and their σ, shared by the
+// candidates (the top-r of a smaller rank are their leading columns).
+struct EigCache {
+    int64_t r = 0;
+    DMat ur;  // m × r
+    VecD sig;
+};
+
+// One thread's view of a tensor: data, input, its Gpu and profile.
+struct TensorContext {
+    TensorContext(const TensorData& d, const InputContext& ic, Gpu& gpu, Profile* prof = nullptr,
+                  Tuning tuning = {});
+    const TensorData& d;
+    const InputContext& ic;
+    Gpu& gpu;
+    Profile* prof = nullptr;
+    Tuning tuning;
+    const EigCache* eig = nullptr;  // latents of W (optional)
+    cudaStream_t stream() const { return gpu.stream(); }
+    // The precision of a large product with inner dimension k (Tuning::x3_min_k).
+    Prec big(int64_t k) const { return k >= tuning.x3_min_k ? Prec::tf32x3 : Prec::fp32; }
+};
+
+// Adds the scope's wall time to `prof` under `stage`, after waiting for the
+// stream so the seconds land on the stage that queued the work.
+class StageTimer {
+  public:
+    StageTimer(const TensorContext& c, const char* stage) : StageTimer(c.gpu, c.prof, stage) {}
+    StageTimer(const Gpu& gpu, Profile* prof, const char* stage);
+    ~StageTimer();
+    StageTimer(const StageTimer&) = delete;
+    StageTimer& operator=(const StageTimer&) = delete;
+
+  private:
+    const Gpu& gpu_;
+    Profile* prof_;
+    const char* stage_;
+    std::chrono::steady_clock::time_point t0_;
+};
+
+// ── the model on the device ──────────────────────────────────────────────────
+struct Path {
+    DVec h, l, g;  // m, r, n scales
+    DMat su, sv;   // m × r, n × r, entries ±1
+    // H·gs and W H·gs, valid while g and sv are unchanged (see invalidate).
+    mutable std::optional<DMat> hg, whg;
+    void invalidate() {
+        hg.reset();
+        whg.reset();
+    }
+};
+
+struct Model {
+    int64_t m = 0, n = 0, r = 0;
+    std::vector<Path> paths;
+
+    Model clone(cudaStream_t st) const;
+    void rebind(cudaStream_t st);               // future frees on `st` (after a hand-over)
+    DMat hsl(cudaStream_t st, size_t p) const;  // diag(h) S_U diag(ℓ)
+    DMat hs(cudaStream_t st, size_t p) const;   // diag(h) S_U
+    DMat sl(cudaStream_t st, size_t p) const;   // S_U diag(ℓ)
+    DMat gs(cudaStream_t st, size_t p) const;   // diag(g) S_V
+    const DMat& hg(const TensorContext& c, size_t p) const;   // H·gs (cached)
+    const DMat& whg(const TensorContext& c, size_t p) const;  // W H·gs (cached)
+};
+
+// Hooks for tests and the pack step: the same signs and scales on either side.
+Model to_device(const blr::Model& md, cudaStream_t st);
+blr::Model to_host(const Model& md, cudaStream_t st);
+MatD download(const DMat& a, cudaStream_t st);
+DMat upload(const MatD& a, cudaStream_t st);
+
+enum class Metric { h, fit, sel };
+
+// err_X = tr(E X Eᵀ) by the factor-sized expansion (SPEC §2).
+double err(const Model& md, const TensorContext& c, Metric x);
+double rel_err(const Model& md, const TensorContext& c, Metric x);
+
+// ── stage 2: whitened latents ────────────────────────────────────────────────
+// t: the target (m × n); th = t·H (used when m ≤ n; null: computed).
+// cache (optional): when t is W, the eigenpairs of W's Gram from c.eig.
+std::pair<DMat, DMat> latents(const TensorContext& c, const DMat& t, const DMat* th, int64_t r,
+                              bool whiten = true, bool use_cache = false);
+// Fills an EigCache with W's top-r_max eigenpairs (for both candidates).
+EigCache latents_cache(const TensorContext& c, int64_t r_max);
+
+// ── stage 3: ITQ gauge ───────────────────────────────────────────────────────
+struct ItqResult {
+    DMat u, v, rot;
+    std::vector<double> objective;  // per iteration, when asked for
+};
+ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD& wu,
+              const VecD& wv, int iters, bool record_objective = false);
+std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const DMat& vp);
+// Orthogonal polar factor by Newton–Schulz from M/‖M‖_F; tf32: the early
+// iterations in TF32, the last ones (from ‖XᵀX − I‖_F < 0.1) in FP32.
+DMat polar(const Gpu& g, const DMat& m, bool tf32 = false, double tol = 1e-4, int max_iter = 60,
+           int* iters = nullptr);
+
+// ── stage 4: SVID ────────────────────────────────────────────────────────────
+std::pair<VecD, VecD> rank1_pos(const Gpu& g, const DMat& mabs);
+Path svid(const Gpu& g, const DMat& u, const DMat& v);
+
+// ── stage 5: exact block least squares in the H metric ───────────────────────
+void als_l(Model& md, const TensorContext& c);
+void als_h(Model& md, const TensorContext& c);
+void als_g(Model& md, const TensorContext& c, size_t p);
+void als(Model& md, const TensorContext& c, int sweeps);
+
+// ── stage 7: discrete knots ──────────────────────────────────────────────────
+int64_t flip_u(Model& md, const TensorContext& c, size_t p, double tol, int passes);
+int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
+               bool feedback = true);
+// The largest rank the device column search supports.
+int64_t gptq_v_max_rank();
+
+// ── stages 2–6 and 7 ─────────────────────────────────────────────────────────
+Model build_init(const TensorContext& c, int64_t r, int paths, const Options& o);
+Model refine(Model md, const TensorContext& c, const Options& o);
+
+// ── stages 8–9: whole tensor ─────────────────────────────────────────────────
+// `helper` (optional): a second Gpu of the same device for the P = 1 candidate
+// (one is made when tuning.parallel_candidates and none is given).
+Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, Profile* prof,
+                      Gpu& gpu, const Tuning& tuning = {}, Gpu* helper = nullptr);
+
+// rtn-sign baseline on the device.
+Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o, Profile* prof,
+                        Gpu& gpu);
+
+// ── device memory ────────────────────────────────────────────────────────────
+// Peak device bytes to encode an m × n tensor (context: also its input context).
+size_t estimate_bytes(int64_t m, int64_t n, const Options& o, bool with_context,
+                      const Tuning& tuning = {});
+size_t context_bytes(int64_t m, int64_t n);
+// Throws cortiq::Error naming sizes when the estimate exceeds the free memory.
+void ensure_fits(int64_t m, int64_t n, const Options& o, bool with_context,
+                 const Tuning& tuning = {});
+
+}  // namespace cortiq::encode::cuda

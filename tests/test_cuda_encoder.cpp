@@ -1,0 +1,375 @@
+// The float32 CUDA encoder against the float64 CPU encoder, stage by stage, on
+// fresh random inputs (SPEC §3's parity tolerances). Every test skips when no
+// GPU is visible, and the file builds without CUDA (then it only skips).
+#include <gtest/gtest.h>
+
+#include "encode/dispatch.hpp"
+
+#ifdef CORTIQ_HAVE_CUDA
+
+#include <atomic>
+#include <cmath>
+#include <memory>
+
+#include "blr/model.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "encode/bench.hpp"
+#include "encode/cpu/stages.hpp"
+#include "encode/cuda/stages.hpp"
+#include "encode/encode_many.hpp"
+#include "encode/synthetic.hpp"
+#include "linalg/blas.hpp"
+
+using namespace cortiq;
+using namespace cortiq::encode;
+namespace cu = cortiq::encode::cuda;
+
+#define SKIP_WITHOUT_GPU() \
+    if (!gpu_available()) GTEST_SKIP() << gpu_unavailable_reason()
+
+namespace {
+
+double rel_diff(const MatD& a, const MatD& b) {
+    double num = 0, den = 0;
+    for (int64_t k = 0; k < a.size(); ++k) {
+        num += std::pow(a.data()[k] - b.data()[k], 2);
+        den += std::pow(b.data()[k], 2);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+double rel_diff(const VecD& a, const VecD& b) {
+    double num = 0, den = 0;
+    for (size_t k = 0; k < a.size(); ++k) {
+        num += std::pow(a[k] - b[k], 2);
+        den += std::pow(b[k], 2);
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Fraction of entries with the same sign.
+double agreement(const MatD& a, const MatD& b) {
+    int64_t same = 0;
+    for (int64_t k = 0; k < a.size(); ++k) same += (a.data()[k] >= 0) == (b.data()[k] >= 0);
+    return static_cast<double>(same) / static_cast<double>(a.size());
+}
+
+// One synthetic layer with its CPU and GPU contexts.
+struct Fixture {
+    SyntheticLayer s;
+    std::unique_ptr<cpu::InputContext> ic;
+    std::unique_ptr<cpu::TensorContext> tc;
+    cu::Gpu gpu;
+    std::unique_ptr<cu::InputContext> icd;
+    std::unique_ptr<cu::TensorData> td;
+    std::unique_ptr<cu::TensorContext> c;
+    Fixture(int64_t m, int64_t n, uint64_t seed, cu::Tuning tuning = {}) {
+        s = synthetic_layer(m, n, seed);
+        ic = std::make_unique<cpu::InputContext>(s.h_fit, s.h_sel, 0.03);
+        tc = std::make_unique<cpu::TensorContext>(s.w, *ic);
+        icd = std::make_unique<cu::InputContext>(gpu, s.h_fit, s.h_sel, 0.03);
+        td = std::make_unique<cu::TensorData>(gpu, s.w, *icd);
+        c = std::make_unique<cu::TensorContext>(*td, *icd, gpu, nullptr, tuning);
+    }
+};
+
+Options small_options() {
+    Options o;
+    o.itq_iters = 20;
+    return o;
+}
+
+// Held-out relative error of a payload, densely.
+double sel_error(const std::vector<uint8_t>& payload, const SyntheticLayer& s) {
+    const MatD w_hat = blr::dequant(payload).cast<double>();
+    const double e = cpu::err_dense(s.w, w_hat, s.h_sel);
+    return std::sqrt(e / la::frob_dot(s.w, la::gemm(s.w, false, s.h_sel, false)));
+}
+
+}  // namespace
+
+TEST(CudaContext, UcLAndErrorsMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    Fixture f(160, 128, 11);
+    EXPECT_EQ(f.icd->perm, f.ic->perm);
+    // Uc, L: float32 factorisations of the equilibrated Gram (SPEC §3: ≤ 1e-3)
+    EXPECT_LT(rel_diff(cu::download(f.icd->uc, f.gpu.stream()), f.ic->uc), 1e-3);
+    EXPECT_LT(rel_diff(cu::download(f.icd->l(f.gpu), f.gpu.stream()), f.ic->l()), 1e-3);
+    EXPECT_NEAR(f.td->a_h, f.tc->a_h, 1e-5 * f.tc->a_h);
+    EXPECT_NEAR(f.td->a_sel, f.tc->a_sel, 1e-5 * f.tc->a_sel);
+    // the factor-sized errors of one model in the three metrics
+    const blr::Model md = cpu::build_init(*f.tc, 24, 2, small_options());
+    const cu::Model mdd = cu::to_device(md, f.gpu.stream());
+    const std::pair<cpu::Metric, cu::Metric> metrics[] = {{cpu::Metric::h, cu::Metric::h},
+                                                          {cpu::Metric::fit, cu::Metric::fit},
+                                                          {cpu::Metric::sel, cu::Metric::sel}};
+    for (auto [mc, mg] : metrics) {
+        const double want = cpu::err(md, *f.tc, mc), got = cu::err(mdd, *f.c, mg);
+        EXPECT_NEAR(got, want, 1e-3 * want);
+    }
+}
+
+TEST(CudaLatents, WhitenedFactorsMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{96, 128}, {160, 64}}) {
+        for (bool partial : {false, true}) {
+            cu::Tuning t;
+            t.eig_partial = partial;
+            Fixture f(m, n, 21 + m, t);
+            const int64_t r = 16;
+            auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.ic, r);
+            auto [upd, vpd] = cu::latents(*f.c, f.td->w, &f.td->wh, r);
+            const MatD want = la::gemm(up, false, vp, true);
+            const MatD got = la::gemm(cu::download(upd, f.gpu.stream()), false,
+                                      cu::download(vpd, f.gpu.stream()), true);
+            EXPECT_LT(rel_diff(got, want), 1e-4) << m << "x" << n << " partial " << partial;
+        }
+    }
+}
+
+TEST(CudaItq, SignsAndPolarMatchCpu) {
+    SKIP_WITHOUT_GPU();
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{96, 128}, {160, 64}}) {
+        Fixture f(m, n, 31 + m);
+        const int64_t r = 16;
+        auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.ic, r);
+        auto [wu, wv] = cpu::itq_weights(up, vp, *f.ic);
+        const cpu::ItqResult want = cpu::itq(up, vp, wu, wv, 50);
+        const cu::ItqResult got = cu::itq(*f.c, cu::upload(up, f.gpu.stream()),
+                                          cu::upload(vp, f.gpu.stream()), wu, wv, 50);
+        // ITQ from the same latents: ≥ 98 % of the signs of [U R; V R] agree
+        const double au = agreement(cu::download(got.u, f.gpu.stream()), want.u);
+        const double av = agreement(cu::download(got.v, f.gpu.stream()), want.v);
+        EXPECT_GE((au * static_cast<double>(m) + av * static_cast<double>(n)) /
+                      static_cast<double>(m + n),
+                  0.98)
+            << m << "x" << n;
+    }
+    Rng rng(3);
+    MatD mm(40, 40);
+    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
+    cu::Gpu gpu;
+    const MatD want = la::polar_newton_schulz(mm);
+    const MatD got = cu::download(cu::polar(gpu, cu::upload(mm, gpu.stream())), gpu.stream());
+    EXPECT_LT(rel_diff(got, want), 1e-4);
+}
+
+TEST(CudaAls, OneSweepMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    for (bool x3 : {false, true}) {
+        cu::Tuning t;
+        if (x3) t.x3_min_k = 0;  // every large product as 3xTF32
+        Fixture f(160, 128, 41, t);
+        const blr::Model base = cpu::build_init(*f.tc, 24, 2, small_options());
+        blr::Model a = base;
+        cpu::als(a, *f.tc, 1);
+        cu::Model ad = cu::to_device(base, f.gpu.stream());
+        cu::als(ad, *f.c, 1);
+        const blr::Model got = cu::to_host(ad, f.gpu.stream());
+        for (size_t p = 0; p < 2; ++p) {
+            EXPECT_LT(rel_diff(got.paths[p].l, a.paths[p].l), 2e-3) << "l" << p << " x3 " << x3;
+            EXPECT_LT(rel_diff(got.paths[p].h, a.paths[p].h), 2e-3) << "h" << p << " x3 " << x3;
+            EXPECT_LT(rel_diff(got.paths[p].g, a.paths[p].g), 2e-3) << "g" << p << " x3 " << x3;
+        }
+        const double e = cpu::err(a, *f.tc, cpu::Metric::h);
+        const double ed = cu::err(ad, *f.c, cu::Metric::h);
+        EXPECT_NEAR(ed, e, 1e-3 * e) << "x3 " << x3;
+    }
+}
+
+TEST(CudaGemm, Tf32x3IsAsAccurateAsFp32) {
+    SKIP_WITHOUT_GPU();
+    cu::Gpu gpu;
+    Rng rng(7);
+    MatD a(300, 1200), b(1200, 200), s(1200, 200);
+    for (auto& v : a.vec()) v = rng.normal();
+    for (auto& v : b.vec()) v = rng.normal() * std::exp(rng.normal());
+    for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+    const MatD want = la::gemm(a, false, b, false), want_s = la::gemm(a, false, s, false);
+    const cu::DMat ad = cu::upload(a, gpu.stream()), bd = cu::upload(b, gpu.stream());
+    const cu::DMat sd = cu::upload(s, gpu.stream());
+    auto err = [&](cu::Prec p, const cu::DMat& rhs, const MatD& ref, unsigned exact) {
+        return rel_diff(cu::download(cu::mm(gpu, ad, false, rhs, false, p, exact), gpu.stream()),
+                        ref);
+    };
+    const double e32 = err(cu::Prec::fp32, bd, want, cu::kNone);
+    const double e3 = err(cu::Prec::tf32x3, bd, want, cu::kNone);
+    const double e3s = err(cu::Prec::tf32x3, sd, want_s, cu::kExactB);
+    const double e1 = err(cu::Prec::tf32, bd, want, cu::kNone);
+    EXPECT_LT(e32, 2e-6);
+    EXPECT_LT(e3, 2e-6);
+    EXPECT_LT(e3s, 2e-6);
+    EXPECT_GT(e1, 5 * e3);  // plain TF32 is far coarser
+    std::cerr << "gemm rel. error: fp32 " << e32 << " tf32x3 " << e3 << " (signs " << e3s
+              << ") tf32 " << e1 << "\n";
+    // transposed operands and a sub-matrix leading dimension
+    const MatD at = a.transposed();
+    const cu::DMat atd = cu::upload(at, gpu.stream());
+    cu::DMat c(300, 100, gpu.stream());
+    cu::gemm(gpu, true, false, 300, 100, 1200, 1.f, atd.data(), 300, bd.data() + 50, 200, 0.f,
+             c.data(), 100, cu::Prec::tf32x3);
+    MatD want_sub(300, 100);
+    for (int64_t i = 0; i < 300; ++i)
+        for (int64_t j = 0; j < 100; ++j) want_sub(i, j) = want(i, j + 50);
+    EXPECT_LT(rel_diff(cu::download(c, gpu.stream()), want_sub), 2e-6);
+}
+
+TEST(CudaKnots, FlipUMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    Fixture f(160, 128, 51);
+    const Options o;
+    const blr::Model base = cpu::build_init(*f.tc, 24, 2, small_options());
+    // output side, from the same model: ≥ 99.5 % of S_U equal
+    blr::Model b = base;
+    const int64_t nf = cpu::flip_u(b, *f.tc, 0, o.flip_tol, o.flip_passes);
+    cu::Model bd = cu::to_device(base, f.gpu.stream());
+    const int64_t nfd = cu::flip_u(bd, *f.c, 0, o.flip_tol, o.flip_passes);
+    const MatD su = cu::to_host(bd, f.gpu.stream()).paths[0].su;
+    EXPECT_GE(agreement(su, b.paths[0].su), 0.995) << nf << " vs " << nfd << " flips";
+    EXPECT_GT(nfd, 0);
+}
+
+TEST(CudaKnots, GptqVMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 200}}) {
+        for (bool windowed : {true, false}) {
+            cu::Tuning t;
+            t.gptq_windowed = windowed;
+            Fixture f(m, n, 51 + m, t);
+            const Options o;
+            const int64_t r = m == 160 ? 24 : 72;  // 72: three windows of 32 bits
+            const blr::Model base = cpu::build_init(*f.tc, r, 2, small_options());
+            // input side, from the same model: ≥ 99 % of S_V equal, g and the error close
+            blr::Model g = base;
+            const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, o.flip_passes, o.gptq_block);
+            cu::Model gd = cu::to_device(base, f.gpu.stream());
+            const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block);
+            const blr::Model gh = cu::to_host(gd, f.gpu.stream());
+            EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
+                << m << "x" << n << " windowed " << windowed << ": " << ng << " vs " << ngd
+                << " flips";
+            EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+            const double e = cpu::err(g, *f.tc, cpu::Metric::h);
+            const double ed = cu::err(gd, *f.c, cu::Metric::h);
+            EXPECT_NEAR(ed, e, 1e-2 * e);
+            // without feedback the search is the same per column
+            blr::Model g0 = base;
+            cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
+            cu::Model g0d = cu::to_device(base, f.gpu.stream());
+            cu::gptq_v(g0d, *f.c, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
+            EXPECT_GE(agreement(cu::to_host(g0d, f.gpu.stream()).paths[0].sv, g0.paths[0].sv),
+                      0.99);
+        }
+    }
+}
+
+TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {
+    SKIP_WITHOUT_GPU();
+    for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 160}}) {
+        Fixture f(m, n, 61 + m);
+        const Options o;
+        const Encoded cpu_enc = cpu::encode_tensor(f.s.w, *f.ic, o);
+        Profile prof;
+        const Encoded gpu_enc = cu::encode_tensor(f.s.w, *f.icd, o, &prof, f.gpu);
+        EXPECT_NO_THROW(blr::validate(gpu_enc.payload, "gpu payload", m, n));
+        EXPECT_EQ(gpu_enc.bits, blr::bits(m, n, gpu_enc.rank, gpu_enc.paths));
+        EXPECT_LE(gpu_enc.bpw, o.bpw);
+        const double ec = sel_error(cpu_enc.payload, f.s), eg = sel_error(gpu_enc.payload, f.s);
+        EXPECT_NEAR(eg, gpu_enc.err_sel, 1e-3 * eg);
+        EXPECT_LE(eg, 1.02 * ec) << "cpu: " << cpu_enc.line << "\ngpu: " << gpu_enc.line;
+        std::cerr << m << "x" << n << " cpu: " << cpu_enc.line << "\n"
+                  << m << "x" << n << " gpu: " << gpu_enc.line << "\n"
+                  << "  profile: " << prof.line() << "\n";
+        // the two candidates one after the other give the same payload
+        cu::Tuning seq;
+        seq.parallel_candidates = false;
+        const Encoded again = cu::encode_tensor(f.s.w, *f.icd, o, nullptr, f.gpu, seq);
+        EXPECT_EQ(again.payload, gpu_enc.payload);
+        // every large product as 3xTF32 and ITQ in TF32 even at these small
+        // ranks: TF32 ITQ takes another trajectory to another gauge (measured
+        // 0.95x-1.027x the CPU's error on these two layers), so 5 % here — a
+        // guard against gross errors, not the SPEC's 2 %.
+        cu::Tuning fast;
+        fast.x3_min_k = 0;
+        fast.itq_tf32_min_rank = 0;
+        const Encoded e3 = cu::encode_tensor(f.s.w, *f.icd, o, nullptr, f.gpu, fast);
+        EXPECT_LE(sel_error(e3.payload, f.s), 1.05 * ec) << "x3: " << e3.line;
+        // the other column-search kernel: the SPEC's 2 %
+        cu::Tuning other;
+        other.gptq_windowed = !other.gptq_windowed;
+        const Encoded eb = cu::encode_tensor(f.s.w, *f.icd, o, nullptr, f.gpu, other);
+        EXPECT_LE(sel_error(eb.payload, f.s), 1.02 * ec) << "other gptq_v kernel: " << eb.line;
+        std::cerr << "  x3/tf32: " << e3.line << "\n  other gptq_v kernel: " << eb.line << "\n";
+    }
+}
+
+TEST(CudaEncoder, BaselinesThroughBench) {
+    SKIP_WITHOUT_GPU();
+    const BenchInput in = bench_input_synthetic(64, 96, 5);
+    const std::vector<Method> methods = {Method::nvg_noknots, Method::svid, Method::rtn_sign};
+    const BenchReport rc = run_bench(in, Options{}, methods, Device::cpu);
+    const BenchReport rg = run_bench(in, Options{}, methods, Device::gpu);
+    ASSERT_EQ(rc.rows.size(), rg.rows.size());
+    for (size_t i = 0; i < rc.rows.size(); ++i) {
+        EXPECT_EQ(rg.rows[i].enc.bits, rc.rows[i].enc.bits) << rc.rows[i].method;
+        EXPECT_LE(rg.rows[i].enc.err_sel, 1.03 * rc.rows[i].enc.err_sel) << rc.rows[i].method;
+    }
+}
+
+TEST(CudaEncodeMany, SamePayloadsAsOneAtATime) {
+    SKIP_WITHOUT_GPU();
+    const auto s0 = synthetic_layer(48, 64, 71), s1 = synthetic_layer(64, 96, 72);
+    const MatD w2 = synthetic_layer(80, 64, 73).w;
+    const std::vector<ManyInput> inputs = {{&s0.h_fit, &s0.h_sel, "in0"},
+                                           {&s1.h_fit, &s1.h_sel, "in1"}};
+    Options o;
+    o.itq_iters = 20;
+    const std::vector<ManyJob> jobs = {{"a", &s0.w, 0, o}, {"b", &s1.w, 1, o}, {"c", &w2, 0, o}};
+    std::atomic<int> calls{0};
+    ManyOptions mo;
+    mo.in_flight = 2;
+    mo.on_done = [&](size_t j, const ManyResult& r) {
+        EXPECT_LT(j, jobs.size());
+        EXPECT_FALSE(r.enc.payload.empty());
+        ++calls;
+    };
+    const auto many = encode_many(inputs, jobs, mo);
+    ASSERT_EQ(many.size(), jobs.size());
+    EXPECT_EQ(calls.load(), 3);
+    cu::Gpu gpu;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        const ManyInput& in = inputs[jobs[j].input];
+        const cu::InputContext ic(gpu, *in.h_fit, *in.h_sel, o.rho);
+        const Encoded one = cu::encode_tensor(*jobs[j].w, ic, o, nullptr, gpu);
+        EXPECT_EQ(many[j].enc.payload, one.payload) << jobs[j].name;
+        EXPECT_EQ(many[j].device, 0);
+    }
+    // the CPU path: the reference encoder, jobs in sequence
+    mo.device = Device::cpu;
+    mo.on_done = nullptr;
+    const auto on_cpu = encode_many(inputs, jobs, mo);
+    const cpu::InputContext ic0(s0.h_fit, s0.h_sel, o.rho);
+    EXPECT_EQ(on_cpu[2].enc.payload, cpu::encode_tensor(w2, ic0, o).payload);
+    EXPECT_EQ(on_cpu[2].device, -1);
+}
+
+TEST(CudaMemory, TooLargeIsAClearError) {
+    SKIP_WITHOUT_GPU();
+    const Options o;
+    EXPECT_GT(cu::estimate_bytes(4096, 11008, o, true), cu::estimate_bytes(4096, 4096, o, true));
+    try {
+        cu::ensure_fits(400000, 400000, o, true);
+        FAIL() << "a 400000x400000 tensor fits?";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("GPU memory"), std::string::npos) << e.what();
+    }
+}
+
+#else
+
+TEST(CudaEncoder, NotBuilt) {
+    GTEST_SKIP() << "this cortiq was built without CUDA";
+}
+
+#endif
