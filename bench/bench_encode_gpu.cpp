@@ -1,6 +1,7 @@
 // Figures for the CUDA NVG encoder (prints tables; not a timed unit test):
 //   bench_encode_gpu [--sizes 896x4864,4864x896,...] [--bpw 1.0] [--cpu 896x4864,...]
-//                    [--variants 4096x4096] [--layer] [--in-flight 4] [--threads 0]
+//                    [--variants 4096x4096] [--layer] [--layer-dims 4096,11008]
+//                    [--in-flight 4] [--threads 0]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
 // --cpu (same inputs); tuning variants on one size; and encode_many over the
@@ -86,6 +87,7 @@ int main(int argc, char** argv) {
     std::string sizes = "896x4864,4864x896,2048x8192,4096x4096,4096x11008,11008x4096";
     std::string cpu_sizes, variants;
     bool layer = false;
+    int64_t hid = 4096, mlp = 11008;  // --layer-dims HIDDEN,MLP
     int in_flight = 4, threads = 0;
     double bpw = 1.0;
     for (int i = 1; i < argc; ++i) {
@@ -102,6 +104,12 @@ int main(int argc, char** argv) {
             variants = next();
         else if (a == "--layer")
             layer = true;
+        else if (a == "--layer-dims") {
+            const std::string v = next();
+            hid = std::stoll(v.substr(0, v.find(',')));
+            mlp = std::stoll(v.substr(v.find(',') + 1));
+            layer = true;
+        }
         else if (a == "--in-flight")
             in_flight = std::stoi(next());
         else if (a == "--threads")
@@ -193,13 +201,13 @@ int main(int argc, char** argv) {
             // 11008x4096 (shared input), down 4096x11008
             const auto t0 = Clock::now();
             std::vector<std::pair<MatD, MatD>> grams;
-            grams.push_back(cu::synthetic_grams(gpu, 4096, 101));
-            grams.push_back(cu::synthetic_grams(gpu, 4096, 102));
-            grams.push_back(cu::synthetic_grams(gpu, 4096, 103));
-            grams.push_back(cu::synthetic_grams(gpu, 11008, 104));
+            grams.push_back(cu::synthetic_grams(gpu, hid, 101));
+            grams.push_back(cu::synthetic_grams(gpu, hid, 102));
+            grams.push_back(cu::synthetic_grams(gpu, hid, 103));
+            grams.push_back(cu::synthetic_grams(gpu, mlp, 104));
             const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
-            const int64_t ms[] = {4096, 4096, 4096, 4096, 11008, 11008, 4096};
-            const int64_t ns[] = {4096, 4096, 4096, 4096, 4096, 4096, 11008};
+            const int64_t ms[] = {hid, hid, hid, hid, mlp, mlp, hid};
+            const int64_t ns[] = {hid, hid, hid, hid, hid, hid, mlp};
             const size_t ins[] = {0, 0, 0, 1, 2, 2, 3};
             std::vector<MatD> ws;
             for (int k = 0; k < 7; ++k)

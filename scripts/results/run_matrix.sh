@@ -23,7 +23,7 @@ for model in $models; do
       q=$tmp/q.safetensors
       $cortiq quantize "$mdir" --bpw "$bpw" --method "$method" --calib "$data/text/tinystories-calib.txt" \
         --samples "$samples" --device "$device" -o "$q" --force -q --json "$tmp/q.json" >/dev/null
-      summary=$(/usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ['linear_bpw','seconds','encode_seconds','calib_seconds','file_bytes']}))" "$tmp/q.json")
+      summary=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ['linear_bpw','seconds','encode_seconds','calib_seconds','file_bytes']}))" "$tmp/q.json")
       for text in $texts; do
         ppl=$($cortiq ppl "$q" --text "$data/text/$text.txt" --ctx 512 --json 2>/dev/null)
         echo "{$key \"text\": \"$text\", \"device\": \"$device\", \"samples\": $samples, \"quantize\": $summary, \"ppl\": $ppl}" >> "$out"
