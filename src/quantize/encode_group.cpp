@@ -12,7 +12,8 @@ std::vector<encode::Encoded> encode_group(
     const std::function<void(size_t, const encode::Encoded&)>& on_done) {
     std::vector<encode::Encoded> out(jobs.size());
     if (jobs.empty()) return out;
-    if (device == encode::Device::gpu) {
+    // rtn-sign is a few GEMMs: the CPU writes its sign payload.
+    if (device == encode::Device::gpu && base.method != encode::Method::rtn_sign) {
         // One input shared by the group; several tensors in flight per GPU.
         const std::vector<encode::ManyInput> inputs = {{&h_fit, &h_sel, what}};
         std::vector<encode::ManyJob> many;

@@ -208,8 +208,14 @@ GptqPlan plan_windowed(const Gpu& g, int64_t r, int block) {
 }
 
 void prepare_windowed(const GptqPlan& p) {
+    (void)p;  // the device maximum, the same from every thread (see prepare_batched)
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, k_gptq_windowed));
     CUDA_CHECK(cudaFuncSetAttribute(k_gptq_windowed, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(p.smem)));
+                                    optin - static_cast<int>(fa.sharedSizeBytes)));
 }
 
 void launch_windowed(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {

@@ -212,10 +212,25 @@ GptqPlan plan_batched(const Gpu& g, int64_t r, int block) {
 
 namespace {
 
+// The kernel's dynamic shared-memory limit is raised to the device's opt-in
+// maximum, the same value from every thread: tensors encoded concurrently
+// (encode_many) with different ranks would otherwise race, one lowering the
+// limit below what another's launch needs.
+template <class Kernel>
+int smem_limit_for(Kernel kernel) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    return optin - static_cast<int>(fa.sharedSizeBytes);  // dynamic + static ≤ opt-in
+}
+
 template <int Ept>
 void set_smem(size_t smem) {
     CUDA_CHECK(cudaFuncSetAttribute(k_gptq_block<Ept>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(smem)));
+                                    smem_limit_for(k_gptq_block<Ept>)));
+    (void)smem;  // plan_batched keeps every plan within that limit
 }
 
 template <int Ept>
