@@ -109,8 +109,7 @@ int main(int argc, char** argv) {
             hid = std::stoll(v.substr(0, v.find(',')));
             mlp = std::stoll(v.substr(v.find(',') + 1));
             layer = true;
-        }
-        else if (a == "--in-flight")
+        } else if (a == "--in-flight")
             in_flight = std::stoi(next());
         else if (a == "--threads")
             threads = std::stoi(next());

@@ -1,8 +1,8 @@
 // Reading tokenizer.json (and tokenizer_config.json) into Tokenizer::Impl.
 #include <filesystem>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/error.hpp"
@@ -303,7 +303,8 @@ std::unique_ptr<Tokenizer::Impl> load_impl(const std::string& model_dir) {
         file = dir;
         dir = dir.parent_path();
     }
-    const std::string path = embedded_root ? model_dir + " (embedded tokenizer.json)" : file.string();
+    const std::string path =
+        embedded_root ? model_dir + " (embedded tokenizer.json)" : file.string();
     auto impl = std::make_unique<Tokenizer::Impl>();
     const json root = embedded_root ? *embedded_root : read_json(path);
     try {
@@ -315,9 +316,9 @@ std::unique_ptr<Tokenizer::Impl> load_impl(const std::string& model_dir) {
     // BOS / EOS: tokenizer_config.json first, else the post-processor's
     // template, else well-known names among the added tokens.
     bool have_bos = false, have_eos = false;
-    const fs::path cfg_path =
-        embedded_root ? fs::path(model_dir + " (embedded tokenizer_config.json)")
-                      : dir / "tokenizer_config.json";
+    const fs::path cfg_path = embedded_root
+                                  ? fs::path(model_dir + " (embedded tokenizer_config.json)")
+                                  : dir / "tokenizer_config.json";
     if (embedded_root ? embedded_cfg.has_value() : fs::exists(cfg_path, ec)) {
         const json cfg = embedded_root ? *embedded_cfg : read_json(cfg_path.string());
         try {
