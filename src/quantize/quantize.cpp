@@ -141,6 +141,9 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         const fs::path parent = fs::absolute(o.out_path).parent_path();
         CORTIQ_CHECK(fs::is_directory(parent), "output folder {} does not exist", parent.string());
     }
+    CORTIQ_CHECK(!o.include_head,
+                 "--include-head: compressing lm_head is not implemented yet (the head stays as "
+                 "it is)");
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(encode::gpu_available(), "--device gpu: {}", encode::gpu_unavailable_reason());

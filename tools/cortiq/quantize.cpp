@@ -33,7 +33,8 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--paths", a->paths, "auto, 1 or 2");
     cmd->add_option("--method", a->method, "nvg, nvg-noknots, svid or rtn-sign");
     cmd->add_option("--plan", a->o.plan_path, "JSON: tensor-name glob -> bpw (null keeps it)");
-    cmd->add_flag("--include-head", a->o.include_head, "also compress lm_head");
+    cmd->add_flag("--include-head", a->o.include_head,
+                  "also compress lm_head (not implemented yet)");
     cmd->add_option("--samples", a->o.calib.samples, "calibration windows (fit + held out)");
     cmd->add_option("--seqlen", a->o.calib.seqlen,
                     "tokens per window (default: min(512, context))");
