@@ -22,6 +22,7 @@
 #include "encode/dispatch.hpp"
 #include "io/hash.hpp"
 #include "io/safetensors.hpp"
+#include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
@@ -36,14 +37,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFormatVersion = 1;
-
-std::string read_text(const std::string& path, const char* what) {
-    std::ifstream f(path, std::ios::binary);
-    CORTIQ_CHECK(f, "cannot open {} {}", what, path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
 
 // The four inputs of a decoder block and the linear layers that read each.
 struct InputGroup {
@@ -153,7 +146,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     const auto& cfg = mdl.config();
     const io::Checkpoint ck = io::Checkpoint::open(o.model_dir);
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
-    const std::string calib_text = read_text(o.calib_path, "calibration text");
+    const std::string calib_text = io::read_text_file(o.calib_path, "calibration text");
     calib::CalibOptions co = o.calib;
     if (co.seqlen <= 0)
         co.seqlen = std::min<int64_t>(
@@ -335,13 +328,15 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     wr.set_metadata("cortiq", meta.dump());
     wr.set_metadata("cortiq.tensors", tensors.dump());
     wr.set_metadata("config",
-                    read_text((fs::path(o.model_dir) / "config.json").string(), "config"));
-    wr.set_metadata("tokenizer.json",
-                    read_text((fs::path(o.model_dir) / "tokenizer.json").string(), "tokenizer"));
+                    io::read_text_file((fs::path(o.model_dir) / "config.json").string(), "config"));
+    wr.set_metadata(
+        "tokenizer.json",
+        io::read_text_file((fs::path(o.model_dir) / "tokenizer.json").string(), "tokenizer"));
     if (fs::exists(fs::path(o.model_dir) / "tokenizer_config.json"))
-        wr.set_metadata("tokenizer_config.json",
-                        read_text((fs::path(o.model_dir) / "tokenizer_config.json").string(),
-                                  "tokenizer config"));
+        wr.set_metadata(
+            "tokenizer_config.json",
+            io::read_text_file((fs::path(o.model_dir) / "tokenizer_config.json").string(),
+                               "tokenizer config"));
     wr.write(o.out_path);
     journal.remove();
     rep.file_bytes = static_cast<int64_t>(fs::file_size(o.out_path));

@@ -2,12 +2,11 @@
 // (for `cortiq bench --from-model M --tensor T --calib TEXT`).
 #include <fmt/format.h>
 
-#include <fstream>
 #include <regex>
-#include <sstream>
 
 #include "calib/calib.hpp"
 #include "encode/bench.hpp"
+#include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 
@@ -31,14 +30,11 @@ BenchInput bench_input_recorded(const std::string& model_dir, const std::string&
     CORTIQ_CHECK(layer < mdl.num_layers(), "--tensor {}: the model has {} layers", tensor,
                  mdl.num_layers());
     const io::Tokenizer tok = io::Tokenizer::load(model_dir);
-    std::ifstream f(calib_path, std::ios::binary);
-    CORTIQ_CHECK(f, "cannot open calibration text {}", calib_path);
-    std::stringstream ss;
-    ss << f.rdbuf();
     calib::CalibOptions co;
     co.samples = samples;
     co.seqlen = seqlen;
-    const auto cs = calib::make_calib_set(tok, ss.str(), co, calib_path);
+    const auto cs = calib::make_calib_set(tok, io::read_text_file(calib_path, "calibration text"),
+                                          co, calib_path);
     const std::string lin = tensor.substr(tensor.find('.', 13) + 1);
     const MatF w = mdl.linear(layer, lin.substr(0, lin.size() - 7)).w->dense();
     calib::GramAccumulator fit(w.cols()), sel(w.cols());

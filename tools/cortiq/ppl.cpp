@@ -3,12 +3,11 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "commands.hpp"
 #include "core/parallel.hpp"
+#include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 #include "runtime_args.hpp"
@@ -24,20 +23,12 @@ struct PplArgs {
     bool bos = false, json = false, quiet = false;
 };
 
-std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    CORTIQ_CHECK(in, "{}: cannot open", path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 void run(const PplArgs& a) {
     require_cpu_runtime(a.device);
     set_num_threads(a.threads);
     const auto model = model::Model::load(a.model);
     const auto tok = load_tokenizer(a.model, a.tokenizer);
-    const std::string text = read_file(a.text);
+    const std::string text = io::read_text_file(a.text, "text");
     eval::PplOptions opt;
     opt.ctx = a.ctx;
     opt.bos = a.bos;
