@@ -1,6 +1,7 @@
 // Figures for the CUDA NVG encoder (prints tables; not a timed unit test):
 //   bench_encode_gpu [--sizes 896x4864,4864x896,...] [--bpw 1.0] [--cpu 896x4864,...]
-//                    [--variants 4096x4096] [--layer] [--layer-dims 4096,11008]
+//                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
+//                    [--layer-dims 4096,11008]
 //                    [--in-flight 4] [--threads 0]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
@@ -85,7 +86,7 @@ void print_rows(const char* title, const std::vector<Row>& rows) {
 
 int main(int argc, char** argv) {
     std::string sizes = "896x4864,4864x896,2048x8192,4096x4096,4096x11008,11008x4096";
-    std::string cpu_sizes, variants;
+    std::string cpu_sizes, variants, variant_names;
     bool layer = false;
     int64_t hid = 4096, mlp = 11008;  // --layer-dims HIDDEN,MLP
     int in_flight = 4, threads = 0;
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
             cpu_sizes = next();
         else if (a == "--variants")
             variants = next();
+        else if (a == "--variant-names")
+            variant_names = next();
         else if (a == "--layer")
             layer = true;
         else if (a == "--layer-dims") {
@@ -153,21 +156,31 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                cu::Tuning fp32, x3, windowed, serial, partial;
-                fp32.itq_tf32_min_rank = INT_MAX;
-                x3.x3_min_k = 1024;
-                windowed.gptq_windowed = true;
-                serial.parallel_candidates = false;
-                partial.eig_partial = true;
-                vr.push_back(run_gpu(gpu, s, o, {}, false, tag + " default"));
-                vr.push_back(run_gpu(gpu, s, o, fp32, false, tag + " itq fp32"));
-                std::fflush(stdout);
-                vr.push_back(run_gpu(gpu, s, o, x3, false, tag + " 3xtf32"));
-                vr.push_back(run_gpu(gpu, s, o, windowed, false, tag + " windowed gptq_v"));
-                vr.push_back(run_gpu(gpu, s, o, serial, false, tag + " serial cands"));
-                vr.push_back(run_gpu(gpu, s, o, partial, false, tag + " syevdx"));
-                for (const Row& r : vr) fmt::print("  {}: {}\n", r.what, r.line);
-                std::fflush(stdout);
+                std::vector<std::pair<std::string, cu::Tuning>> all(8);
+                all[0].first = "default";
+                all[1].first = "itq-fp32";
+                all[1].second.itq_tf32_min_rank = INT_MAX;
+                all[2].first = "3xtf32";
+                all[2].second.x3_min_k = 1024;
+                all[3].first = "windowed";
+                all[3].second.gptq_windowed = true;
+                all[4].first = "serial";
+                all[4].second.parallel_candidates = false;
+                all[5].first = "syevdx";
+                all[5].second.eig_partial = true;
+                all[6].first = "gptq256";
+                all[6].second.gptq_threads = 256;
+                all[7].first = "gptq128";
+                all[7].second.gptq_threads = 128;
+                for (const auto& [name, t] : all) {
+                    if (!variant_names.empty() &&
+                        ("," + variant_names + ",").find("," + name + ",") == std::string::npos)
+                        continue;
+                    vr.push_back(run_gpu(gpu, s, o, t, false, tag + " " + name));
+                    fmt::print("  {}: {:.2f}s {}\n", vr.back().what, vr.back().tensor_s,
+                               vr.back().line);
+                    std::fflush(stdout);
+                }
             }
             print_rows("GPU tuning variants", vr);
         }

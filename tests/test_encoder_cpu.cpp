@@ -320,3 +320,22 @@ TEST(Encode, NvgBeatsTheBaselinesAtEqualBits) {
     EXPECT_LE(nvg.bpw, sv.bpw + 1e-12);
     EXPECT_LE(nvg.bpw, rs.bpw);
 }
+
+TEST(Encode, BudgetBelowOneRankOnePathGivesRankOneAndSaysSo) {
+    // 16 x 32 at 0.3 bpw: 154 bits, below one rank-1 path (48 signs + 49 f16 scales)
+    Fixture f(16, 32, 43);
+    Options o = small_options();
+    o.bpw = 0.3;
+    ASSERT_LT(blr::rank_for(16, 32, o.bpw, 1), 1);
+    for (Method m : {Method::nvg, Method::svid}) {
+        o.method = m;
+        const Encoded e = encode_tensor(f.s.w, *f.ic, o);
+        EXPECT_EQ(e.rank, 1);
+        EXPECT_EQ(e.paths, 1);
+        EXPECT_GT(e.bpw, o.bpw);
+        EXPECT_EQ(e.bits, blr::bits(16, 32, 1, 1));
+        EXPECT_NE(e.line.find("over budget"), std::string::npos) << e.line;
+        EXPECT_NO_THROW(blr::validate(e.payload, "t", 16, 32));
+        EXPECT_LT(e.err_sel, 1.0);
+    }
+}

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# Device call: CUDA tests, then the tiny-llama results matrix continued from
-# an earlier JSONL (.carry/results_prev.jsonl) with the GPU encoder.
+# Device call: the results matrix with the GPU encoder and GPU perplexity,
+# continued from an earlier JSONL (.carry/gpu/results_prev.jsonl) so a call that
+# runs out of time loses nothing: run it again with the returned file.
+#   bash scripts/device/run_matrix_gpu.sh "MODELS" "METHODS" "BPWS" [SECONDS]
 set -u
 source .carry/gpu/env.sh
 G=.carry/gpu
-export OMP_WAIT_POLICY=passive CORTIQ=$G/bin/cortiq
-timeout 40 $G/bin/test_cuda_encoder > $OUT/test_cuda.log 2>&1; grep -E "OK \]|PASSED|FAILED" $OUT/test_cuda.log
-cp .carry/results_prev.jsonl $OUT/results.jsonl 2>/dev/null
-d=.carry; m=tiny-llama-6m; t=tinystories-valid
-timeout ${NVG_S:-100} bash scripts/results/run_matrix.sh $OUT/results.jsonl $d $m "nvg" "1.0 2.0" $t gpu 64
-timeout ${RTN_S:-70} bash scripts/results/run_matrix.sh $OUT/results.jsonl $d $m "rtn-sign" "1.0" $t gpu 64
-cut -c1-330 $OUT/results.jsonl
+export OMP_WAIT_POLICY=passive CORTIQ=$G/bin/cortiq JOBS=${JOBS:-4} THREADS=${THREADS:-4} PPL_DEVICE=gpu
+cp .carry/gpu/results_prev.jsonl $OUT/results.jsonl 2>/dev/null || touch $OUT/results.jsonl
+texts="tinystories-valid austen-heldout kjv-heldout"
+# its own process group, so that the time limit stops every run it started
+# (a run cut short appends nothing)
+setsid bash scripts/results/run_matrix.sh $OUT/results.jsonl .carry "$1" "$2" "$3" "$texts" gpu 64 \
+  2> $OUT/matrix.log &
+pid=$!
+timeout "${4:-500}" tail --pid=$pid -f /dev/null || { kill -- -$pid 2>/dev/null; sleep 1; }
+tail -5 $OUT/matrix.log
+wc -l $OUT/results.jsonl

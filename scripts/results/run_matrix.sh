@@ -3,32 +3,63 @@
 # a JSONL file that scripts/results/make_results.py turns into docs/results.md.
 #   run_matrix.sh OUT.jsonl DATA_DIR "MODELS" "METHODS" "BPWS" "TEXTS" [DEVICE] [SAMPLES]
 # e.g. run_matrix.sh docs/results.jsonl ../shared/data "tiny-llama-6m" "nvg svid" "1.0 2.0" "tinystories-valid"
+# Environment:
+#   CORTIQ      the binary (default build/tools/cortiq/cortiq)
+#   JOBS        (model, method, bpw) runs at once (default 1); each gets THREADS host threads
+#   THREADS     host threads per run (default 0: all cores)
+#   PPL_DEVICE  device of the perplexity runs (default: DEVICE)
+# Entries already in OUT.jsonl are skipped, so an interrupted matrix continues.
 set -euo pipefail
 out=$1 data=$2 models=$3 methods=$4 bpws=$5 texts=$6 device=${7:-cpu} samples=${8:-128}
 cortiq=${CORTIQ:-build/tools/cortiq/cortiq}
+jobs=${JOBS:-1} threads=${THREADS:-0} ppl_device=${PPL_DEVICE:-$device}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+touch "$out"
+
+ppl_json() {  # MODEL_OR_FILE TEXT
+  $cortiq ppl "$1" --text "$data/text/$2.txt" --ctx 512 --json --quiet --threads "$threads" \
+    --device "$ppl_device" 2>"$tmp/ppl.$BASHPID.err" || { cat "$tmp/ppl.$BASHPID.err" >&2; return 1; }
+}
+
+run_one() {  # MODEL METHOD BPW
+  local model=$1 method=$2 bpw=$3
+  local key="\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw,"
+  local q=$tmp/$model.$method.$bpw.safetensors js=$tmp/$model.$method.$bpw.json lines=""
+  if ! $cortiq quantize "$data/models/$model" --bpw "$bpw" --method "$method" \
+      --calib "$data/text/tinystories-calib.txt" --samples "$samples" --device "$device" \
+      --threads "$threads" -o "$q" --force -q --json "$js" >/dev/null 2>"$js.err"; then
+    echo "FAILED quantize $model $method $bpw: $(tail -1 "$js.err")" >&2
+    return 0
+  fi
+  local summary
+  summary=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ['linear_bpw','seconds','encode_seconds','calib_seconds','file_bytes']}))" "$js")
+  for text in $texts; do
+    local ppl
+    ppl=$(ppl_json "$q" "$text") || { echo "FAILED ppl $model $method $bpw $text" >&2; continue; }
+    lines+="{$key \"text\": \"$text\", \"device\": \"$device\", \"samples\": $samples, \"quantize\": $summary, \"ppl\": $ppl}"$'\n'
+  done
+  rm -f "$q"
+  # one append per run: concurrent runs do not interleave their lines
+  printf '%s' "$lines" >> "$out"
+  echo "done $model $method $bpw" >&2
+}
+
 for model in $models; do
-  mdir=$data/models/$model
   for text in $texts; do  # the original model first
-    if ! grep -q "\"model\": \"$model\", \"method\": \"fp\", \"bpw_target\": 16, \"text\": \"$text\"" "$out" 2>/dev/null; then
-      ppl=$($cortiq ppl "$mdir" --text "$data/text/$text.txt" --ctx 512 --json 2>/dev/null)
+    if ! grep -q "\"model\": \"$model\", \"method\": \"fp\", \"bpw_target\": 16, \"text\": \"$text\"" "$out"; then
+      ppl=$(ppl_json "$data/models/$model" "$text")
       echo "{\"model\": \"$model\", \"method\": \"fp\", \"bpw_target\": 16, \"text\": \"$text\", \"linear_bpw\": 16, \"ppl\": $ppl}" >> "$out"
     fi
   done
+done
+for model in $models; do
   for method in $methods; do
     for bpw in $bpws; do
-      key="\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw,"
-      if grep -q "$key" "$out" 2>/dev/null; then continue; fi
-      q=$tmp/q.safetensors
-      $cortiq quantize "$mdir" --bpw "$bpw" --method "$method" --calib "$data/text/tinystories-calib.txt" \
-        --samples "$samples" --device "$device" -o "$q" --force -q --json "$tmp/q.json" >/dev/null
-      summary=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ['linear_bpw','seconds','encode_seconds','calib_seconds','file_bytes']}))" "$tmp/q.json")
-      for text in $texts; do
-        ppl=$($cortiq ppl "$q" --text "$data/text/$text.txt" --ctx 512 --json 2>/dev/null)
-        echo "{$key \"text\": \"$text\", \"device\": \"$device\", \"samples\": $samples, \"quantize\": $summary, \"ppl\": $ppl}" >> "$out"
-      done
-      echo "done $model $method $bpw" >&2
+      grep -q "\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw," "$out" && continue
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+      run_one "$model" "$method" "$bpw" &
     done
   done
 done
+wait

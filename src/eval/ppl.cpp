@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -14,15 +15,10 @@
 namespace cortiq::eval {
 
 double window_nll(const MatF& logits, std::span<const int32_t> tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    CORTIQ_ASSERT(logits.rows() == T, "{} vs {}", logits.rows(), T);
-    const auto lse = model::logsumexp_rows(logits);
-    double s = 0;
-    for (int64_t i = 0; i + 1 < T; ++i) s += lse[static_cast<size_t>(i)] - logits(i, tokens[i + 1]);
-    return s;
+    return model::next_token_nll(logits, tokens);
 }
 
-PplResult perplexity(const model::Model& m, std::span<const int32_t> ids, const PplOptions& opt) {
+PplResult perplexity(model::Runtime& rt, std::span<const int32_t> ids, const PplOptions& opt) {
     CORTIQ_CHECK(opt.ctx >= 2, "ppl: ctx must be at least 2, got {}", opt.ctx);
     CORTIQ_CHECK(!opt.bos || opt.bos_id >= 0,
                  "ppl: --bos given but the tokenizer has no BOS token");
@@ -37,20 +33,23 @@ PplResult perplexity(const model::Model& m, std::span<const int32_t> ids, const 
     r.tokens = n_tokens;
     r.windows = windows;
     r.predictions = windows * (opt.ctx - 1);
+    const int64_t batch = std::max<int64_t>(1, rt.batch_windows(opt.ctx));
     Progress bar("ppl", windows, "windows", opt.progress);
-    std::vector<int32_t> win(static_cast<size_t>(opt.ctx));
-    model::Workspace ws;  // one set of buffers for every window
+    std::vector<int32_t> buf;
     double nll = 0;
-    for (int64_t w = 0; w < windows; ++w) {
-        const auto src = ids.subspan(static_cast<size_t>(w * text_per_window),
-                                     static_cast<size_t>(text_per_window));
-        size_t k = 0;
-        if (opt.bos) win[k++] = opt.bos_id;
-        std::copy(src.begin(), src.end(), win.begin() + static_cast<std::ptrdiff_t>(k));
-        const MatF& logits = m.forward(win, ws);
-        nll += window_nll(logits, win);
-        const double mean = nll / static_cast<double>((w + 1) * (opt.ctx - 1));
-        bar.advance(1, fmt::format("ppl {:.4f}", std::exp(mean)));
+    for (int64_t w0 = 0; w0 < windows; w0 += batch) {
+        const int64_t nw = std::min(batch, windows - w0);
+        buf.resize(static_cast<size_t>(nw * opt.ctx));
+        for (int64_t w = 0; w < nw; ++w) {  // window w0 + w at buf[w·ctx ..]
+            const auto src = ids.subspan(static_cast<size_t>((w0 + w) * text_per_window),
+                                         static_cast<size_t>(text_per_window));
+            auto dst = buf.begin() + static_cast<std::ptrdiff_t>(w * opt.ctx);
+            if (opt.bos) *dst++ = opt.bos_id;
+            std::copy(src.begin(), src.end(), dst);
+        }
+        nll += rt.windows_nll(buf, nw);
+        const double mean = nll / static_cast<double>((w0 + nw) * (opt.ctx - 1));
+        bar.advance(nw, fmt::format("ppl {:.4f}", std::exp(mean)));
     }
     r.seconds = bar.elapsed();
     bar.finish();
@@ -60,12 +59,23 @@ PplResult perplexity(const model::Model& m, std::span<const int32_t> ids, const 
     return r;
 }
 
-PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, std::string_view text,
+PplResult perplexity(model::Runtime& rt, const io::Tokenizer& tok, std::string_view text,
                      const PplOptions& opt) {
     const auto ids = tok.encode(text, /*add_special=*/false);
     PplOptions o = opt;
     if (o.bos && o.bos_id < 0) o.bos_id = tok.bos_id();
-    return perplexity(m, ids, o);
+    return perplexity(rt, ids, o);
+}
+
+PplResult perplexity(const model::Model& m, std::span<const int32_t> ids, const PplOptions& opt) {
+    const auto rt = model::make_runtime(m, model::Device::cpu);
+    return perplexity(*rt, ids, opt);
+}
+
+PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, std::string_view text,
+                     const PplOptions& opt) {
+    const auto rt = model::make_runtime(m, model::Device::cpu);
+    return perplexity(*rt, tok, text, opt);
 }
 
 std::string PplResult::json() const {

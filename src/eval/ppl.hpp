@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "model/llama.hpp"
+#include "model/runtime.hpp"
 
 namespace cortiq::io {
 class Tokenizer;
@@ -39,6 +40,12 @@ struct PplResult {
     std::string summary() const;
 };
 
+// On any runtime (model::make_runtime: CPU or GPU); windows go to it in
+// batches of rt.batch_windows(ctx).
+PplResult perplexity(model::Runtime& rt, std::span<const int32_t> ids, const PplOptions& opt);
+PplResult perplexity(model::Runtime& rt, const io::Tokenizer& tok, std::string_view text,
+                     const PplOptions& opt);
+// On the CPU.
 PplResult perplexity(const model::Model& m, std::span<const int32_t> ids, const PplOptions& opt);
 PplResult perplexity(const model::Model& m, const io::Tokenizer& tok, std::string_view text,
                      const PplOptions& opt);

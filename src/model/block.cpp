@@ -47,6 +47,7 @@ void block_forward(const LayerWeights& w, const BlockContext& ctx, BlockActivati
     ensure(a.attn_in, T, H);
     rmsnorm(a.x.data(), T, H, w.input_norm.data(), eps, a.attn_in.data());
     call_hook(ctx, "self_attn.q_proj", a.attn_in);
+    if (ctx.stop_after == "self_attn.q_proj") return;
     w.q.forward(a.attn_in, a.q_lin);
     w.k.forward(a.attn_in, a.k_lin);
     w.v.forward(a.attn_in, a.v);
@@ -79,6 +80,7 @@ void block_forward(const LayerWeights& w, const BlockContext& ctx, BlockActivati
     attention(a.q.data(), T, c.q_dim(), keys, vals, c.kv_dim(), c.num_heads, c.num_kv_heads, hd,
               ctx.pos0 - key_pos0, c.sliding_window, a.attn.data(), c.q_dim());
     call_hook(ctx, "self_attn.o_proj", a.attn);
+    if (ctx.stop_after == "self_attn.o_proj") return;
     w.o.forward(a.attn, a.attn_out);
     ensure(a.h, T, H);
     add(a.x.data(), a.attn_out.data(), a.x.size(), a.h.data());
@@ -87,11 +89,13 @@ void block_forward(const LayerWeights& w, const BlockContext& ctx, BlockActivati
     ensure(a.mlp_in, T, H);
     rmsnorm(a.h.data(), T, H, w.post_attn_norm.data(), eps, a.mlp_in.data());
     call_hook(ctx, "mlp.gate_proj", a.mlp_in);
+    if (ctx.stop_after == "mlp.gate_proj") return;
     w.gate.forward(a.mlp_in, a.gate);
     w.up.forward(a.mlp_in, a.up);
     ensure(a.act, T, c.intermediate_size);
     swiglu(a.gate.data(), a.up.data(), a.gate.size(), a.act.data());
     call_hook(ctx, "mlp.down_proj", a.act);
+    if (ctx.stop_after == "mlp.down_proj") return;
     w.down.forward(a.act, a.mlp_out);
     ensure(a.out, T, H);
     add(a.h.data(), a.mlp_out.data(), a.h.size(), a.out.data());

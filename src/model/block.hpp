@@ -67,6 +67,10 @@ struct BlockContext {
     int64_t pos0 = 0;          // position of the first row
     KvCache* cache = nullptr;  // rows go to [pos0, pos0 + T) of the layer's cache
     const LinearInputHook* hook = nullptr;
+    // If set to one of the hook's input names: return right after that input
+    // (calibration needs nothing past the input whose Gram it collects; the
+    // fields of BlockActivations after it are then stale).
+    std::string_view stop_after;
 };
 
 // Runs the block on a.x (T × hidden, the input), filling every other field

@@ -22,27 +22,32 @@ int32_t pick_token(std::span<const float> logits, double temperature, Rng& rng) 
     return static_cast<int32_t>(best - logits.begin());  // rounding at the very end
 }
 
-std::vector<int32_t> generate(const Model& m, std::span<const int32_t> prompt,
+std::vector<int32_t> generate(Runtime& rt, std::span<const int32_t> prompt,
                               const GenerateOptions& opt,
                               const std::function<void(int32_t)>& on_token) {
     CORTIQ_CHECK(!prompt.empty(), "generate: empty prompt (no BOS token to start from)");
     CORTIQ_CHECK(opt.max_tokens >= 0, "generate: max_tokens must be non-negative");
     std::vector<int32_t> out;
     if (opt.max_tokens == 0) return out;
-    KvCache cache = m.make_cache(static_cast<int64_t>(prompt.size()) + opt.max_tokens);
+    rt.reset_cache(static_cast<int64_t>(prompt.size()) + opt.max_tokens);
     Rng rng(opt.seed);
-    ForwardOptions fo;
-    fo.last_logits_only = true;
-    MatF logits = m.forward(prompt, cache, fo);
+    MatF logits = rt.forward_cached(prompt, /*last_only=*/true);
     for (int64_t t = 0; t < opt.max_tokens; ++t) {
         const int32_t id = pick_token(logits.span(), opt.temperature, rng);
         out.push_back(id);
         if (on_token) on_token(id);
         if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end()) break;
         if (t + 1 == opt.max_tokens) break;
-        logits = m.forward(std::span<const int32_t>(&id, 1), cache, fo);
+        logits = rt.forward_cached(std::span<const int32_t>(&id, 1), /*last_only=*/true);
     }
     return out;
+}
+
+std::vector<int32_t> generate(const Model& m, std::span<const int32_t> prompt,
+                              const GenerateOptions& opt,
+                              const std::function<void(int32_t)>& on_token) {
+    const auto rt = make_runtime(m, Device::cpu);
+    return generate(*rt, prompt, opt, on_token);
 }
 
 }  // namespace cortiq::model

@@ -9,6 +9,7 @@
 
 #include "core/rng.hpp"
 #include "model/llama.hpp"
+#include "model/runtime.hpp"
 
 namespace cortiq::model {
 
@@ -24,7 +25,12 @@ struct GenerateOptions {
 int32_t pick_token(std::span<const float> logits, double temperature, Rng& rng);
 
 // Feeds the prompt (non-empty), then produces up to max_tokens tokens,
-// calling on_token(id) as each one comes. Returns the generated ids.
+// calling on_token(id) as each one comes. Returns the generated ids. On any
+// runtime (model::make_runtime: CPU or GPU, through its KV cache), or on the
+// CPU for a Model.
+std::vector<int32_t> generate(Runtime& rt, std::span<const int32_t> prompt,
+                              const GenerateOptions& opt,
+                              const std::function<void(int32_t)>& on_token = {});
 std::vector<int32_t> generate(const Model& m, std::span<const int32_t> prompt,
                               const GenerateOptions& opt,
                               const std::function<void(int32_t)>& on_token = {});

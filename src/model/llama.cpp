@@ -93,7 +93,10 @@ Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckp
         w.down = load_linear(ckpt, p + "mlp.down_proj", H, F, c.mlp_bias);
     }
     m.final_norm_ = load_vec(ckpt, "model.norm.weight", H);
-    if (c.tie_word_embeddings)
+    // A tied head is the embedding, unless the file holds its own lm_head.weight
+    // (`cortiq quantize --include-head` writes a compressed one and keeps the
+    // float embedding).
+    if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
         m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_);
     else
         m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false);
@@ -120,7 +123,7 @@ MatF Model::embed(std::span<const int32_t> tokens) const {
 }
 
 void Model::block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations& a,
-                  const LinearInputHook* hook) const {
+                  const LinearInputHook* hook, std::string_view stop_after) const {
     const RopeTable rope = rope_table(inv_freq_, pos0, a.x.rows());
     BlockContext ctx;
     ctx.cfg = &cfg_;
@@ -129,6 +132,7 @@ void Model::block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations&
     ctx.pos0 = pos0;
     ctx.cache = cache;
     ctx.hook = hook;
+    ctx.stop_after = stop_after;
     block_forward(this->layer(layer), ctx, a);
 }
 
@@ -221,7 +225,8 @@ int64_t Model::num_params() const {
                                   w.k_norm.size());
         for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) n += lin(*l);
     }
-    if (!cfg_.tie_word_embeddings) n += lin(lm_head_);
+    const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
+    if (!head || &head->weight() != embed_.get()) n += lin(lm_head_);  // not shared
     return n;
 }
 

@@ -54,12 +54,18 @@ class Model {
     Linear& linear(int64_t layer, std::string_view name);
     const Linear& linear(int64_t layer, std::string_view name) const;
     static const std::vector<std::string>& linear_names();
+    // The rest of the weights (for copies to another device).
+    const MatF& embed_table() const { return *embed_; }  // vocab × hidden
+    const std::vector<float>& final_norm() const { return final_norm_; }
+    const Linear& lm_head() const { return lm_head_; }  // shares embed_table() when tied
 
     // The steps of forward(), for block-by-block use.
     MatF embed(std::span<const int32_t> tokens) const;  // T × hidden
     // Block `layer` on a.x (rows at positions pos0..), filling a (a.out: output).
+    // With `stop_after` (an input name of LinearInputHook): stop right after that
+    // input's hook (a.out is then not computed).
     void block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations& a,
-               const LinearInputHook* hook = nullptr) const;
+               const LinearInputHook* hook = nullptr, std::string_view stop_after = {}) const;
     MatF logits(const MatF& hidden) const;  // final norm + lm_head: T × vocab
     void logits(const MatF& hidden, MatF& normed, MatF& out) const;
 

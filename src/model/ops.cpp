@@ -282,4 +282,13 @@ std::vector<double> logsumexp_rows(const MatF& logits) {
     return out;
 }
 
+double next_token_nll(const MatF& logits, std::span<const int32_t> tokens) {
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    CORTIQ_ASSERT(logits.rows() == T, "{} vs {}", logits.rows(), T);
+    const auto lse = logsumexp_rows(logits);
+    double s = 0;
+    for (int64_t i = 0; i + 1 < T; ++i) s += lse[static_cast<size_t>(i)] - logits(i, tokens[i + 1]);
+    return s;
+}
+
 }  // namespace cortiq::model

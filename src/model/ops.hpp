@@ -74,4 +74,8 @@ void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y)
 // double).
 std::vector<double> logsumexp_rows(const MatF& logits);
 
+// Σ over rows i < T−1 of −log softmax(logits[i])[tokens[i+1]] (double), T =
+// tokens.size() = logits.rows(): the NLL of one window scored on its own.
+double next_token_nll(const MatF& logits, std::span<const int32_t> tokens);
+
 }  // namespace cortiq::model

@@ -38,13 +38,18 @@ Plan::Plan(double default_bpw, const std::string& plan_path, bool include_head)
                          pat);
         CORTIQ_CHECK(b >= 0 && b <= 16, "plan file {}: bpw {} for '{}' out of range", plan_path, b,
                      pat);
+        CORTIQ_CHECK(include_head || b == 0 || !glob_match(pat, "lm_head.weight") ||
+                         pat.find_first_of("*?[") != std::string::npos,
+                     "plan file {}: '{}' gives lm_head a budget: pass --include-head to compress "
+                     "the head",
+                     plan_path, pat);
         rules_.emplace_back(pat, b);
     }
 }
 
 std::optional<double> Plan::bpw_for(const std::string& tensor, bool is_head) const {
-    std::optional<double> b;
-    if (!is_head || include_head_) b = default_bpw_;
+    if (is_head && !include_head_) return std::nullopt;  // no glob reaches it without the flag
+    std::optional<double> b = default_bpw_;
     for (const auto& [pat, v] : rules_)
         if (glob_match(pat, tensor)) b = v > 0 ? std::optional<double>(v) : std::nullopt;
     return b;

@@ -10,9 +10,11 @@ namespace cortiq::quant {
 
 class Plan {
   public:
-    // default_bpw for every decoder linear layer; `plan_path` (optional) is a
-    // JSON object of glob pattern → bpw (null or 0: keep unquantised); the
-    // last matching pattern wins.
+    // default_bpw for every decoder linear layer, and for lm_head.weight when
+    // `include_head`; `plan_path` (optional) is a JSON object of glob pattern →
+    // bpw (null or 0: keep unquantised); the last matching pattern wins. The
+    // head is only ever encoded with `include_head` (a plan that names it
+    // exactly without it is refused; a glob such as "*.weight" skips it).
     Plan(double default_bpw, const std::string& plan_path, bool include_head);
     // The budget of a tensor, or nothing when it stays as it is.
     std::optional<double> bpw_for(const std::string& tensor, bool is_head) const;

@@ -6,18 +6,24 @@
 //      compressed attention, gate/up encoded; then down_proj's input;
 //   3. the layer's payloads written to the journal; the hidden states moved
 //      through the compressed layer.
+// With --include-head, lm_head is the last job: its input, the final RMSNorm
+// of the hidden states that the compressed layers produce, gives its Grams;
+// it is journalled like a layer. A tied model keeps its float embedding and
+// gets a separate compressed "lm_head.weight".
 #include "quantize/quantize.hpp"
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
+#include <optional>
 #include <sstream>
 
 #include "blr/sign.hpp"
+#include "calib/sequential.hpp"
 #include "core/progress.hpp"
 #include "encode/dispatch.hpp"
 #include "io/hash.hpp"
@@ -37,6 +43,8 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr int kFormatVersion = 1;
+constexpr const char* kHead = "lm_head.weight";
+constexpr int64_t kHeadKey = -1;  // the head's journal entry
 
 // The four inputs of a decoder block and the linear layers that read each.
 struct InputGroup {
@@ -55,6 +63,29 @@ const std::vector<InputGroup>& input_groups() {
 
 std::string tensor_name(int64_t layer, const std::string& linear) {
     return fmt::format("model.layers.{}.{}.weight", layer, linear);
+}
+
+TensorReport report_of(const std::string& name, const GroupJob& job, const encode::Encoded& e,
+                       encode::Method method) {
+    TensorReport r;
+    r.name = name;
+    r.method = encode::method_name(method);
+    r.line = e.line;
+    r.m = job.w.rows();
+    r.n = job.w.cols();
+    r.rank = e.rank;
+    r.bits = e.bits;
+    r.paths = e.paths;
+    r.bpw_target = job.bpw;
+    r.bpw = e.bpw;
+    r.err_fit = e.err_fit;
+    r.err_sel = e.err_sel;
+    r.seconds = e.seconds;
+    return r;
+}
+
+double ratio(int64_t a, int64_t b) {
+    return b ? static_cast<double>(a) / b : 0.0;
 }
 
 std::vector<std::string> checkpoint_files(const io::Checkpoint& ck) {
@@ -99,9 +130,14 @@ nlohmann::json QuantizeReport::to_json() const {
     j["encode_seconds"] = encode_seconds;
     j["calib_seconds"] = calib_seconds;
     j["resumed_layers"] = resumed_layers;
+    j["resumed_head"] = resumed_head;
+    j["linear_includes_head"] = head_params > 0;
     j["linear_params"] = linear_params;
     j["linear_bits"] = linear_bits;
-    j["linear_bpw"] = linear_params ? static_cast<double>(linear_bits) / linear_params : 0.0;
+    j["linear_bpw"] = ratio(linear_bits, linear_params);
+    j["head_params"] = head_params;
+    j["head_bits"] = head_bits;
+    j["decoder_linear_bpw"] = ratio(linear_bits - head_bits, linear_params - head_params);
     j["total_params"] = total_params;
     j["file_bytes"] = file_bytes;
     j["file_bits_per_param"] = total_params ? 8.0 * file_bytes / total_params : 0.0;
@@ -113,14 +149,22 @@ nlohmann::json QuantizeReport::to_json() const {
 
 std::string QuantizeReport::summary() const {
     return fmt::format(
-        "{}: {} tensors encoded, linear layers {:.4f} bpw ({} params, {:.2f} MB of codes); "
+        "{}: {} tensors encoded, linear layers{} {:.4f} bpw ({} params, {:.2f} MB of codes{}); "
         "file {:.2f} MB = {:.3f} bits per parameter; {:.1f}s (calibration {:.1f}s, encoding "
-        "{:.1f}s){}",
-        out_path, tensors.size(),
-        linear_params ? static_cast<double>(linear_bits) / linear_params : 0.0, linear_params,
-        linear_bits / 8e6, file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0,
-        seconds, calib_seconds, encode_seconds,
-        resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "");
+        "{:.1f}s){}{}",
+        out_path, tensors.size(), head_params ? " incl. lm_head" : "",
+        ratio(linear_bits, linear_params), linear_params, linear_bits / 8e6,
+        head_params ? fmt::format("; lm_head {:.4f} bpw{}", ratio(head_bits, head_params),
+                                  linear_params > head_params
+                                      ? fmt::format(", decoder layers {:.4f} bpw",
+                                                    ratio(linear_bits - head_bits,
+                                                          linear_params - head_params))
+                                      : "")
+                    : "",
+        file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
+        calib_seconds, encode_seconds,
+        resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
+        resumed_head ? ", lm_head resumed" : "");
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {
@@ -134,9 +178,6 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         const fs::path parent = fs::absolute(o.out_path).parent_path();
         CORTIQ_CHECK(fs::is_directory(parent), "output folder {} does not exist", parent.string());
     }
-    CORTIQ_CHECK(!o.include_head,
-                 "--include-head: compressing lm_head is not implemented yet (the head stays as "
-                 "it is)");
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(encode::gpu_available(), "--device gpu: {}", encode::gpu_unavailable_reason());
@@ -186,12 +227,15 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                     total_work += L.in_features() * L.out_features();
                 }
             }
+    const std::optional<double> head_bpw = plan.bpw_for(kHead, true);
+    if (head_bpw) total_work += cfg.vocab_size * cfg.hidden_size;
     Progress bar("quantize", total_work, "weights", o.progress);
 
-    // ── hidden states of every calibration window ───────────────────────────
-    std::vector<MatF> xs_fit, xs_sel;
-    for (const auto& w : cs.fit) xs_fit.push_back(mdl.embed(w));
-    for (const auto& w : cs.sel) xs_sel.push_back(mdl.embed(w));
+    // ── hidden states of every calibration window, on the forward device ──
+    const auto tc0 = std::chrono::steady_clock::now();
+    calib::SequentialCalib states(
+        mdl, cs, o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu);
+    rep.calib_seconds += seconds_since(tc0);
 
     std::map<std::string, std::vector<uint8_t>> payloads;
     auto install = [&](int64_t l, const std::string& lin, const std::vector<uint8_t>& bytes) {
@@ -199,6 +243,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         auto& L = mdl.linear(l, lin);
         blr::validate_any(bytes, name, L.out_features(), L.in_features());
         L.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
+        states.weight_changed(l, lin);
         payloads[name] = bytes;
     };
 
@@ -229,26 +274,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 if (jobs.empty()) continue;
                 // Grams of this input, with everything before it already compressed.
                 const auto tc = std::chrono::steady_clock::now();
-                const int64_t n = jobs[0].w.cols();
-                calib::GramAccumulator acc_fit(n), acc_sel(n);
-                calib::GramAccumulator* target = nullptr;
-                const model::LinearInputHook hook = [&](int64_t, std::string_view input,
-                                                        const float* x, int64_t rows,
-                                                        int64_t cols) {
-                    if (input == g.input) target->add(x, rows, cols);
-                };
-                model::BlockActivations act;
-                target = &acc_fit;
-                for (const auto& x : xs_fit) {
-                    act.x = x;
-                    mdl.block(l, 0, nullptr, act, &hook);
-                }
-                target = &acc_sel;
-                for (const auto& x : xs_sel) {
-                    act.x = x;
-                    mdl.block(l, 0, nullptr, act, &hook);
-                }
-                const MatD h_fit = acc_fit.mean(), h_sel = acc_sel.mean();
+                const auto [h_fit, h_sel] = states.grams(l, g.input);
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
                 const std::string what =
@@ -265,20 +291,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 for (size_t i = 0; i < jobs.size(); ++i) {
                     const std::string name = tensor_name(l, jobs[i].name);
                     install(l, jobs[i].name, enc[i].payload);
-                    TensorReport r;
-                    r.name = name;
-                    r.method = encode::method_name(o.enc.method);
-                    r.line = enc[i].line;
-                    r.m = jobs[i].w.rows();
-                    r.n = jobs[i].w.cols();
-                    r.rank = enc[i].rank;
-                    r.bits = enc[i].bits;
-                    r.paths = enc[i].paths;
-                    r.bpw_target = jobs[i].bpw;
-                    r.bpw = enc[i].bpw;
-                    r.err_fit = enc[i].err_fit;
-                    r.err_sel = enc[i].err_sel;
-                    r.seconds = enc[i].seconds;
+                    const TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
                     rec.payloads.emplace_back(name, enc[i].payload);
                     rec.reports.push_back(r);
                     rep.tensors.push_back(r);
@@ -287,42 +300,97 @@ QuantizeReport quantize(const QuantizeOptions& o) {
             journal.save(l, rec);
             CORTIQ_CHECK(l != o.interrupt_after_layer, "interrupted after layer {} (test hook)", l);
         }
-        // move the hidden states through the compressed layer
+        // move the hidden states through the compressed layer (the last
+        // layer's output is only needed for the head)
+        if (l + 1 == mdl.num_layers() && !head_bpw) break;
         const auto tc = std::chrono::steady_clock::now();
-        model::BlockActivations act;
-        for (auto* xs : {&xs_fit, &xs_sel})
-            for (auto& x : *xs) {
-                act.x = std::move(x);
-                mdl.block(l, 0, nullptr, act);
-                x = std::move(act.out);
-            }
+        states.advance(l);
         rep.calib_seconds += seconds_since(tc);
+    }
+
+    // ── lm_head, on the final RMSNorm of the compressed model's hidden states ─
+    if (head_bpw) {
+        const int64_t vocab = cfg.vocab_size, hidden = cfg.hidden_size;
+        if (auto old = journal.load(kHeadKey)) {
+            CORTIQ_CHECK(old->payloads.size() == 1 && old->payloads[0].first == kHead &&
+                             old->reports.size() == 1,
+                         "{}: the head's journal entry is malformed; pass --force to start over",
+                         journal.dir());
+            blr::validate_any(old->payloads[0].second, kHead, vocab, hidden);
+            payloads[kHead] = old->payloads[0].second;
+            rep.tensors.push_back(old->reports[0]);
+            bar.advance(vocab * hidden, "lm_head resumed");
+            rep.resumed_head = true;
+        } else {
+            // a tied checkpoint stores the head as the embedding
+            const std::string src =
+                ck.has(kHead) || !cfg.tie_word_embeddings ? kHead : "model.embed_tokens.weight";
+            std::vector<GroupJob> jobs;
+            jobs.push_back({kHead, ck.load_matf(src).cast<double>(), *head_bpw});
+            CORTIQ_CHECK(jobs[0].w.rows() == vocab && jobs[0].w.cols() == hidden,
+                         "{}: tensor '{}' has shape [{}, {}], expected [{}, {}]", o.model_dir, src,
+                         jobs[0].w.rows(), jobs[0].w.cols(), vocab, hidden);
+            const auto tc = std::chrono::steady_clock::now();
+            const auto [h_fit, h_sel] = states.head_grams();
+            rep.calib_seconds += seconds_since(tc);
+            const auto te = std::chrono::steady_clock::now();
+            const auto enc = encode_group(
+                jobs, h_fit, h_sel, o.enc, o.device, o.jobs,
+                fmt::format("{} (lm_head)", o.model_dir), [&](size_t, const encode::Encoded& e) {
+                    if (o.verbose) bar.print(fmt::format("{:<40} {}", kHead, e.line));
+                    bar.advance(vocab * hidden, kHead);
+                });
+            rep.encode_seconds += seconds_since(te);
+            blr::validate_any(enc[0].payload, kHead, vocab, hidden);
+            payloads[kHead] = enc[0].payload;
+            LayerRecord rec;
+            rec.payloads.emplace_back(kHead, enc[0].payload);
+            rec.reports.push_back(report_of(kHead, jobs[0], enc[0], o.enc.method));
+            rep.tensors.push_back(rec.reports[0]);
+            journal.save(kHeadKey, rec);
+            CORTIQ_CHECK(o.interrupt_after_layer != mdl.num_layers(),
+                         "interrupted after lm_head (test hook)");
+        }
     }
     bar.finish();
 
     // ── the compressed checkpoint ──────────────────────────────────────────
+    // Every source tensor in name order (its payload instead where encoded),
+    // plus the head of a tied model, which has no tensor of its own there.
+    // total_params counts the source's parameters (a tied head once, as the
+    // embedding); linear_* count every encoded tensor, the head included.
+    std::vector<std::string> names = ck.names();
+    if (payloads.count(kHead) && !ck.has(kHead)) {
+        names.push_back(kHead);
+        std::sort(names.begin(), names.end());
+    }
     io::SafetensorsWriter wr;
-    std::set<std::string> written;
-    for (const auto& name : ck.names()) {
-        const auto& info = ck.info(name);
-        rep.total_params += info.numel();
+    for (const auto& name : names) {
+        if (ck.has(name)) rep.total_params += ck.info(name).numel();
         auto it = payloads.find(name);
         if (it != payloads.end()) {
             wr.add(name, io::DType::U8, {static_cast<int64_t>(it->second.size())},
                    std::span<const uint8_t>(it->second));
-            rep.linear_params += info.numel();
         } else {
+            const auto& info = ck.info(name);
             wr.add(name, info.dtype, info.shape, ck.bytes(name));
         }
     }
-    for (const auto& r : rep.tensors) rep.linear_bits += r.bits;
+    for (const auto& r : rep.tensors) {
+        rep.linear_params += r.m * r.n;
+        rep.linear_bits += r.bits;
+        if (r.name == kHead) {
+            rep.head_params = r.m * r.n;
+            rep.head_bits = r.bits;
+        }
+    }
     nlohmann::json tensors = nlohmann::json::object();
     for (const auto& r : rep.tensors) tensors[r.name] = r.to_json(false);
     nlohmann::json meta = settings;
     meta["linear_bits"] = rep.linear_bits;
     meta["linear_params"] = rep.linear_params;
-    meta["linear_bpw"] =
-        rep.linear_params ? static_cast<double>(rep.linear_bits) / rep.linear_params : 0.0;
+    meta["linear_bpw"] = ratio(rep.linear_bits, rep.linear_params);
+    meta["linear_includes_head"] = rep.head_params > 0;
     wr.set_metadata("format", "cortiq-blr");
     wr.set_metadata("format_version", std::to_string(kFormatVersion));
     wr.set_metadata("cortiq", meta.dump());

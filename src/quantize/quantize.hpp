@@ -25,7 +25,8 @@ struct QuantizeOptions {
     calib::CalibOptions calib;
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
-    // is written, as a killed run would stop (-1: never).
+    // is written (num_layers: of the head), as a killed run would stop (-1:
+    // never).
     int64_t interrupt_after_layer = -1;
 };
 
@@ -40,10 +41,16 @@ struct TensorReport {
 
 struct QuantizeReport {
     std::vector<TensorReport> tensors;
-    int64_t linear_params = 0, linear_bits = 0;  // quantised tensors only
+    // Every encoded tensor, lm_head included when it is compressed (head_*
+    // repeat its share; 0 when it stays as it is).
+    int64_t linear_params = 0, linear_bits = 0;
+    int64_t head_params = 0, head_bits = 0;
+    // The source checkpoint's parameters (a tied head counted once, as the
+    // embedding) and the output's size.
     int64_t total_params = 0, file_bytes = 0;
     double seconds = 0, encode_seconds = 0, calib_seconds = 0;
     int resumed_layers = 0;
+    bool resumed_head = false;
     std::string out_path;
     nlohmann::json to_json() const;
     std::string summary() const;

@@ -27,9 +27,10 @@ struct GenerateArgs {
 };
 
 void run(const GenerateArgs& a) {
-    require_cpu_runtime(a.device);
+    const model::Device device = runtime_device(a.device);
     set_num_threads(a.threads);
     const auto model = model::Model::load(a.model);
+    const auto rt = model::make_runtime(model, device);
     const auto tok = load_tokenizer(a.model, a.tokenizer);
     std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true);
     if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
@@ -47,13 +48,14 @@ void run(const GenerateArgs& a) {
     std::fflush(stdout);
     int32_t prev = prompt.back();
     const auto t0 = std::chrono::steady_clock::now();
-    const auto out = model::generate(model, prompt, opt, [&](int32_t id) {
+    const auto out = model::generate(*rt, prompt, opt, [&](int32_t id) {
         fmt::print("{}", tok.decode_token(id, prev));
         std::fflush(stdout);
         prev = id;
     });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     fmt::print("\n");
+    std::fflush(stdout);  // the text before the timing line, also when both go to one pipe
     fmt::print(stderr, "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s]\n",
                prompt.size(), out.size(), s, s > 0 ? out.size() / s : 0.0);
 }

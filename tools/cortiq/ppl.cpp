@@ -24,9 +24,10 @@ struct PplArgs {
 };
 
 void run(const PplArgs& a) {
-    require_cpu_runtime(a.device);
+    const model::Device device = runtime_device(a.device);
     set_num_threads(a.threads);
     const auto model = model::Model::load(a.model);
+    const auto rt = model::make_runtime(model, device);
     const auto tok = load_tokenizer(a.model, a.tokenizer);
     const std::string text = io::read_text_file(a.text, "text");
     eval::PplOptions opt;
@@ -34,7 +35,7 @@ void run(const PplArgs& a) {
     opt.bos = a.bos;
     opt.max_windows = a.max_windows;
     opt.progress = !a.quiet;
-    const auto r = eval::perplexity(model, tok, text, opt);
+    const auto r = eval::perplexity(*rt, tok, text, opt);
     if (a.json)
         fmt::print("{}\n", r.json());
     else

@@ -26,7 +26,9 @@ void add_quantize(CLI::App& app) {
     a->o.calib.seqlen = 0;  // model default
     auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
     cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
-    cmd->add_option("--bpw", a->o.bpw, "bits per weight of every decoder linear layer");
+    cmd->add_option("--bpw", a->o.bpw,
+                    "bits per weight of every decoder linear layer (and of lm_head with "
+                    "--include-head)");
     cmd->add_option("--calib", a->o.calib_path, "calibration text file")->required();
     cmd->add_option("-o,--out", a->o.out_path, "output .safetensors file")->required();
     cmd->add_option("--device", a->device, "cpu or gpu");
@@ -34,7 +36,8 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--method", a->method, "nvg, nvg-noknots, svid or rtn-sign");
     cmd->add_option("--plan", a->o.plan_path, "JSON: tensor-name glob -> bpw (null keeps it)");
     cmd->add_flag("--include-head", a->o.include_head,
-                  "also compress lm_head (not implemented yet)");
+                  "also compress lm_head, last, on the compressed model's final hidden states "
+                  "(a tied model keeps its float embedding)");
     cmd->add_option("--samples", a->o.calib.samples, "calibration windows (fit + held out)");
     cmd->add_option("--seqlen", a->o.calib.seqlen,
                     "tokens per window (default: min(512, context))");

@@ -53,11 +53,11 @@ io::Tokenizer load_tokenizer(const std::string& model, const std::string& flag) 
     return io::Tokenizer::load(parent.empty() ? std::string(".") : parent.string());
 }
 
-void require_cpu_runtime(const std::string& device) {
-    CORTIQ_CHECK(device == "cpu" || device == "gpu", "--device must be cpu or gpu, got '{}'",
-                 device);
-    CORTIQ_CHECK(device == "cpu",
-                 "--device gpu: the CUDA runtime is not built yet; use --device cpu");
+model::Device runtime_device(const std::string& device) {
+    const model::Device d = model::parse_device(device);
+    CORTIQ_CHECK(d == model::Device::cpu || model::gpu_available(), "--device gpu: {}",
+                 model::gpu_unavailable_reason());
+    return d;
 }
 
 }  // namespace cortiq::cli

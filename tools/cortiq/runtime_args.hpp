@@ -4,6 +4,7 @@
 #include <string>
 
 #include "io/tokenizer.hpp"
+#include "model/runtime.hpp"
 
 namespace cortiq::cli {
 
@@ -12,8 +13,8 @@ namespace cortiq::cli {
 // (cortiq quantize puts it there) or the one beside the file.
 io::Tokenizer load_tokenizer(const std::string& model, const std::string& flag);
 
-// --device: cpu, or gpu (refused with a clear message until the CUDA runtime
-// exists).
-void require_cpu_runtime(const std::string& device);
+// --device: cpu or gpu. Checked before anything is loaded: gpu is refused
+// with one clear line when this build has no CUDA or no GPU is visible.
+model::Device runtime_device(const std::string& device);
 
 }  // namespace cortiq::cli

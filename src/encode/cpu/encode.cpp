@@ -1,5 +1,6 @@
 // Stages 8–9 (SPEC §3.8–3.9): the P = 2 and P = 1 candidates at the same bit
 // budget, the lower held-out error wins; pack; errors with the stored scales.
+#include <algorithm>
 #include <chrono>
 
 #include "encode/cpu/stages.hpp"
@@ -36,8 +37,9 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     Encoded out;
     if (o.method == Method::svid) {
         // Dual-SVID from the plain SVD of W (no whitening, ITQ, ALS or knots).
-        const int64_t r1 = blr::rank_for(m, n, o.bpw, 1);
-        CORTIQ_CHECK(r1 >= 1, "{}x{} at {} bpw: the budget is below one rank-1 path", m, n, o.bpw);
+        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
+        // the true bpw then exceeds the target, and the report line says so.
+        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
         blr::Model md;
         md.m = m;
         md.n = n;
@@ -50,6 +52,8 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
         out = finish(c, md, std::move(out));
         out.line =
             fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit, out.err_sel);
+        if (out.bpw > o.bpw)
+            out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
         out.seconds = seconds_since(t0);
         return out;
     }
@@ -73,8 +77,9 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
         }
     }
     if (o.paths != PathsChoice::two) {
-        const int64_t r1 = blr::rank_for(m, n, o.bpw, 1);
-        CORTIQ_CHECK(r1 >= 1, "{}x{} at {} bpw: the budget is below one rank-1 path", m, n, o.bpw);
+        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
+        // the true bpw then exceeds the target, and the report line says so.
+        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
         blr::Model md = build_init(c, r1, 1, o);
         if (knots) md = refine(std::move(md), c, o);
         cands.emplace_back(1, std::move(md));
@@ -97,6 +102,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     out = finish(c, cands[best].second, std::move(out));
     out.line = fmt::format("pick P{} r{} | sel: {} | stored fit {:.4f} sel {:.4f}", p, out.rank,
                            notes, out.err_fit, out.err_sel);
+    if (out.bpw > o.bpw) out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
     out.seconds = seconds_since(t0);
     return out;
 }

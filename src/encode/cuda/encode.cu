@@ -4,6 +4,7 @@
 // stored scales. Also `encode_gpu`, the one-tensor entry point of dispatch.hpp.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 #include <optional>
@@ -89,8 +90,9 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     Encoded out;
     if (o.method == Method::svid) {
         // Dual-SVID from the plain SVD of W (no whitening, ITQ, ALS or knots).
-        const int64_t r1 = blr::rank_for(m, n, o.bpw, 1);
-        CORTIQ_CHECK(r1 >= 1, "{}x{} at {} bpw: the budget is below one rank-1 path", m, n, o.bpw);
+        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
+        // the true bpw then exceeds the target, and the report line says so.
+        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
         Model md;
         md.m = m;
         md.n = n;
@@ -103,6 +105,8 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
         out = finish(c, md, std::move(out));
         out.line =
             fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit, out.err_sel);
+        if (out.bpw > o.bpw)
+            out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
         out.seconds = seconds_since(t0);
         return out;
     }
@@ -114,8 +118,8 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
                      "{}x{} at {} bpw: the budget is below two rank-1 paths", m, n, o.bpw);
     }
     if (o.paths != PathsChoice::two) {
-        r1 = blr::rank_for(m, n, o.bpw, 1);
-        CORTIQ_CHECK(r1 >= 1, "{}x{} at {} bpw: the budget is below one rank-1 path", m, n, o.bpw);
+        // A budget below one rank-1 path gets rank 1 (true bpw above the target).
+        r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
     }
     // Both candidates start from W's latents: one eigendecomposition for both.
     EigCache eig;
@@ -182,6 +186,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     out = finish(c, cands[best].md, std::move(out));
     out.line = fmt::format("pick P{} r{} | sel: {} | stored fit {:.4f} sel {:.4f}", p, out.rank,
                            notes, out.err_fit, out.err_sel);
+    if (out.bpw > o.bpw) out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
     cands.clear();
     gpu.sync();
     out.seconds = seconds_since(t0);

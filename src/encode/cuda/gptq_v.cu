@@ -233,7 +233,8 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
     const cudaStream_t st = c.stream();
     const int64_t n = md.n, r = md.r;
     const bool windowed = c.tuning.gptq_windowed;
-    const GptqPlan l = windowed ? plan_windowed(c.gpu, r, block) : plan_batched(c.gpu, r, block);
+    const GptqPlan l = windowed ? plan_windowed(c.gpu, r, block)
+                                : plan_batched(c.gpu, r, block, c.tuning.gptq_threads);
     CORTIQ_CHECK(r <= gptq_v_max_rank() && l.nb >= 1,
                  "gptq_v: rank {} is above the device column search's limit ({} bytes of shared "
                  "memory per block); use the CPU encoder",

@@ -196,9 +196,9 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
 
 }  // namespace
 
-GptqPlan plan_batched(const Gpu& g, int64_t r, int block) {
+GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads) {
     GptqPlan l;
-    l.threads = r <= 256 ? 256 : kMaxThreads;
+    l.threads = threads > 0 ? std::min(threads, kMaxThreads) : (r <= 256 ? 256 : kMaxThreads);
     const int64_t need = (r + l.threads - 1) / l.threads;
     while (l.ept < need) l.ept *= 2;
     if (l.ept > 32) return l;  // nb = 0: unsupported

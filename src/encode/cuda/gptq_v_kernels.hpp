@@ -32,7 +32,8 @@ struct GptqPlan {
 };
 
 GptqPlan plan_windowed(const Gpu& g, int64_t r, int block);
-GptqPlan plan_batched(const Gpu& g, int64_t r, int block);
+// threads: per block (0: 256 up to r = 256, else 512)
+GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads = 0);
 // Sets the kernel's shared-memory limit and returns the launcher of one block
 // of columns [a.j0, a.j1) on the Gpu's stream.
 void launch_windowed(const Gpu& g, const GptqArgs& a, const GptqPlan& p);

@@ -43,6 +43,9 @@ struct Tuning {
     // per 32 bits; measured 3-4x slower on the H200: its helpers wait one L2
     // round trip per window); false: the batched one (two barriers per flip).
     bool gptq_windowed = false;
+    // gptq_v (batched): threads per block, 0: automatic (512 from r = 257). Fewer
+    // threads make a barrier cheaper but give each thread more of r per flip.
+    int gptq_threads = 0;
     // The P = 2 and P = 1 candidates on two streams at once (two host threads).
     bool parallel_candidates = true;
     // encode_tensor checks its memory estimate against the free device memory

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Device call: every CUDA test binary (packed into .carry/gpu/bin), data from .carry.
+set -u
+source .carry/gpu/env.sh
+export CORTIQ_SHARED_DATA=$PWD/.carry CORTIQ_SOURCE_DIR=$PWD CORTIQ_CLI=$PWD/.carry/gpu/bin/cortiq
+export OMP_WAIT_POLICY=passive
+for t in test_cuda_encoder test_forward_gpu test_calib_gpu; do
+  timeout ${TEST_S:-120} .carry/gpu/bin/$t > $OUT/$t.log 2>&1
+  echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$t.log | tr '\n' ' ')"
+  grep -E "FAILED|Failure|error" $OUT/$t.log | head -10
+done

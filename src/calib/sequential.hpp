@@ -1,0 +1,52 @@
+// Sequential calibration (SPEC §2, GPTQ's true-sequential mode): the hidden
+// states of the calibration windows, moved block by block through the model
+// as its linear layers are replaced by their compressed versions, and the
+// float64 Grams of each linear layer's input read from them — on the device
+// that runs the forward pass (CPU: model::Model::block with a hook; GPU:
+// model::GpuModel's calibration calls, the states never leaving the device).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "calib/calib.hpp"
+#include "core/matrix.hpp"
+#include "model/runtime.hpp"
+
+namespace cortiq::model {
+class Model;
+class GpuModel;
+}  // namespace cortiq::model
+
+namespace cortiq::calib {
+
+class SequentialCalib {
+  public:
+    // `m` must outlive this object; its linear weights are read as they are
+    // when grams() runs (call weight_changed after replacing one).
+    SequentialCalib(model::Model& m, const CalibSet& cs, model::Device device);
+    ~SequentialCalib();
+    SequentialCalib(const SequentialCalib&) = delete;
+    SequentialCalib& operator=(const SequentialCalib&) = delete;
+
+    // H_fit and H_sel: (1/T) Σ x xᵀ of `input` (a model::LinearInputHook
+    // input name) of block `layer` over the fit and held-out windows.
+    std::pair<MatD, MatD> grams(int64_t layer, std::string_view input);
+    // The same for the LM head's input (the final RMSNorm of the hidden states).
+    std::pair<MatD, MatD> head_grams();
+    // After m.linear(layer, name).w was replaced (the GPU copy follows).
+    void weight_changed(int64_t layer, std::string_view name);
+    // The hidden states through block `layer`, with its weights as they are now.
+    void advance(int64_t layer);
+
+  private:
+    model::Model& m_;
+    std::array<std::vector<MatF>, 2> xs_;   // CPU: hidden states of fit, held-out windows
+    std::unique_ptr<model::GpuModel> gpu_;  // GPU: the model and the states on the device
+};
+
+}  // namespace cortiq::calib

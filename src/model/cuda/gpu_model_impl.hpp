@@ -1,0 +1,202 @@
+// GpuModel's state (private to src/model/cuda/): the weights on the device, a
+// workspace sized for the largest batch seen, the KV cache, the calibration
+// hidden states, and the forward pass as a sequence of cuBLAS GEMMs and the
+// kernels of kernels.hpp, in the order of model/block.cpp.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "core/error.hpp"
+#include "encode/cuda/common.hpp"
+#include "model/cuda/kernels.hpp"
+#include "model/cuda/weights.hpp"
+#include "model/gpu_model.hpp"
+#include "model/llama.hpp"
+#include "model/ops.hpp"
+
+namespace cortiq::model {
+
+namespace ec = encode::cuda;
+using cuda::DVec;
+
+// A scoring batch: about this many token rows keep the GEMMs large...
+inline constexpr int64_t kBatchRows = 16384;
+// ...unless its logits (rows × vocab floats, kept on the device) would pass this.
+inline constexpr int64_t kMaxLogitBytes = int64_t{1} << 30;
+
+struct GpuModel::Impl {
+    ec::Gpu gpu;  // first member: destroyed last, after every buffer freed on its stream
+    io::ModelConfig cfg;
+    std::vector<float> inv_freq;
+    cuda::DeviceWeights w;
+
+    // cos/sin of every position below rope_rows (the CPU's table, rows × d/2).
+    DVec rope_cos, rope_sin;
+    int64_t rope_rows = 0;
+
+    // Activations of up to `rows` token rows.
+    struct Work {
+        int64_t rows = 0;
+        ec::DeviceBuffer<int32_t> tokens;
+        DVec x, n, q, k, v, attn, gate, up, logits;
+        ec::DeviceBuffer<double> nll;
+    } ws;
+
+    // Keys and values (after RoPE) of positions [0, length), per layer
+    // capacity × kv_dim.
+    struct Cache {
+        int64_t capacity = 0, length = 0;
+        std::vector<DVec> k, v;
+    } cache;
+
+    // Calibration (model/cuda/calib.cpp): the hidden states of two sets of
+    // equal-length token windows (fit and held out), windows × T × hidden.
+    struct CalibSet {
+        int64_t windows = 0, T = 0;
+        DVec x;
+    };
+    std::array<CalibSet, 2> calib;
+
+    explicit Impl(const Model& m)
+        : cfg(m.config()),
+          inv_freq(rope_inv_freq(m.config())),
+          w(cuda::upload_weights(m, gpu.stream())) {}
+
+    cudaStream_t stream() const { return gpu.stream(); }
+
+    int64_t bytes() const {
+        const io::ModelConfig& c = cfg;
+        const int64_t act = ws.rows * (2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() +
+                                       2 * c.intermediate_size + c.vocab_size);
+        return w.bytes + 8 * rope_rows * static_cast<int64_t>(inv_freq.size()) + 4 * act +
+               12 * ws.rows + 8 * cache.capacity * c.kv_dim() * c.num_layers;
+    }
+
+    // The table covers positions [0, positions); rows are computed exactly
+    // as model::rope_table computes them for any pos0.
+    void ensure_rope(int64_t positions) {
+        if (positions <= rope_rows) return;
+        const int64_t n = std::max({positions, 2 * rope_rows, int64_t{512}});
+        const RopeTable t = rope_table(inv_freq, 0, n);
+        rope_cos = ec::upload_f(t.cos, stream());
+        rope_sin = ec::upload_f(t.sin, stream());
+        rope_rows = n;
+    }
+
+    void ensure_work(int64_t rows) {
+        if (rows <= ws.rows) return;
+        const io::ModelConfig& c = cfg;
+        ws = Work{};  // free the old buffers first
+        const cudaStream_t st = stream();
+        ws.tokens = ec::DeviceBuffer<int32_t>(rows, st);
+        ws.x = DVec(rows * c.hidden_size, st);
+        ws.n = DVec(rows * c.hidden_size, st);
+        ws.q = DVec(rows * c.q_dim(), st);
+        ws.k = DVec(rows * c.kv_dim(), st);
+        ws.v = DVec(rows * c.kv_dim(), st);
+        ws.attn = DVec(rows * c.q_dim(), st);
+        ws.gate = DVec(rows * c.intermediate_size, st);
+        ws.up = DVec(rows * c.intermediate_size, st);
+        ws.logits = DVec(rows * c.vocab_size, st);
+        ws.nll = ec::DeviceBuffer<double>(rows, st);
+        ws.rows = rows;
+    }
+
+    // Checks the ids (as model::embed_rows does), sizes the workspace and
+    // copies the ids to the device.
+    void load_tokens(std::span<const int32_t> tokens) {
+        CORTIQ_CHECK(!tokens.empty(), "forward: no tokens");
+        const int64_t T = static_cast<int64_t>(tokens.size());
+        for (int64_t i = 0; i < T; ++i)
+            CORTIQ_CHECK(tokens[i] >= 0 && tokens[i] < cfg.vocab_size,
+                         "token id {} at position {} is outside the vocabulary (0..{})", tokens[i],
+                         i, cfg.vocab_size - 1);
+        ensure_work(T);
+        CUDA_CHECK(cudaMemcpyAsync(ws.tokens.get(), tokens.data(), tokens.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream()));
+    }
+
+    // A linear layer's input as the calibration sees it (input: a
+    // LinearInputHook name), a device pointer valid during the call.
+    using DeviceHook =
+        std::function<void(std::string_view input, const float* x, int64_t rows, int64_t cols)>;
+
+    // Block l on x (batch sequences of T rows at positions pos0.., updated in
+    // place to the block's output). With `stop_after` (an input name): returns
+    // right after `hook` saw that input (x then holds a partial sum).
+    void block(size_t l, int64_t batch, int64_t T, int64_t pos0, bool cached, float* x,
+               const DeviceHook* hook = nullptr, std::string_view stop_after = {}) {
+        const io::ModelConfig& c = cfg;
+        const int64_t R = batch * T, H = c.hidden_size, hd = c.head_dim;
+        const float eps = static_cast<float>(c.rms_norm_eps);
+        const cudaStream_t st = stream();
+        const cublasHandle_t bl = gpu.blas();
+        float *n = ws.n.get(), *q = ws.q.get();
+        auto seen = [&](std::string_view input, const float* v, int64_t cols) {
+            if (hook) (*hook)(input, v, R, cols);
+            return input == stop_after;
+        };
+        const cuda::DeviceLayer& L = w.layers[l];
+        // Attention half; o_proj accumulates into the residual stream x.
+        cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
+        if (seen("self_attn.q_proj", n, H)) return;
+        float* k = cached ? cache.k[l].get() + pos0 * c.kv_dim() : ws.k.get();
+        float* v = cached ? cache.v[l].get() + pos0 * c.kv_dim() : ws.v.get();
+        cuda::linear(bl, st, L.q, n, R, q, 0.0f);
+        cuda::linear(bl, st, L.k, n, R, k, 0.0f);
+        cuda::linear(bl, st, L.v, n, R, v, 0.0f);
+        if (c.qk_norm) {  // per head: rows of head_dim values
+            cuda::rmsnorm(q, R * c.num_heads, hd, L.q_norm.get(), eps, q, st);
+            cuda::rmsnorm(k, R * c.num_kv_heads, hd, L.k_norm.get(), eps, k, st);
+        }
+        cuda::rope(q, R, T, c.num_heads, hd, rope_cos.get(), rope_sin.get(), pos0, st);
+        cuda::rope(k, R, T, c.num_kv_heads, hd, rope_cos.get(), rope_sin.get(), pos0, st);
+        const float* keys = cached ? cache.k[l].get() : ws.k.get();
+        const float* vals = cached ? cache.v[l].get() : ws.v.get();
+        cuda::attention(q, keys, vals, ws.attn.get(), batch, T, cached ? cache.capacity : T,
+                        c.num_heads, c.num_kv_heads, hd, pos0, c.sliding_window, st);
+        if (seen("self_attn.o_proj", ws.attn.get(), c.q_dim())) return;
+        cuda::linear(bl, st, L.o, ws.attn.get(), R, x, 1.0f);
+        // MLP half; down_proj accumulates into x.
+        cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
+        if (seen("mlp.gate_proj", n, H)) return;
+        cuda::linear(bl, st, L.gate, n, R, ws.gate.get(), 0.0f);
+        cuda::linear(bl, st, L.up, n, R, ws.up.get(), 0.0f);
+        cuda::swiglu(ws.gate.get(), ws.up.get(), R * c.intermediate_size, st);
+        if (seen("mlp.down_proj", ws.gate.get(), c.intermediate_size)) return;
+        cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);
+    }
+
+    // `batch` sequences of T tokens (in ws.tokens) at positions pos0.. . With
+    // the cache (batch 1) keys and values go to its rows pos0.. and attention
+    // reads every cached position; without it each sequence sees its own.
+    // Leaves the logits of every row, or of the last, in ws.logits.
+    void run(int64_t batch, int64_t T, int64_t pos0, bool cached, bool last_only) {
+        const io::ModelConfig& c = cfg;
+        const int64_t R = batch * T, H = c.hidden_size;
+        const float eps = static_cast<float>(c.rms_norm_eps);
+        const cudaStream_t st = stream();
+        const cublasHandle_t bl = gpu.blas();
+        CORTIQ_ASSERT(R <= ws.rows && (!cached || (batch == 1 && pos0 + T <= cache.capacity)));
+        ensure_rope(pos0 + T);
+
+        float* x = ws.x.get();
+        cuda::embed(ws.tokens.get(), w.embed.get(), R, H, x, st);
+        for (size_t l = 0; l < w.layers.size(); ++l) block(l, batch, T, pos0, cached, x);
+        const int64_t r0 = last_only ? R - 1 : 0;
+        float* n = ws.n.get();
+        cuda::rmsnorm(x + r0 * H, R - r0, H, w.final_norm.get(), eps, n, st);
+        cuda::linear(bl, st, w.lm_head, n, R - r0, ws.logits.get(), 0.0f);
+    }
+
+    MatF download_logits(int64_t rows) {
+        const int64_t V = cfg.vocab_size;
+        return MatF(rows, V, ec::download_f(ws.logits.get(), rows * V, stream()));
+    }
+};
+
+}  // namespace cortiq::model

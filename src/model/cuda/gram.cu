@@ -1,0 +1,56 @@
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "model/cuda/gram.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+constexpr int64_t kChunkRows = 2048;  // rows widened to double per DSYRK
+
+__global__ void widen_kernel(const float* x, double* y, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] = static_cast<double>(x[i]);
+}
+
+}  // namespace
+
+DeviceGram::DeviceGram(int64_t n, cudaStream_t stream)
+    : n_(n), stream_(stream), sum_(n * n, stream), scratch_(kChunkRows * n, stream) {
+    CORTIQ_CHECK(n > 0, "Gram of width {}", n);
+    CUDA_CHECK(cudaMemsetAsync(sum_.get(), 0, static_cast<size_t>(n * n) * sizeof(double), stream));
+}
+
+void DeviceGram::add(cublasHandle_t blas, const float* x, int64_t rows) {
+    const double one = 1.0;
+    for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+        const int64_t k = std::min(kChunkRows, rows - r0), count = k * n_;
+        const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65536);
+        widen_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(x + r0 * n_,
+                                                                         scratch_.get(), count);
+        CUDA_LAUNCH_CHECK();
+        // Column-major, the row-major k × n block is A = n × k: A Aᵀ = Σ x xᵀ.
+        CUBLAS_CHECK(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, static_cast<int>(n_),
+                                 static_cast<int>(k), &one, scratch_.get(), static_cast<int>(n_),
+                                 &one, sum_.get(), static_cast<int>(n_)));
+    }
+    tokens_ += rows;
+}
+
+MatD DeviceGram::mean() const {
+    std::vector<double> s(static_cast<size_t>(n_ * n_));
+    CUDA_CHECK(cudaMemcpyAsync(s.data(), sum_.get(), s.size() * sizeof(double),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    MatD h(n_, n_);
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    // column-major lower = row-major upper: element (i, j), j ≥ i, at s[i·n + j]
+    for (int64_t i = 0; i < n_; ++i)
+        for (int64_t j = i; j < n_; ++j)
+            h(i, j) = h(j, i) = s[static_cast<size_t>(i * n_ + j)] * inv;
+    return h;
+}
+
+}  // namespace cortiq::model::cuda

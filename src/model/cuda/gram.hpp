@@ -1,0 +1,34 @@
+// The Gram of a linear layer's input on the device, for calibration with the
+// GPU forward pass (quantize --device gpu): Σ x xᵀ over the rows x of every
+// added block, in float64 (the rows are widened to double and multiplied by
+// cuBLAS DSYRK), as calib::GramAccumulator does on the host.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/matrix.hpp"
+#include "encode/cuda/common.hpp"
+
+namespace cortiq::model::cuda {
+
+class DeviceGram {
+  public:
+    DeviceGram(int64_t n, cudaStream_t stream);
+    // x: rows × n row-major float32 on the device (enqueued on the stream).
+    void add(cublasHandle_t blas, const float* x, int64_t rows);
+    int64_t tokens() const { return tokens_; }
+    int64_t dim() const { return n_; }
+    // (1/T) Σ x xᵀ on the host (synchronises the stream).
+    MatD mean() const;
+
+  private:
+    int64_t n_ = 0, tokens_ = 0;
+    cudaStream_t stream_ = nullptr;
+    encode::cuda::DeviceBuffer<double> sum_;      // n × n, the lower triangle (column-major)
+    encode::cuda::DeviceBuffer<double> scratch_;  // a chunk of rows widened to double
+};
+
+}  // namespace cortiq::model::cuda

@@ -1,0 +1,39 @@
+// RMSNorm, one warp per row: the sum of squares in float64 as on the CPU
+// (model::rmsnorm), so the norm itself adds no rounding difference.
+#include "encode/cuda/common.hpp"
+#include "model/cuda/kernels.hpp"
+#include "model/cuda/reduce.cuh"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+constexpr int kRowsPerBlock = 4;  // warps per block
+
+__global__ void rmsnorm_kernel(const float* x, int64_t rows, int64_t n, const float* w, float eps,
+                               float* y) {
+    const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (r >= rows) return;  // whole warps leave; no block-wide sync below
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    double ss = 0;
+    for (int64_t j = lane; j < n; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
+    ss = warp_sum(ss);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
+    // Each lane rewrites only what it read, so y may be x.
+    for (int64_t j = lane; j < n; j += 32) yr[j] = w[j] * (xr[j] * inv);
+}
+
+}  // namespace
+
+void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
+             cudaStream_t stream) {
+    if (rows == 0) return;
+    const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+    rmsnorm_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, stream>>>(x, rows, n, w,
+                                                                                     eps, y);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cortiq::model::cuda

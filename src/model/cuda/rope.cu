@@ -1,0 +1,41 @@
+// RoPE with the CPU's cos/sin table (model::rope_table), so that llama3 and
+// linear scaling and the float32 angle rounding are the CPU's exactly.
+#include <algorithm>
+
+#include "encode/cuda/common.hpp"
+#include "model/cuda/kernels.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+// One thread per (row, head, j < half): rotates the pair (j, j + half).
+__global__ void rope_kernel(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim,
+                            const float* cos, const float* sin, int64_t pos0) {
+    const int64_t half = head_dim / 2, per_row = heads * half;
+    const int64_t total = rows * per_row;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = t / per_row, h = (t % per_row) / half, j = t % half;
+        const int64_t pos = pos0 + r % T;
+        const float c = cos[pos * half + j], s = sin[pos * half + j];
+        float* p = x + r * heads * head_dim + h * head_dim;
+        const float x1 = p[j], x2 = p[j + half];
+        p[j] = x1 * c - x2 * s;
+        p[j + half] = x2 * c + x1 * s;
+    }
+}
+
+}  // namespace
+
+void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, const float* cos,
+          const float* sin, int64_t pos0, cudaStream_t stream) {
+    const int64_t total = rows * heads * (head_dim / 2);
+    if (total == 0) return;
+    const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
+    rope_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, rows, T, heads, head_dim, cos,
+                                                                   sin, pos0);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cortiq::model::cuda

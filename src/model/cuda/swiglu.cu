@@ -1,0 +1,32 @@
+// SwiGLU: gate ← silu(gate) ∘ up, in place (the gate buffer becomes
+// down_proj's input).
+#include <algorithm>
+
+#include "encode/cuda/common.hpp"
+#include "model/cuda/kernels.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+__global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        // sigmoid through e = exp(−|z|), which never overflows (as model::swiglu).
+        const float z = gate[i];
+        const float e = expf(-fabsf(z));
+        const float sig = (z >= 0 ? 1.0f : e) / (1.0f + e);
+        gate[i] = z * sig * up[i];
+    }
+}
+
+}  // namespace
+
+void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+    if (n == 0) return;
+    const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65536);
+    swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate, up, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace cortiq::model::cuda

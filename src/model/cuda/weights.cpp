@@ -1,0 +1,89 @@
+#include "model/cuda/weights.hpp"
+
+#include "core/error.hpp"
+#include "model/cuda/kernels.hpp"
+#include "model/llama.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+DVec upload(const std::vector<float>& v, cudaStream_t stream, int64_t& bytes) {
+    bytes += static_cast<int64_t>(v.size() * sizeof(float));
+    return encode::cuda::upload_f(v, stream);
+}
+
+DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes) {
+    DeviceLinear d;
+    d.m = l.out_features();
+    d.n = l.in_features();
+    const MatF w = l.w->dense();
+    CORTIQ_ASSERT(w.rows() == d.m && w.cols() == d.n);
+    d.own = upload(w.vec(), stream, bytes);
+    d.w = d.own.get();
+    if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
+    return d;
+}
+
+}  // namespace
+
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
+    const io::ModelConfig& c = m.config();
+    DeviceWeights d;
+    d.embed = upload(m.embed_table().vec(), stream, d.bytes);
+    d.layers.resize(static_cast<size_t>(m.num_layers()));
+    for (int64_t i = 0; i < m.num_layers(); ++i) {
+        const LayerWeights& w = m.layer(i);
+        DeviceLayer& l = d.layers[static_cast<size_t>(i)];
+        l.input_norm = upload(w.input_norm, stream, d.bytes);
+        l.post_attn_norm = upload(w.post_attn_norm, stream, d.bytes);
+        if (c.qk_norm) {
+            l.q_norm = upload(w.q_norm, stream, d.bytes);
+            l.k_norm = upload(w.k_norm, stream, d.bytes);
+        }
+        l.q = upload_linear(w.q, stream, d.bytes);
+        l.k = upload_linear(w.k, stream, d.bytes);
+        l.v = upload_linear(w.v, stream, d.bytes);
+        l.o = upload_linear(w.o, stream, d.bytes);
+        l.gate = upload_linear(w.gate, stream, d.bytes);
+        l.up = upload_linear(w.up, stream, d.bytes);
+        l.down = upload_linear(w.down, stream, d.bytes);
+    }
+    d.final_norm = upload(m.final_norm(), stream, d.bytes);
+    // A head that shares the embedding's storage (tied, and no lm_head.weight
+    // of its own in the file) shares it on the device too.
+    const auto* head = dynamic_cast<const DenseLinear*>(m.lm_head().w.get());
+    if (head && &head->weight() == &m.embed_table()) {
+        d.lm_head.w = d.embed.get();
+        d.lm_head.m = c.vocab_size;
+        d.lm_head.n = c.hidden_size;
+    } else {
+        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes);
+    }
+    return d;
+}
+
+void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {
+    CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w,
+                 "set_weight: a {}x{} weight for a {}x{} layer{}", w.rows(), w.cols(), d.m, d.n,
+                 d.own.get() == d.w ? "" : " that shares its storage");
+    CUDA_CHECK(cudaMemcpyAsync(d.own.get(), w.data(), static_cast<size_t>(w.size()) * sizeof(float),
+                               cudaMemcpyHostToDevice, stream));
+    // the host matrix may be freed once this returns
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, const float* x,
+            int64_t rows, float* y, float beta) {
+    if (rows == 0) return;
+    const float one = 1.0f;
+    // Column-major view: yᵀ (m × rows) = W (m × n, i.e. the row-major n-wide
+    // matrix transposed) · xᵀ (n × rows).
+    CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.m),
+                             static_cast<int>(rows), static_cast<int>(l.n), &one, l.w,
+                             static_cast<int>(l.n), x, static_cast<int>(l.n), &beta, y,
+                             static_cast<int>(l.m)));
+    if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
+}
+
+}  // namespace cortiq::model::cuda

@@ -1,0 +1,53 @@
+// A Model's weights on the device, float32 and dense, and the one GEMM every
+// linear layer goes through.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "encode/cuda/common.hpp"
+
+namespace cortiq::model {
+class Model;
+}
+
+namespace cortiq::model::cuda {
+
+using encode::cuda::DVec;
+
+struct DeviceLinear {
+    DVec own;                  // m × n row-major (empty when w points into another buffer)
+    const float* w = nullptr;  // the weight: own.get(), or a shared buffer (tied lm_head)
+    DVec bias;                 // m values, or empty
+    int64_t m = 0, n = 0;
+};
+
+struct DeviceLayer {
+    DVec input_norm, post_attn_norm, q_norm, k_norm;  // q_norm, k_norm: qwen3 only
+    DeviceLinear q, k, v, o, gate, up, down;
+};
+
+struct DeviceWeights {
+    DVec embed;  // vocab × hidden
+    std::vector<DeviceLayer> layers;
+    DVec final_norm;
+    DeviceLinear lm_head;  // tied: reads `embed`
+    int64_t bytes = 0;     // device memory held
+};
+
+// Copies every weight of m to the device (each linear layer through
+// w->dense(), so compressed layers arrive dequantised).
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream);
+
+// Replaces d's weight (same shape; its bias stays) by w, e.g. a linear layer
+// just compressed (dense: dequantised).
+void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream);
+
+// y (rows × m) = beta·y + x (rows × n) · Wᵀ, then + bias: plain FP32 cuBLAS
+// (the handle's math mode is CUBLAS_DEFAULT_MATH: no TF32), bias by a kernel.
+// beta = 1 accumulates into a residual stream.
+void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, const float* x,
+            int64_t rows, float* y, float beta);
+
+}  // namespace cortiq::model::cuda

@@ -1,0 +1,61 @@
+// Without the CUDA backend a GpuModel cannot be made: one clear error, the
+// same as every other --device gpu request.
+#ifndef CORTIQ_HAVE_CUDA
+#include "core/error.hpp"
+#include "model/gpu_model.hpp"
+
+namespace cortiq::model {
+
+struct GpuModel::Impl {};
+
+namespace {
+[[noreturn]] void no_gpu() {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+}  // namespace
+
+GpuModel::GpuModel(const Model&) {
+    no_gpu();
+}
+GpuModel::~GpuModel() = default;
+GpuModel::GpuModel(GpuModel&&) noexcept = default;
+GpuModel& GpuModel::operator=(GpuModel&&) noexcept = default;
+const io::ModelConfig& GpuModel::config() const {
+    no_gpu();
+}
+MatF GpuModel::forward(std::span<const int32_t>) {
+    no_gpu();
+}
+double GpuModel::windows_nll(std::span<const int32_t>, int64_t) {
+    no_gpu();
+}
+int64_t GpuModel::batch_windows(int64_t) const {
+    no_gpu();
+}
+void GpuModel::reset_cache(int64_t) {
+    no_gpu();
+}
+MatF GpuModel::forward_cached(std::span<const int32_t>, bool) {
+    no_gpu();
+}
+int64_t GpuModel::cache_length() const {
+    no_gpu();
+}
+int64_t GpuModel::device_bytes() const {
+    no_gpu();
+}
+void GpuModel::calib_load(int, const std::vector<std::vector<int32_t>>&) {
+    no_gpu();
+}
+MatD GpuModel::calib_gram(int, int64_t, std::string_view) {
+    no_gpu();
+}
+void GpuModel::calib_advance(int, int64_t) {
+    no_gpu();
+}
+void GpuModel::set_linear(int64_t, std::string_view, const LinearWeights&) {
+    no_gpu();
+}
+
+}  // namespace cortiq::model
+#endif

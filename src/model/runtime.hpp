@@ -1,0 +1,60 @@
+// What `ppl` and `generate` need from a model, on either device: score
+// windows of tokens and run a KV cache. The CPU runtime wraps a Model; the
+// GPU one (model/gpu_model.hpp) is a copy of a Model on the device. Callers
+// pick one with make_runtime and never see which.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "core/matrix.hpp"
+#include "io/config.hpp"
+
+namespace cortiq::model {
+
+class Model;
+
+enum class Device { cpu, gpu };
+
+// "cpu" or "gpu"; anything else throws.
+Device parse_device(std::string_view s);
+
+// True when this build has CUDA and a GPU is visible; else why not, in one
+// line ("this cortiq was built without CUDA", "no CUDA device visible ...").
+bool gpu_available();
+std::string gpu_unavailable_reason();
+
+class Runtime {
+  public:
+    virtual ~Runtime() = default;
+    virtual const io::ModelConfig& config() const = 0;
+    virtual Device device() const = 0;
+
+    // Tokens at positions 0..T−1 → logits (T × vocab, on the host).
+    virtual MatF forward(std::span<const int32_t> tokens) = 0;
+
+    // `tokens` holds `windows` windows of equal length back to back, each run
+    // on its own from position 0. Returns the sum over windows and rows
+    // i < len − 1 of −log softmax(logits_i)[t_{i+1}] (nats).
+    virtual double windows_nll(std::span<const int32_t> tokens, int64_t windows) = 0;
+    // How many windows of `len` tokens one windows_nll call should take: 1 on
+    // the CPU; on the GPU a batch large enough to keep the device busy.
+    virtual int64_t batch_windows(int64_t len) const = 0;
+
+    // Generation: reset_cache empties the KV cache and sizes it for
+    // `capacity` positions; forward_cached appends tokens at positions
+    // cache_length().. and returns their logits (every row, or the last).
+    virtual void reset_cache(int64_t capacity) = 0;
+    virtual MatF forward_cached(std::span<const int32_t> tokens, bool last_only) = 0;
+    virtual int64_t cache_length() const = 0;
+};
+
+// The CPU runtime keeps a reference to `m`, which must outlive it; the GPU
+// runtime copies the weights to the device (and throws with
+// gpu_unavailable_reason() when there is none).
+std::unique_ptr<Runtime> make_runtime(const Model& m, Device d);
+
+}  // namespace cortiq::model

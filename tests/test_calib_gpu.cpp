@@ -1,0 +1,145 @@
+// Sequential calibration on the GPU (calib::SequentialCalib with
+// model::Device::gpu) against the CPU path on the same windows: the float64
+// Grams of every linear-layer input, after a weight is replaced, after the
+// states move through a block, and of the LM head's input; then quantize
+// --device gpu end to end. Skips without a GPU.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "calib/calib.hpp"
+#include "calib/sequential.hpp"
+#include "core/rng.hpp"
+#include "forward_reference.hpp"
+#include "model/gpu_model.hpp"
+#include "model/llama.hpp"
+#include "quantize/quantize.hpp"
+
+using namespace cortiq;
+using namespace cortiq::test;
+
+namespace {
+
+#define REQUIRE_GPU() \
+    if (!model::gpu_available()) GTEST_SKIP() << model::gpu_unavailable_reason()
+
+#define REQUIRE_DATA() \
+    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data at " << kData
+
+double rel(const MatD& a, const MatD& b) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < a.size(); ++i) {
+        num += (a.data()[i] - b.data()[i]) * (a.data()[i] - b.data()[i]);
+        den += b.data()[i] * b.data()[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// Float32 activations from two GEMM libraries, Grams summed in float64
+// (the GPU's rows widened before the product, the CPU's per-block float32
+// product): float32 rounding only.
+constexpr double kGramTol = 1e-5;
+
+calib::CalibSet windows(int64_t vocab, int64_t n_fit, int64_t n_sel, int64_t T, uint64_t seed) {
+    Rng rng(seed);
+    calib::CalibSet cs;
+    auto one = [&] {
+        std::vector<int32_t> w(static_cast<size_t>(T));
+        for (auto& t : w) t = static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab));
+        return w;
+    };
+    for (int64_t i = 0; i < n_fit; ++i) cs.fit.push_back(one());
+    for (int64_t i = 0; i < n_sel; ++i) cs.sel.push_back(one());
+    return cs;
+}
+
+void expect_same(const std::pair<MatD, MatD>& g, const std::pair<MatD, MatD>& c,
+                 const std::string& what) {
+    ASSERT_EQ(g.first.rows(), c.first.rows()) << what;
+    EXPECT_LT(rel(g.first, c.first), kGramTol) << what << " (fit)";
+    EXPECT_LT(rel(g.second, c.second), kGramTol) << what << " (held out)";
+}
+
+}  // namespace
+
+TEST(CalibGpu, GramsEqualTheCpuPathThroughReplacedWeightsAndBlocks) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    for (const char* name : {"tiny-llama-6m", "tiny-qwen3-6m"}) {
+        model::Model cpu_m = model::Model::load((kData / "models" / name).string());
+        model::Model gpu_m = model::Model::load((kData / "models" / name).string());
+        // 5 fit and 3 held-out windows of 64 tokens
+        const calib::CalibSet cs = windows(cpu_m.config().vocab_size, 5, 3, 64, 7);
+        calib::SequentialCalib cpu(cpu_m, cs, model::Device::cpu);
+        calib::SequentialCalib gpu(gpu_m, cs, model::Device::gpu);
+        for (int64_t l = 0; l < 2; ++l) {
+            for (const char* input :
+                 {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"}) {
+                expect_same(gpu.grams(l, input), cpu.grams(l, input),
+                            fmt::format("{} layer {} {}", name, l, input));
+                // replace the layer that reads this input by a changed copy on both sides
+                const std::string lin = input;
+                for (model::Model* m : {&cpu_m, &gpu_m}) {
+                    MatF w = m->linear(l, lin).w->dense();
+                    for (int64_t i = 0; i < w.size(); ++i)
+                        w.data()[i] *= 0.5f + 0.25f * static_cast<float>(i % 3);
+                    m->linear(l, lin).w = std::make_unique<model::DenseLinear>(std::move(w));
+                }
+                cpu.weight_changed(l, lin);
+                gpu.weight_changed(l, lin);
+            }
+            cpu.advance(l);
+            gpu.advance(l);
+        }
+        // the o_proj input of layer 2 depends on every replaced weight before it
+        expect_same(gpu.grams(2, "self_attn.o_proj"), cpu.grams(2, "self_attn.o_proj"),
+                    fmt::format("{} layer 2 o_proj after replacements", name));
+        for (int64_t l = 2; l < cpu_m.num_layers(); ++l) {
+            cpu.advance(l);
+            gpu.advance(l);
+        }
+        expect_same(gpu.head_grams(), cpu.head_grams(), fmt::format("{} lm_head", name));
+    }
+}
+
+TEST(CalibGpu, ManyBatchesEqualOne) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    // 40 windows of 512 tokens: 20480 rows, more than one GPU batch of 16384
+    model::Model m = model::Model::load((kData / "models" / "stories260K").string());
+    model::Model m2 = model::Model::load((kData / "models" / "stories260K").string());
+    const calib::CalibSet cs = windows(m.config().vocab_size, 40, 2, 512, 11);
+    calib::SequentialCalib gpu(m, cs, model::Device::gpu);
+    calib::SequentialCalib cpu(m2, cs, model::Device::cpu);
+    expect_same(gpu.grams(1, "mlp.down_proj"), cpu.grams(1, "mlp.down_proj"), "stories260K down");
+}
+
+TEST(CalibGpu, QuantizeOnTheGpuProducesAValidFileWithGpuCalibration) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const fs::path out = fs::temp_directory_path() / "cortiq_calib_gpu.safetensors";
+    fs::remove(out);
+    quant::QuantizeOptions o;
+    o.model_dir = (kData / "models" / "stories260K").string();
+    o.calib_path = (kData / "text" / "tinystories-calib.txt").string();
+    o.out_path = out.string();
+    o.bpw = 1.0;
+    o.device = encode::Device::gpu;
+    o.calib.samples = 16;
+    o.calib.seqlen = 128;
+    o.progress = false;
+    o.force = true;
+    const auto rep = quant::quantize(o);
+    EXPECT_EQ(rep.tensors.size(), 35u);
+    EXPECT_LE(rep.linear_bits, static_cast<int64_t>(1.0 * rep.linear_params) + 1);
+    for (const auto& t : rep.tensors) {
+        EXPECT_GT(t.err_sel, 0) << t.name;
+        EXPECT_LT(t.err_sel, 1.0) << t.name;
+    }
+    const model::Model q = model::Model::load(out.string());
+    EXPECT_EQ(q.num_layers(), 5);
+    fs::remove(out);
+}
