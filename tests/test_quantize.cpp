@@ -193,6 +193,17 @@ TEST_F(Quantize, BadInputGivesOneClearErrorAndNoOutput) {
     EXPECT_EQ(r.code, 1) << r.out;
     EXPECT_NE(r.out.find("tokenizer"), std::string::npos) << r.out;
     fs::copy_file(kModel + "/tokenizer.json", d / "m/tokenizer.json");
+    // tensors that do not match the config
+    bad = cfg;
+    const std::string inter = "\"intermediate_size\": 172";
+    bad.replace(bad.find(inter), inter.size(), "\"intermediate_size\": 180");
+    std::ofstream(d / "m/config.json") << bad;
+    r = run_cli("quantize " + (d / "m").string() + " --calib " + kCalib + " -q -o " + q);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("does not match the config"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("model.layers.0.mlp.gate_proj.weight"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(q));
+    std::ofstream(d / "m/config.json") << cfg;
     {
         // a NaN in layer 1's q_proj
         io::SafetensorsWriter w;
