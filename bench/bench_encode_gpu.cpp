@@ -156,9 +156,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(9);
-                all[8].first = "rows";
-                all[8].second.gptq_rows = true;
+                std::vector<std::pair<std::string, cu::Tuning>> all(8);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;

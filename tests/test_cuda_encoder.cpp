@@ -233,11 +233,9 @@ TEST(CudaKnots, FlipUMatchesCpu) {
 TEST(CudaKnots, GptqVMatchesCpu) {
     SKIP_WITHOUT_GPU();
     for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 200}}) {
-        for (int kernel : {0, 1, 2}) {  // batched, windowed, rows
-            const bool windowed = kernel == 1;
+        for (bool windowed : {true, false}) {
             cu::Tuning t;
             t.gptq_windowed = windowed;
-            t.gptq_rows = kernel == 2;
             Fixture f(m, n, 51 + m, t);
             const Options o;
             const int64_t r = m == 160 ? 24 : 72;  // 72: three windows of 32 bits
@@ -249,7 +247,8 @@ TEST(CudaKnots, GptqVMatchesCpu) {
             const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block);
             const blr::Model gh = cu::to_host(gd, f.gpu.stream());
             EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
-                << m << "x" << n << " kernel " << kernel << ": " << ng << " vs " << ngd << " flips";
+                << m << "x" << n << " windowed " << windowed << ": " << ng << " vs " << ngd
+                << " flips";
             EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
             const double e = cpu::err(g, *f.tc, cpu::Metric::h);
             const double ed = cu::err(gd, *f.c, cu::Metric::h);

@@ -232,9 +232,8 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
     StageTimer timer(c, "gptq_v");
     const cudaStream_t st = c.stream();
     const int64_t n = md.n, r = md.r;
-    const bool windowed = c.tuning.gptq_windowed, rows = !windowed && c.tuning.gptq_rows;
+    const bool windowed = c.tuning.gptq_windowed;
     const GptqPlan l = windowed ? plan_windowed(c.gpu, r, block)
-                       : rows   ? plan_rows(c.gpu, r, block)
                                 : plan_batched(c.gpu, r, block, c.tuning.gptq_threads);
     CORTIQ_CHECK(r <= gptq_v_max_rank() && l.nb >= 1,
                  "gptq_v: rank {} is above the device column search's limit ({} bytes of shared "
@@ -267,8 +266,6 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
         feedback ? 1 : 0, flips.get()};
     if (windowed)
         prepare_windowed(l);
-    else if (rows)
-        prepare_rows(l);
     else
         prepare_batched(l);
     for (int64_t j0 = 0; j0 < n; j0 += l.nb) {
@@ -277,8 +274,6 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
         a.j1 = j1;
         if (windowed)
             launch_windowed(c.gpu, a, l);
-        else if (rows)
-            launch_rows(c.gpu, a, l);
         else
             launch_batched(c.gpu, a, l);
         if (!feedback || j1 >= n) continue;

@@ -27,8 +27,7 @@ struct GptqArgs {
 struct GptqPlan {
     int threads = 256;
     int nb = 0;
-    int ept = 1;  // batched and rows kernels: elements of r per thread (a power of two)
-    int win = 0;  // rows kernel: bits (K rows) per window
+    int ept = 1;  // batched kernel: elements of r per thread (a power of two)
     size_t smem = 0;
 };
 
@@ -41,10 +40,6 @@ void launch_windowed(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void launch_batched(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void prepare_windowed(const GptqPlan& p);
 void prepare_batched(const GptqPlan& p);
-// The row-window kernel (gptq_v_rows.cu).
-GptqPlan plan_rows(const Gpu& g, int64_t r, int block);
-void prepare_rows(const GptqPlan& p);
-void launch_rows(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 
 // Does flipping bit a raise φ = α²/β by more than the tolerance? (the CPU's
 // phi2 > phi·(1+tol) + 1e-300, multiplied through by β·β' > 0)

@@ -46,10 +46,6 @@ struct Tuning {
     // gptq_v (batched): threads per block, 0: automatic (512 from r = 257). Fewer
     // threads make a barrier cheaper but give each thread more of r per flip.
     int gptq_threads = 0;
-    // gptq_v: the row-window kernel (gptq_v_rows.cu: the K rows of the next
-    // 8–16 bits fetched at once, one warp deciding them) instead of the batched
-    // one; measured 2-2.4x slower on the H200.
-    bool gptq_rows = false;
     // The P = 2 and P = 1 candidates on two streams at once (two host threads).
     bool parallel_candidates = true;
     // encode_tensor checks its memory estimate against the free device memory
