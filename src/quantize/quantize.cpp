@@ -31,7 +31,6 @@
 #include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
-#include "model/ops.hpp"
 #include "quantize/encode_group.hpp"
 #include "quantize/journal.hpp"
 #include "quantize/plan.hpp"
