@@ -2,7 +2,7 @@
 # Device call: the results matrix with the GPU encoder and GPU perplexity,
 # continued from an earlier JSONL (.carry/gpu/results_prev.jsonl) so a call that
 # runs out of time loses nothing: run it again with the returned file.
-#   bash scripts/device/run_matrix_gpu.sh "MODELS" "METHODS" "BPWS" [SECONDS]
+#   [CALIB=NAME] [SAMPLES=N] bash scripts/device/run_matrix_gpu.sh "MODELS" "METHODS" "BPWS" [SECONDS]
 set -u
 source .carry/gpu/env.sh
 G=.carry/gpu
@@ -11,7 +11,7 @@ cp .carry/gpu/results_prev.jsonl $OUT/results.jsonl 2>/dev/null || touch $OUT/re
 texts="tinystories-valid austen-heldout kjv-heldout"
 # its own process group, so that the time limit stops every run it started
 # (a run cut short appends nothing)
-setsid bash scripts/results/run_matrix.sh $OUT/results.jsonl .carry "$1" "$2" "$3" "$texts" gpu 64 \
+setsid bash scripts/results/run_matrix.sh $OUT/results.jsonl .carry "$1" "$2" "$3" "$texts" gpu "${SAMPLES:-64}" \
   2> $OUT/matrix.log &
 pid=$!
 timeout "${4:-500}" tail --pid=$pid -f /dev/null || { kill -- -$pid 2>/dev/null; sleep 1; }

@@ -8,11 +8,13 @@
 #   JOBS        (model, method, bpw) runs at once (default 1); each gets THREADS host threads
 #   THREADS     host threads per run (default 0: all cores)
 #   PPL_DEVICE  device of the perplexity runs (default: DEVICE)
+#   CALIB       calibration text, DATA_DIR/text/CALIB.txt (default tinystories-calib;
+#               scripts/calib/make_calib_mix.py builds calib-mix, a sample of the 6M models' training mix)
 # Entries already in OUT.jsonl are skipped, so an interrupted matrix continues.
 set -euo pipefail
 out=$1 data=$2 models=$3 methods=$4 bpws=$5 texts=$6 device=${7:-cpu} samples=${8:-128}
 cortiq=${CORTIQ:-build/tools/cortiq/cortiq}
-jobs=${JOBS:-1} threads=${THREADS:-0} ppl_device=${PPL_DEVICE:-$device}
+jobs=${JOBS:-1} threads=${THREADS:-0} ppl_device=${PPL_DEVICE:-$device} calib=${CALIB:-tinystories-calib}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 touch "$out"
@@ -24,10 +26,10 @@ ppl_json() {  # MODEL_OR_FILE TEXT
 
 run_one() {  # MODEL METHOD BPW
   local model=$1 method=$2 bpw=$3
-  local key="\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw,"
-  local q=$tmp/$model.$method.$bpw.safetensors js=$tmp/$model.$method.$bpw.json lines=""
+  local key="\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw, \"calib\": \"$calib\","
+  local q=$tmp/$model.$method.$bpw.$calib.safetensors js=$tmp/$model.$method.$bpw.$calib.json lines=""
   if ! $cortiq quantize "$data/models/$model" --bpw "$bpw" --method "$method" \
-      --calib "$data/text/tinystories-calib.txt" --samples "$samples" --device "$device" \
+      --calib "$data/text/$calib.txt" --samples "$samples" --device "$device" \
       --threads "$threads" -o "$q" --force -q --json "$js" >/dev/null 2>"$js.err"; then
     echo "FAILED quantize $model $method $bpw: $(tail -1 "$js.err")" >&2
     return 0
@@ -42,7 +44,7 @@ run_one() {  # MODEL METHOD BPW
   rm -f "$q"
   # one append per run: concurrent runs do not interleave their lines
   printf '%s' "$lines" >> "$out"
-  echo "done $model $method $bpw" >&2
+  echo "done $model $method $bpw ($calib)" >&2
 }
 
 for model in $models; do
@@ -56,7 +58,7 @@ done
 for model in $models; do
   for method in $methods; do
     for bpw in $bpws; do
-      grep -q "\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw," "$out" && continue
+      grep -q "\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw, \"calib\": \"$calib\"," "$out" && continue
       while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
       run_one "$model" "$method" "$bpw" &
     done
