@@ -14,10 +14,13 @@
 // updates the window from a 32×32 block of K in shared memory, no barrier —
 // while the other warps (helpers) apply the previous window's flips to the
 // rest of ks from K's rows in L2 and fetch the next window's K blocks; one
-// barrier per window. Measured on the H200 it is 3-4x slower than the batched
-// kernel: every window waits for the helpers' L2 round trips (~5-10 µs), which
-// a deeper pipeline (helpers several windows ahead, flags instead of a
-// barrier) would have to hide.
+// barrier per window. Measured on the H200 it is slower than the batched
+// kernel: 69.7 s against 40.3 s for 4096×11008 and 25.5 s against 15.6 s for
+// 11008×4096 (same errors), after the helpers' loads were batched (kLd, kY·kF
+// in flight), which halved its time from 3-4x the batched kernel's. Every
+// window still waits at the barrier for the helpers' L2 round trips; a deeper
+// pipeline (helpers several windows ahead, flags instead of a barrier) would
+// have to hide them.
 #include <algorithm>
 #include <cmath>
 
@@ -54,22 +57,59 @@ __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
     for (int64_t y = t; y < r; y += T) kd[y] = a.kd[y];
     const int ht = t - kWin, hthreads = T - kWin;  // helper index (warps 1..)
 
-    // K[rows0 + i][cols0 + jx] for the 32×32 block into dst (helpers or all)
+    // K[rows0 + i][cols0 + jx] for the 32×32 block into dst (helpers or all).
+    // The loads of a thread are issued together (kLd in flight) before any
+    // store: the helpers' work is a few L2 round trips, not one per element.
+    constexpr int kLd = 4;
     auto load_block = [&](float* dst, int64_t rows0, int64_t cols0, int idx0, int stride) {
-        for (int e = idx0; e < kWin * kWin; e += stride) {
-            const int64_t row = rows0 + e / kWin, col = cols0 + e % kWin;
-            dst[e] = row >= 0 && row < r && col < r ? a.k[row * r + col] : 0.f;
+        for (int e0 = idx0; e0 < kWin * kWin; e0 += kLd * stride) {
+            float v[kLd];
+#pragma unroll
+            for (int i = 0; i < kLd; ++i) {
+                const int e = e0 + i * stride;
+                const int64_t row = rows0 + e / kWin, col = cols0 + e % kWin;
+                v[i] = e < kWin * kWin && row >= 0 && row < r && col < r
+                           ? __ldg(a.k + row * r + col)
+                           : 0.f;
+            }
+#pragma unroll
+            for (int i = 0; i < kLd; ++i)
+                if (e0 + i * stride < kWin * kWin) dst[e0 + i * stride] = v[i];
         }
     };
-    // ks[y] −= 2 Σ_f old_f K[f][y] for the flips of one list, y outside [lo, hi)
+    // ks[y] −= 2 Σ_f old_f K[f][y] for the flips of one list, y outside [lo, hi):
+    // kY entries of ks per thread and kF flips at a time, all kY·kF loads in
+    // flight before the sums (the flips are summed in list order, as before).
+    constexpr int kY = 4, kF = 8;
     auto apply = [&](int list, int64_t lo, int64_t hi, int idx0, int stride) {
         const int pc = fcount[list];
         if (pc == 0) return;
-        for (int64_t y = idx0; y < r; y += stride) {
-            if (y >= lo && y < hi) continue;
-            float acc = 0.f;
-            for (int q = 0; q < pc; ++q) acc += fold[list][q] * a.k[flist[list][q] * r + y];
-            ks[y] -= 2.f * acc;
+        for (int64_t y0 = idx0; y0 < r; y0 += static_cast<int64_t>(kY) * stride) {
+            float acc[kY] = {};
+            for (int q0 = 0; q0 < pc; q0 += kF) {
+                float kv[kF][kY];
+#pragma unroll
+                for (int i = 0; i < kF; ++i) {
+                    const int64_t row =
+                        q0 + i < pc ? static_cast<int64_t>(flist[list][q0 + i]) * r : -1;
+#pragma unroll
+                    for (int e = 0; e < kY; ++e) {
+                        const int64_t y = y0 + static_cast<int64_t>(e) * stride;
+                        kv[i][e] = row >= 0 && y < r ? __ldg(a.k + row + y) : 0.f;
+                    }
+                }
+#pragma unroll
+                for (int i = 0; i < kF; ++i) {
+                    const float f = q0 + i < pc ? fold[list][q0 + i] : 0.f;
+#pragma unroll
+                    for (int e = 0; e < kY; ++e) acc[e] += f * kv[i][e];
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < kY; ++e) {
+                const int64_t y = y0 + static_cast<int64_t>(e) * stride;
+                if (y < r && (y < lo || y >= hi)) ks[y] -= 2.f * acc[e];
+            }
         }
     };
 
