@@ -124,7 +124,7 @@ TEST(CalibGpu, QuantizeOnTheGpuProducesAValidFileWithGpuCalibration) {
     fs::remove(out);
     quant::QuantizeOptions o;
     o.model_dir = (kData / "models" / "stories260K").string();
-    o.calib_path = (kData / "text" / "tinystories-calib.txt").string();
+    o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
     o.out_path = out.string();
     o.bpw = 1.0;
     o.device = encode::Device::gpu;

@@ -10,8 +10,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "blr/sign.hpp"
+#include "calib/calib.hpp"
+#include "core/error.hpp"
 #include "eval/ppl.hpp"
 #include "io/safetensors.hpp"
 #include "io/tokenizer.hpp"
@@ -39,7 +42,7 @@ fs::path tmp_dir(const char* tag) {
 quant::QuantizeOptions base_options(const fs::path& out) {
     quant::QuantizeOptions o;
     o.model_dir = kModel;
-    o.calib_path = kCalib;
+    o.calib_paths = {kCalib};
     o.out_path = out.string();
     o.bpw = 1.0;
     o.calib.samples = 6;
@@ -435,5 +438,79 @@ TEST_F(Quantize, IncludeHeadOnAnUntiedModel) {
     EXPECT_EQ(m.num_params(), model::Model::load(model6m).num_params());
     const auto tok = io::Tokenizer::load((d / "u.safetensors").string());
     EXPECT_TRUE(std::isfinite(valid_ppl(m, tok)));
+    fs::remove_all(d);
+}
+
+// Several calibration texts: equal shares of the windows, each text split into
+// fit and held-out windows on its own (so both sets see every text), one text
+// exactly the single-text set, and a short text named in the error.
+TEST(CalibSet, SeveralTextsGiveEqualSharesToFitAndHeldOut) {
+    // token ids that say which text and where: text t holds 1000·t + position
+    std::vector<std::vector<int32_t>> ids(3);
+    for (int t = 0; t < 3; ++t)
+        for (int i = 0; i < 900 + 300 * t; ++i) ids[t].push_back(1000 * (t + 1) + i % 1000);
+    calib::CalibOptions o;
+    o.samples = 25;
+    o.seqlen = 16;
+    o.holdout = 0.25;
+    const auto cs = calib::make_calib_set(ids, o, {"a", "b", "c"});
+    ASSERT_EQ(static_cast<int64_t>(cs.fit.size() + cs.sel.size()), o.samples);
+    std::array<int, 3> fit{}, sel{};
+    for (const auto& w : cs.fit) ++fit[w[0] / 1000 - 1];
+    for (const auto& w : cs.sel) ++sel[w[0] / 1000 - 1];
+    for (int t = 0; t < 3; ++t) {
+        EXPECT_EQ(fit[t] + sel[t], t == 0 ? 9 : 8) << "text " << t;  // 25 = 9 + 8 + 8
+        EXPECT_GE(sel[t], 1) << "text " << t;
+        EXPECT_GE(fit[t], 1) << "text " << t;
+    }
+    // interleaved text by text
+    EXPECT_EQ(cs.fit[0][0] / 1000, 1);
+    EXPECT_EQ(cs.fit[1][0] / 1000, 2);
+    EXPECT_EQ(cs.fit[2][0] / 1000, 3);
+    EXPECT_EQ(cs.text_tokens, 900 + 1200 + 1500);
+    // each text's windows are the single-text set of its share
+    calib::CalibOptions o2 = o;
+    o2.samples = 8;
+    const auto b = calib::make_calib_set(ids[1], o2, "b");
+    std::vector<std::vector<int32_t>> bfit;
+    for (const auto& w : cs.fit)
+        if (w[0] / 1000 == 2) bfit.push_back(w);
+    EXPECT_EQ(bfit, b.fit);
+    // one text: the single-text set
+    const auto one = calib::make_calib_set(std::vector<std::vector<int32_t>>{ids[2]}, o, {"c"});
+    const auto single = calib::make_calib_set(ids[2], o, "c");
+    EXPECT_EQ(one.fit, single.fit);
+    EXPECT_EQ(one.sel, single.sel);
+    // too short: the error names the text
+    o.samples = 30;
+    o.seqlen = 100;
+    try {
+        calib::make_calib_set(ids, o, {"a.txt", "b.txt", "c.txt"});
+        ADD_FAILURE() << "a text too short was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("a.txt"), std::string::npos) << e.what();
+    }
+    o.samples = 5;  // fewer than two windows per text
+    EXPECT_THROW(calib::make_calib_set(ids, o, {"a", "b", "c"}), Error);
+}
+
+TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {
+    const fs::path d = tmp_dir("multi");
+    const std::string austen = kData + "/text/austen-heldout.txt";
+    const std::string args = "quantize " + kModel + " --bpw 1 --samples 6 --seqlen 64 -q --force";
+    const std::string a = (d / "a.safetensors").string(), b = (d / "b.safetensors").string();
+    auto r = run_cli(args + " --calib " + kCalib + " --calib " + austen + " -o " + a);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_cli(args + " --calib " + kCalib + "," + austen + " -o " + b);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_EQ(slurp(a), slurp(b));  // the two spellings are one option
+    const auto st = io::SafetensorsFile::open(a);
+    const auto meta = nlohmann::json::parse(st.metadata().at("cortiq"));
+    EXPECT_EQ(meta.at("calib"), "tinystories-calib.txt,austen-heldout.txt");
+    EXPECT_EQ(meta.at("samples_fit").get<int>() + meta.at("samples_sel").get<int>(), 6);
+    // a different second text gives a different model
+    r = run_cli(args + " --calib " + kCalib + " -o " + b);
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(slurp(a), slurp(b));
     fs::remove_all(d);
 }

@@ -54,6 +54,46 @@ CalibSet make_calib_set(const io::Tokenizer& tok, const std::string& text, const
     return make_calib_set(tok.encode(text, false), o, what);
 }
 
+CalibSet make_calib_set(const std::vector<std::vector<int32_t>>& ids, const CalibOptions& o,
+                        const std::vector<std::string>& what) {
+    const int64_t k = static_cast<int64_t>(ids.size());
+    CORTIQ_ASSERT(k >= 1 && what.size() == ids.size());
+    if (k == 1) return make_calib_set(ids[0], o, what[0]);
+    CORTIQ_CHECK(o.samples >= 2 * k,
+                 "--samples {} is too few for {} calibration texts (at least 2 per text: one fit, "
+                 "one held out)",
+                 o.samples, k);
+    std::vector<CalibSet> parts;
+    CalibSet cs;
+    for (int64_t i = 0; i < k; ++i) {
+        CalibOptions oi = o;
+        oi.samples = o.samples / k + (i < o.samples % k ? 1 : 0);
+        parts.push_back(
+            make_calib_set(ids[static_cast<size_t>(i)], oi, what[static_cast<size_t>(i)]));
+        cs.text_tokens += parts.back().text_tokens;
+    }
+    // round-robin, text by text, within each set
+    for (auto set : {&CalibSet::fit, &CalibSet::sel}) {
+        for (size_t w = 0;; ++w) {
+            bool any = false;
+            for (auto& p : parts)
+                if (w < (p.*set).size()) {
+                    (cs.*set).push_back(std::move((p.*set)[w]));
+                    any = true;
+                }
+            if (!any) break;
+        }
+    }
+    return cs;
+}
+
+CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>& texts,
+                        const CalibOptions& o, const std::vector<std::string>& what) {
+    std::vector<std::vector<int32_t>> ids;
+    for (const auto& t : texts) ids.push_back(tok.encode(t, false));
+    return make_calib_set(ids, o, what);
+}
+
 void GramAccumulator::add(const float* x, int64_t rows, int64_t cols) {
     CORTIQ_ASSERT(cols == sum_.rows(), "Gram of width {} fed {} columns", sum_.rows(), cols);
     if (rows == 0) return;

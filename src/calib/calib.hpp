@@ -35,6 +35,16 @@ CalibSet make_calib_set(const io::Tokenizer& tok, const std::string& text, const
 CalibSet make_calib_set(const std::vector<int32_t>& ids, const CalibOptions& o,
                         const std::string& what);
 
+// Several texts (`--calib A --calib B`): each gives an equal share of the
+// windows (the first `samples mod k` one more), cut and split as above within
+// that text, so the fit and the held-out sets both sample every text in the
+// same proportion; the windows are interleaved text by text. One text is the
+// single-text set exactly. Throws naming the text that is too short.
+CalibSet make_calib_set(const std::vector<std::vector<int32_t>>& ids, const CalibOptions& o,
+                        const std::vector<std::string>& what);
+CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>& texts,
+                        const CalibOptions& o, const std::vector<std::string>& what);
+
 // (1/T) Σ x xᵀ over the rows x of every added block, in float64.
 class GramAccumulator {
   public:

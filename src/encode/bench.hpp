@@ -26,9 +26,10 @@ BenchInput bench_input_from_checkpoint(const std::string& model, const std::stri
                                        uint64_t seed);
 
 // A decoder linear layer with the Grams of its input recorded from the float
-// model over `calib_path` (defined with the quantize pipeline).
+// model over `calib_paths` (defined with the quantize pipeline).
 BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
-                                const std::string& calib_path, int64_t samples, int64_t seqlen);
+                                const std::vector<std::string>& calib_paths, int64_t samples,
+                                int64_t seqlen);
 
 struct BenchRow {
     std::string method;

@@ -186,12 +186,25 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     const auto& cfg = mdl.config();
     const io::Checkpoint ck = io::Checkpoint::open(o.model_dir);
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
-    const std::string calib_text = io::read_text_file(o.calib_path, "calibration text");
+    CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
+    std::vector<std::string> calib_texts;
+    for (const auto& p : o.calib_paths)
+        calib_texts.push_back(io::read_text_file(p, "calibration text"));
     calib::CalibOptions co = o.calib;
     if (co.seqlen <= 0)
         co.seqlen = std::min<int64_t>(
             512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);
-    const calib::CalibSet cs = calib::make_calib_set(tok, calib_text, co, o.calib_path);
+    const calib::CalibSet cs = calib::make_calib_set(tok, calib_texts, co, o.calib_paths);
+    // one file: its name and hash, as before; several: comma-separated lists
+    std::string calib_names, calib_hashes;
+    for (size_t i = 0; i < calib_texts.size(); ++i) {
+        if (i) {
+            calib_names += ',';
+            calib_hashes += ',';
+        }
+        calib_names += fs::path(o.calib_paths[i]).filename().string();
+        calib_hashes += io::sha256_text(calib_texts[i]);
+    }
     const std::string source_hash = io::sha256_files(checkpoint_files(ck));
 
     nlohmann::json settings = {
@@ -204,8 +217,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                   : o.enc.paths == encode::PathsChoice::one     ? "1"
                                                                 : "2"},
         {"rho", o.enc.rho},
-        {"calib", fs::path(o.calib_path).filename().string()},
-        {"calib_sha256", io::sha256_text(calib_text)},
+        {"calib", calib_names},
+        {"calib_sha256", calib_hashes},
         {"samples_fit", cs.fit.size()},
         {"samples_sel", cs.sel.size()},
         {"seqlen", co.seqlen},

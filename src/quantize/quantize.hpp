@@ -15,7 +15,8 @@
 namespace cortiq::quant {
 
 struct QuantizeOptions {
-    std::string model_dir, calib_path, out_path;
+    std::string model_dir, out_path;
+    std::vector<std::string> calib_paths;  // one or more texts (equal shares of the windows)
     double bpw = 1.0;
     std::string plan_path;  // JSON {tensor-name glob: bpw | null (keep)}
     bool include_head = false;

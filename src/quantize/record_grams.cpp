@@ -13,7 +13,8 @@
 namespace cortiq::encode {
 
 BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
-                                const std::string& calib_path, int64_t samples, int64_t seqlen) {
+                                const std::vector<std::string>& calib_paths, int64_t samples,
+                                int64_t seqlen) {
     static const std::regex re(R"(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.weight)");
     std::smatch mt;
     CORTIQ_CHECK(std::regex_match(tensor, mt, re),
@@ -33,8 +34,14 @@ BenchInput bench_input_recorded(const std::string& model_dir, const std::string&
     calib::CalibOptions co;
     co.samples = samples;
     co.seqlen = seqlen;
-    const auto cs = calib::make_calib_set(tok, io::read_text_file(calib_path, "calibration text"),
-                                          co, calib_path);
+    std::vector<std::string> texts;
+    std::string names;
+    for (const auto& p : calib_paths) {
+        texts.push_back(io::read_text_file(p, "calibration text"));
+        if (!names.empty()) names += ',';
+        names += p;
+    }
+    const auto cs = calib::make_calib_set(tok, texts, co, calib_paths);
     const std::string lin = tensor.substr(tensor.find('.', 13) + 1);
     const MatF w = mdl.linear(layer, lin.substr(0, lin.size() - 7)).w->dense();
     calib::GramAccumulator fit(w.cols()), sel(w.cols());
@@ -56,8 +63,8 @@ BenchInput bench_input_recorded(const std::string& model_dir, const std::string&
         }
     }
     return {w.cast<double>(), fit.mean(), sel.mean(),
-            fmt::format("{}:{} (Grams from {} over {}+{} windows of {})", model_dir, tensor,
-                        calib_path, cs.fit.size(), cs.sel.size(), seqlen)};
+            fmt::format("{}:{} (Grams from {} over {}+{} windows of {})", model_dir, tensor, names,
+                        cs.fit.size(), cs.sel.size(), seqlen)};
 }
 
 }  // namespace cortiq::encode

@@ -14,7 +14,8 @@ namespace {
 
 struct BenchArgs {
     int64_t m = 512, n = 1536;
-    std::string weight, save, from_model, tensor, calib;
+    std::string weight, save, from_model, tensor;
+    std::vector<std::string> calib;
     int64_t samples = 64, seqlen = 512;
     uint64_t seed = 1;
     double bpw = 1.0, rho = 0.03;
@@ -73,7 +74,11 @@ void add_bench(CLI::App& app) {
                     "checkpoint (folder or file) to take --tensor from, with random activations");
     cmd->add_option("--tensor", args->tensor, "tensor name inside --from-model");
     cmd->add_option("--calib", args->calib,
-                    "text to record --tensor's input Grams from (else random activations)");
+                    "text to record --tensor's input Grams from (else random activations); repeat "
+                    "it (or A,B) for several texts")
+        ->take_all()
+        ->allow_extra_args(false)
+        ->delimiter(',');
     cmd->add_option("--samples", args->samples, "calibration windows for --calib");
     cmd->add_option("--seqlen", args->seqlen, "tokens per calibration window");
     cmd->add_option("--save", args->save, "write the bench input (W, H_fit, H_sel) here");

@@ -29,7 +29,13 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--bpw", a->o.bpw,
                     "bits per weight of every decoder linear layer (and of lm_head with "
                     "--include-head)");
-    cmd->add_option("--calib", a->o.calib_path, "calibration text file")->required();
+    cmd->add_option("--calib", a->o.calib_paths,
+                    "calibration text file; repeat it (or A,B) to draw equal shares of the "
+                    "windows from several texts")
+        ->required()
+        ->take_all()
+        ->allow_extra_args(false)
+        ->delimiter(',');
     cmd->add_option("-o,--out", a->o.out_path, "output .safetensors file")->required();
     cmd->add_option("--device", a->device, "cpu or gpu");
     cmd->add_option("--paths", a->paths, "auto, 1 or 2");
