@@ -38,7 +38,7 @@ constexpr int kBlockFloats = 2 * kWin * kWin;  // one buffer: the diagonal and t
 __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
     extern __shared__ float sm[];
     const int64_t r = a.r;
-    const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
+    const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int64_t nwin = (r + kWin - 1) / kWin;
     float* ks = sm;
     float* bv = ks + r;
@@ -115,35 +115,8 @@ __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
 
     unsigned long long total = 0;
     for (int64_t j = a.j0; j < a.j1; ++j) {
-        const int64_t jj = j - a.j0;
-        for (int64_t q = t; q < jj; q += T) ucol[q] = a.feedback ? a.uc[(a.j0 + q) * a.n + j] : 0.f;
-        __syncthreads();
-        double pa = 0, pb = 0;
-        for (int64_t y = t; y < r; y += T) {
-            float bvv = a.b[j * r + y];
-            if (a.feedback)
-                for (int64_t q = 0; q < jj; ++q) bvv -= ucol[q] * eb[q * r + y];
-            const float sv = a.s[j * r + y], kv = a.ks0[j * r + y];
-            bv[y] = bvv;
-            ks[y] = kv;
-            sg[y] = sv;
-            pa += static_cast<double>(sv) * bvv;
-            pb += static_cast<double>(sv) * kv;
-        }
-        for (int o = 16; o > 0; o >>= 1) {
-            pa += __shfl_xor_sync(0xffffffffu, pa, o);
-            pb += __shfl_xor_sync(0xffffffffu, pb, o);
-        }
-        if (lane == 0) {
-            red[0][warp] = pa;
-            red[1][warp] = pb;
-        }
-        __syncthreads();
-        double alpha = 0, beta = 0;  // α = sᵀb, β = sᵀKs (the decider's copy is current)
-        for (int w = 0; w < nw; ++w) {
-            alpha += red[0][w];
-            beta += red[1][w];
-        }
+        double alpha, beta;  // α = sᵀb, β = sᵀKs (the decider's copy is current)
+        gptq_load_column(a, j, ucol, eb, bv, ks, sg, red, alpha, beta);
         for (int pass = 0; pass < a.passes; ++pass) {
             load_block(kblk, 0, 0, t, T);  // window 0's diagonal block into buffer 0
             if (t == 0) fcount[1] = 0;     // no flips before window 0
@@ -220,16 +193,7 @@ __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
             __syncthreads();  // pass_flips and ab are read before they are rewritten
             if (pf == 0) break;
         }
-        const double gj = beta > 0 ? alpha / beta : 0.0;
-        const float inv = 1.f / a.uc[j * a.n + j];
-        for (int64_t y = t; y < r; y += T) {
-            const float ev = (bv[y] - static_cast<float>(gj) * ks[y]) * inv;
-            eb[jj * r + y] = ev;
-            a.e[j * r + y] = ev;
-            a.s[j * r + y] = sg[y];
-        }
-        if (t == 0) a.g[j] = static_cast<float>(gj);
-        __syncthreads();
+        gptq_store_column(a, j, eb, bv, ks, sg, alpha, beta);
     }
     if (t == 0 && total) atomicAdd(a.flips, total);
 }

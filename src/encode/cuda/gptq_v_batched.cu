@@ -40,38 +40,8 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
     }
     unsigned long long total = 0;
     for (int64_t j = a.j0; j < a.j1; ++j) {
-        const int64_t jj = j - a.j0;
-        for (int64_t q = t; q < jj; q += T) ucol[q] = a.feedback ? a.uc[(a.j0 + q) * a.n + j] : 0.f;
-        __syncthreads();
-        double pa = 0, pb = 0;
-        for (int k = 0; k < Ept; ++k) {
-            const int64_t y = t + static_cast<int64_t>(k) * T;
-            if (y >= r) break;
-            float bvv = a.b[j * r + y];
-            if (a.feedback)
-                for (int64_t q = 0; q < jj; ++q) bvv -= ucol[q] * eb[q * r + y];
-            const float sv = a.s[j * r + y], kv = a.ks0[j * r + y];
-            bv[y] = bvv;
-            ks[y] = kv;
-            sg[y] = sv;
-            pa += static_cast<double>(sv) * bvv;
-            pb += static_cast<double>(sv) * kv;
-        }
-        // α = sᵀb, β = sᵀKs, summed in a fixed order, known to every thread
-        for (int o = 16; o > 0; o >>= 1) {
-            pa += __shfl_xor_sync(0xffffffffu, pa, o);
-            pb += __shfl_xor_sync(0xffffffffu, pb, o);
-        }
-        if (lane == 0) {
-            red[0][warp] = pa;
-            red[1][warp] = pb;
-        }
-        __syncthreads();
-        double alpha = 0, beta = 0;
-        for (int w = 0; w < nw; ++w) {
-            alpha += red[0][w];
-            beta += red[1][w];
-        }
+        double alpha, beta;  // α = sᵀb, β = sᵀKs, known to every thread
+        gptq_load_column(a, j, ucol, eb, bv, ks, sg, red, alpha, beta);
         for (int pass = 0; pass < a.passes; ++pass) {
             int nflip = 0;
             int64_t pos = 0;
@@ -178,18 +148,7 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
             if (nflip == 0) break;
         }
         __syncthreads();
-        const double gj = beta > 0 ? alpha / beta : 0.0;
-        const float inv = 1.f / a.uc[j * a.n + j];
-        for (int k = 0; k < Ept; ++k) {
-            const int64_t y = t + static_cast<int64_t>(k) * T;
-            if (y >= r) break;
-            const float ev = (bv[y] - static_cast<float>(gj) * ks[y]) * inv;
-            eb[jj * r + y] = ev;
-            a.e[j * r + y] = ev;
-            a.s[j * r + y] = sg[y];
-        }
-        if (t == 0) a.g[j] = static_cast<float>(gj);
-        __syncthreads();
+        gptq_store_column(a, j, eb, bv, ks, sg, alpha, beta);
     }
     if (t == 0 && total) atomicAdd(a.flips, total);
 }

@@ -52,4 +52,65 @@ __device__ inline bool gptq_gain(float sa, float ba, float ksa, float kaa, doubl
     return alpha2 * alpha2 * beta > alpha * alpha * beta2 * (1 + tol) + 1e-300 * beta * beta2;
 }
 
+// The column's state in shared memory before its search (both kernels): the
+// target b_j less the feedback of this block's earlier columns (SPEC §3.7,
+// b_j −= Σ_q Uc[q, j] e_q), the starting signs and K s_j. Returns α = sᵀb and
+// β = sᵀKs, summed in a fixed order and known to every thread; `red` is
+// 2 × 32 doubles of shared memory.
+__device__ inline void gptq_load_column(const GptqArgs& a, int64_t j, float* ucol, const float* eb,
+                                        float* bv, float* ks, float* sg, double (*red)[32],
+                                        double& alpha, double& beta) {
+    const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
+    const int64_t r = a.r, jj = j - a.j0;
+    for (int64_t q = t; q < jj; q += T) ucol[q] = a.feedback ? a.uc[(a.j0 + q) * a.n + j] : 0.f;
+    __syncthreads();
+    double pa = 0, pb = 0;
+    for (int64_t y = t; y < r; y += T) {
+        float bvv = a.b[j * r + y];
+        if (a.feedback)
+            for (int64_t q = 0; q < jj; ++q) bvv -= ucol[q] * eb[q * r + y];
+        const float sv = a.s[j * r + y], kv = a.ks0[j * r + y];
+        bv[y] = bvv;
+        ks[y] = kv;
+        sg[y] = sv;
+        pa += static_cast<double>(sv) * bvv;
+        pb += static_cast<double>(sv) * kv;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        pa += __shfl_xor_sync(0xffffffffu, pa, o);
+        pb += __shfl_xor_sync(0xffffffffu, pb, o);
+    }
+    if (lane == 0) {
+        red[0][warp] = pa;
+        red[1][warp] = pb;
+    }
+    __syncthreads();
+    alpha = 0;
+    beta = 0;
+    for (int w = 0; w < nw; ++w) {
+        alpha += red[0][w];
+        beta += red[1][w];
+    }
+}
+
+// After the search (both kernels): g_j = α/β in closed form, the scaled latent
+// error e_j = (b_j − g_j K s_j)/Uc[j, j] (in shared memory for the block's
+// later columns, in global memory for the trailing update) and the signs.
+__device__ inline void gptq_store_column(const GptqArgs& a, int64_t j, float* eb, const float* bv,
+                                         const float* ks, const float* sg, double alpha,
+                                         double beta) {
+    const int T = blockDim.x, t = threadIdx.x;
+    const int64_t r = a.r, jj = j - a.j0;
+    const double gj = beta > 0 ? alpha / beta : 0.0;
+    const float inv = 1.f / a.uc[j * a.n + j];
+    for (int64_t y = t; y < r; y += T) {
+        const float ev = (bv[y] - static_cast<float>(gj) * ks[y]) * inv;
+        eb[jj * r + y] = ev;
+        a.e[j * r + y] = ev;
+        a.s[j * r + y] = sg[y];
+    }
+    if (t == 0) a.g[j] = static_cast<float>(gj);
+    __syncthreads();
+}
+
 }  // namespace cortiq::encode::cuda
