@@ -1,8 +1,28 @@
 #include "encode/options.hpp"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "blr/model.hpp"
 #include "core/error.hpp"
 
 namespace cortiq::encode {
+
+void Encoded::set_size(int64_t m, int64_t n, int64_t r, int p) {
+    paths = p;
+    rank = r;
+    bits = blr::bits(m, n, r, p);
+    bpw = static_cast<double>(bits) / static_cast<double>(m * n);
+}
+
+std::string Encoded::over_budget(double bpw_target) const {
+    return bpw > bpw_target ? fmt::format(" | over budget: rank 1 is {:.3f} bpw", bpw) : "";
+}
+
+int64_t one_path_rank(int64_t m, int64_t n, double bpw) {
+    return std::max<int64_t>(blr::rank_for(m, n, bpw, 1), 1);
+}
 
 Method parse_method(const std::string& s) {
     if (s == "nvg") return Method::nvg;

@@ -46,6 +46,17 @@ struct Encoded {
     double err_p1_sel = -1, err_p2_sel = -1;
     double seconds = 0;
     std::string line;  // the one-line report (SPEC §3.9)
+
+    // paths, rank, bits and bpw of an m × n tensor stored at rank r with P paths
+    void set_size(int64_t m, int64_t n, int64_t r, int p);
+    // the report line's note when the rank-1 floor took the tensor over its
+    // budget ("" when it is within it)
+    std::string over_budget(double bpw_target) const;
 };
+
+// Rank of a one-path encoding within `bpw`, at least 1: a budget below one
+// rank-1 path (a tiny tensor at a low bpw) gets rank 1, and the true bpw then
+// exceeds the target (Encoded::over_budget says so in the report line).
+int64_t one_path_rank(int64_t m, int64_t n, double bpw);
 
 }  // namespace cortiq::encode

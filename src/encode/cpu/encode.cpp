@@ -17,10 +17,7 @@ Encoded finish(const TensorContext& c, const blr::Model& md, Encoded out) {
         out.payload = blr::pack(md, &stored);
     }
     ScopedStage st(c.prof, "select");
-    out.paths = static_cast<int>(md.paths.size());
-    out.rank = md.r;
-    out.bits = blr::bits(md.m, md.n, md.r, out.paths);
-    out.bpw = static_cast<double>(out.bits) / static_cast<double>(md.m * md.n);
+    out.set_size(md.m, md.n, md.r, static_cast<int>(md.paths.size()));
     out.err_fit = rel_err(stored, c, Metric::fit);
     out.err_sel = rel_err(stored, c, Metric::sel);
     return out;
@@ -37,9 +34,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     Encoded out;
     if (o.method == Method::svid) {
         // Dual-SVID from the plain SVD of W (no whitening, ITQ, ALS or knots).
-        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
-        // the true bpw then exceeds the target, and the report line says so.
-        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
+        const int64_t r1 = one_path_rank(m, n, o.bpw);
         blr::Model md;
         md.m = m;
         md.n = n;
@@ -50,10 +45,9 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
             md.paths.push_back(svid(up, vp));
         }
         out = finish(c, md, std::move(out));
-        out.line =
-            fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit, out.err_sel);
-        if (out.bpw > o.bpw)
-            out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
+        out.line = fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit,
+                               out.err_sel) +
+                   out.over_budget(o.bpw);
         out.seconds = seconds_since(t0);
         return out;
     }
@@ -77,10 +71,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
         }
     }
     if (o.paths != PathsChoice::two) {
-        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
-        // the true bpw then exceeds the target, and the report line says so.
-        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
-        blr::Model md = build_init(c, r1, 1, o);
+        blr::Model md = build_init(c, one_path_rank(m, n, o.bpw), 1, o);
         if (knots) md = refine(std::move(md), c, o);
         cands.emplace_back(1, std::move(md));
     }
@@ -102,7 +93,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     out = finish(c, cands[best].second, std::move(out));
     out.line = fmt::format("pick P{} r{} | sel: {} | stored fit {:.4f} sel {:.4f}", p, out.rank,
                            notes, out.err_fit, out.err_sel);
-    if (out.bpw > o.bpw) out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
+    out.line += out.over_budget(o.bpw);
     out.seconds = seconds_since(t0);
     return out;
 }

@@ -61,10 +61,7 @@ Encoded finish(const TensorContext& c, const Model& md, Encoded out) {
         q.sv = md.paths[p].sv.clone(c.stream());
         sd.paths.push_back(std::move(q));
     }
-    out.paths = static_cast<int>(md.paths.size());
-    out.rank = md.r;
-    out.bits = blr::bits(md.m, md.n, md.r, out.paths);
-    out.bpw = static_cast<double>(out.bits) / static_cast<double>(md.m * md.n);
+    out.set_size(md.m, md.n, md.r, static_cast<int>(md.paths.size()));
     out.err_fit = rel_err(sd, c, Metric::fit);
     out.err_sel = rel_err(sd, c, Metric::sel);
     return out;
@@ -90,9 +87,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     Encoded out;
     if (o.method == Method::svid) {
         // Dual-SVID from the plain SVD of W (no whitening, ITQ, ALS or knots).
-        // A budget below one rank-1 path (a tiny tensor at a low bpw) gets rank 1:
-        // the true bpw then exceeds the target, and the report line says so.
-        const int64_t r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
+        const int64_t r1 = one_path_rank(m, n, o.bpw);
         Model md;
         md.m = m;
         md.n = n;
@@ -103,10 +98,9 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
             md.paths.push_back(svid(gpu, up, vp));
         }
         out = finish(c, md, std::move(out));
-        out.line =
-            fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit, out.err_sel);
-        if (out.bpw > o.bpw)
-            out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
+        out.line = fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r1, out.err_fit,
+                               out.err_sel) +
+                   out.over_budget(o.bpw);
         out.seconds = seconds_since(t0);
         return out;
     }
@@ -117,10 +111,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
         CORTIQ_CHECK(r2 >= 1 || o.paths != PathsChoice::two,
                      "{}x{} at {} bpw: the budget is below two rank-1 paths", m, n, o.bpw);
     }
-    if (o.paths != PathsChoice::two) {
-        // A budget below one rank-1 path gets rank 1 (true bpw above the target).
-        r1 = std::max<int64_t>(blr::rank_for(m, n, o.bpw, 1), 1);
-    }
+    if (o.paths != PathsChoice::two) r1 = one_path_rank(m, n, o.bpw);
     // Both candidates start from W's latents: one eigendecomposition for both.
     EigCache eig;
     if (r1 >= 1 && r2 >= 1) {
@@ -186,7 +177,7 @@ Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, P
     out = finish(c, cands[best].md, std::move(out));
     out.line = fmt::format("pick P{} r{} | sel: {} | stored fit {:.4f} sel {:.4f}", p, out.rank,
                            notes, out.err_fit, out.err_sel);
-    if (out.bpw > o.bpw) out.line += fmt::format(" | over budget: rank 1 is {:.3f} bpw", out.bpw);
+    out.line += out.over_budget(o.bpw);
     cands.clear();
     gpu.sync();
     out.seconds = seconds_since(t0);
