@@ -235,4 +235,19 @@ inline json small(const std::string& type) {
                 {"rope_theta", 10000.0},    {"max_position_embeddings", 64}};
 }
 
+// A small llama with a tied head, attention and MLP biases and llama3 RoPE
+// scaling: every optional piece of the Llama family at once.
+inline json small_llama3_tied_biased() {
+    auto c = small("llama");
+    c["tie_word_embeddings"] = true;
+    c["attention_bias"] = true;
+    c["mlp_bias"] = true;
+    c["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 16}};
+    return c;
+}
+
 }  // namespace cortiq::test

@@ -261,16 +261,7 @@ TEST(Synthetic, Llama) {
 }
 
 TEST(Synthetic, LlamaTiedBiasedLlama3Rope) {
-    auto c = small("llama");
-    c["tie_word_embeddings"] = true;
-    c["attention_bias"] = true;
-    c["mlp_bias"] = true;
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", 8.0},
-                         {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0},
-                         {"original_max_position_embeddings", 16}};
-    check_synthetic(c, "llama3");
+    check_synthetic(small_llama3_tied_biased(), "llama3");
 }
 
 TEST(Synthetic, Qwen2Biases) {

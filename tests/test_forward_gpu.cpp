@@ -218,16 +218,7 @@ TEST(GpuSynthetic, Llama) {
 
 TEST(GpuSynthetic, LlamaTiedBiasedLlama3Rope) {
     REQUIRE_GPU();
-    auto c = small("llama");
-    c["tie_word_embeddings"] = true;
-    c["attention_bias"] = true;
-    c["mlp_bias"] = true;
-    c["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", 8.0},
-                         {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0},
-                         {"original_max_position_embeddings", 16}};
-    check_synthetic_gpu(c, "gpu_llama3");
+    check_synthetic_gpu(small_llama3_tied_biased(), "gpu_llama3");
 }
 
 TEST(GpuSynthetic, Qwen2Biases) {
