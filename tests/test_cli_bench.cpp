@@ -8,30 +8,17 @@
 #include <filesystem>
 #include <string>
 
+#include "cli_run.hpp"
 #include "encode/bench.hpp"
 #include "encode/dispatch.hpp"
 #include "io/safetensors.hpp"
 
 using namespace cortiq;
+using cortiq::test::CliRun;
+using cortiq::test::run_cli;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct CliRun {
-    int code;
-    std::string out;
-};
-
-CliRun run_cli(const std::string& args) {
-    const std::string cmd = std::string(CORTIQ_CLI) + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t k;
-    while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), k);
-    const int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
 
 fs::path tmp_dir() {
     fs::path d = fs::temp_directory_path() / ("cortiq_cli_bench_" + std::to_string(getpid()));

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_run.hpp"
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "eval/ppl.hpp"
@@ -250,26 +251,6 @@ TEST(GpuSynthetic, OddHeadDim) {
 
 // ---------------------------------------------------------------- the CLI
 
-struct CliRun {
-    int code;
-    std::string out;
-};
-
-fs::path cli_path() {
-    return env_or("CORTIQ_CLI", CORTIQ_CLI);
-}
-
-CliRun run_cli(const std::string& args) {
-    const std::string cmd = cli_path().string() + " " + args + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t k;
-    while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), k);
-    const int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
-}
-
 TEST(GpuCli, WithoutGpuSaysSoAndFails) {
     if (model::gpu_available()) GTEST_SKIP() << "a GPU is visible";
     REQUIRE_DATA();
@@ -290,7 +271,7 @@ TEST(GpuCli, WithoutGpuSaysSoAndFails) {
 TEST(GpuCli, PplAndGenerateMatchCpu) {
     REQUIRE_GPU();
     REQUIRE_DATA();
-    if (!fs::exists(cli_path())) GTEST_SKIP() << "no cortiq binary at " << cli_path();
+    if (!fs::exists(cli_binary())) GTEST_SKIP() << "no cortiq binary at " << cli_binary();
     const std::string model = (kData / "models/tiny-llama-6m").string();
     const std::string text = (kData / "text/austen-heldout.txt").string();
     double ppl[2];

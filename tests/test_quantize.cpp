@@ -14,6 +14,7 @@
 
 #include "blr/sign.hpp"
 #include "calib/calib.hpp"
+#include "cli_run.hpp"
 #include "core/error.hpp"
 #include "eval/ppl.hpp"
 #include "io/safetensors.hpp"
@@ -23,6 +24,7 @@
 #include "quantize/quantize.hpp"
 
 using namespace cortiq;
+using cortiq::test::run_cli;
 namespace fs = std::filesystem;
 
 namespace {
@@ -56,20 +58,6 @@ quant::QuantizeOptions base_options(const fs::path& out) {
 std::string slurp(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-struct CliRun {
-    int code;
-    std::string out;
-};
-CliRun run_cli(const std::string& args) {
-    FILE* p = popen((std::string(CORTIQ_CLI) + " " + args + " 2>&1").c_str(), "r");
-    std::string out;
-    std::array<char, 4096> buf{};
-    size_t k;
-    while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), k);
-    const int st = pclose(p);
-    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
 }
 
 }  // namespace
