@@ -18,13 +18,15 @@ namespace cortiq::encode::cpu {
 namespace {
 
 // Greedy single-flip search maximising (sᵀb)² / (sᵀKs) from the current s.
+// Adds the passes it ran to *passes_run.
 int64_t column_search(double* s, const double* b, const MatD& k, double tol, int passes, double* ks,
-                      double* g_out) {
+                      double* g_out, int64_t* passes_run) {
     const int64_t r = k.rows();
     for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
     double alpha = la::dot(s, b, r), beta = la::dot(s, ks, r);
     int64_t flips = 0;
     for (int pass = 0; pass < passes; ++pass) {
+        ++*passes_run;
         int64_t nflip = 0;
         for (int64_t a = 0; a < r; ++a) {
             const double alpha2 = alpha - 2 * s[a] * b[a];
@@ -72,11 +74,12 @@ int64_t gptq_v(blr::Model& md, const TensorContext& c, size_t p, double tol, int
         std::copy(path.sv.row(perm[j]), path.sv.row(perm[j]) + r, s.row(j));
     }
     VecD ks(r);
-    int64_t flips = 0;
+    int64_t flips = 0, passes_run = 0;
     for (int64_t j0 = 0; j0 < n; j0 += block) {
         const int64_t j1 = std::min(n, j0 + block);
         for (int64_t j = j0; j < j1; ++j) {
-            flips += column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j]);
+            flips +=
+                column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j], &passes_run);
             // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j
             const double inv = 1.0 / uc(j, j);
             for (int64_t a = 0; a < r; ++a) e(j, a) = (b(j, a) - g[j] * ks[a]) * inv;
@@ -102,7 +105,10 @@ int64_t gptq_v(blr::Model& md, const TensorContext& c, size_t p, double tol, int
         std::copy(s.row(j), s.row(j) + r, path.sv.row(perm[j]));
         path.g[perm[j]] = g[j];
     }
-    if (c.prof) c.prof->add("gptq_v.flips", 0, flips);
+    if (c.prof) {
+        c.prof->add("gptq_v.flips", 0, flips);
+        c.prof->add("gptq_v.passes", 0, passes_run);
+    }
     return flips;
 }
 

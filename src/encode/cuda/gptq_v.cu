@@ -113,11 +113,12 @@ __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
         }
     };
 
-    unsigned long long total = 0;
+    unsigned long long total = 0, npass = 0;
     for (int64_t j = a.j0; j < a.j1; ++j) {
         double alpha, beta;  // α = sᵀb, β = sᵀKs (the decider's copy is current)
         gptq_load_column(a, j, ucol, eb, bv, ks, sg, red, alpha, beta);
         for (int pass = 0; pass < a.passes; ++pass) {
+            ++npass;
             load_block(kblk, 0, 0, t, T);  // window 0's diagonal block into buffer 0
             if (t == 0) fcount[1] = 0;     // no flips before window 0
             __syncthreads();
@@ -196,6 +197,7 @@ __global__ void __launch_bounds__(512) k_gptq_windowed(GptqArgs a, int nb) {
         gptq_store_column(a, j, eb, bv, ks, sg, alpha, beta);
     }
     if (t == 0 && total) atomicAdd(a.flips, total);
+    if (t == 0) atomicAdd(a.passes_run, npass);
 }
 
 }  // namespace
@@ -262,12 +264,25 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
     const DMat ks0 = mm(c.gpu, s, false, k, false, c.big(r), kExactA);
     DMat e(n, r, st);
     DVec gv(n, st);
-    DeviceBuffer<unsigned long long> flips(1, st);
-    CUDA_CHECK(cudaMemsetAsync(flips.get(), 0, sizeof(unsigned long long), st));
-    GptqArgs a{
-        b.data(),         s.data(),   ks0.data(), k.data(), kd.get(), c.ic.uc.data(),    e.data(),
-        gv.get(),         n,          r,          0,        0,        flip_tol_f32(tol), passes,
-        feedback ? 1 : 0, flips.get()};
+    DeviceBuffer<unsigned long long> counts(2, st);  // flips, passes run
+    CUDA_CHECK(cudaMemsetAsync(counts.get(), 0, 2 * sizeof(unsigned long long), st));
+    GptqArgs a{b.data(),
+               s.data(),
+               ks0.data(),
+               k.data(),
+               kd.get(),
+               c.ic.uc.data(),
+               e.data(),
+               gv.get(),
+               n,
+               r,
+               0,
+               0,
+               flip_tol_f32(tol),
+               passes,
+               feedback ? 1 : 0,
+               counts.get(),
+               counts.get() + 1};
     if (windowed)
         prepare_windowed(l);
     else
@@ -288,11 +303,14 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
     permute_rows(st, s.data(), path.sv.data(), c.ic.perm_d.get(), n, r, true);
     scatter(st, gv.get(), path.g.get(), c.ic.perm_d.get(), n);
     path.invalidate();
-    unsigned long long total = 0;
-    CUDA_CHECK(cudaMemcpyAsync(&total, flips.get(), sizeof total, cudaMemcpyDeviceToHost, st));
+    unsigned long long total[2] = {0, 0};
+    CUDA_CHECK(cudaMemcpyAsync(total, counts.get(), sizeof total, cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
-    if (c.prof) c.prof->add("gptq_v.flips", 0, static_cast<long long>(total));
-    return static_cast<int64_t>(total);
+    if (c.prof) {
+        c.prof->add("gptq_v.flips", 0, static_cast<long long>(total[0]));
+        c.prof->add("gptq_v.passes", 0, static_cast<long long>(total[1]));
+    }
+    return static_cast<int64_t>(total[0]);
 }
 
 }  // namespace cortiq::encode::cuda

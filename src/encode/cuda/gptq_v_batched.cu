@@ -38,11 +38,12 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
         const int64_t y = t + static_cast<int64_t>(k) * T;
         if (y < r) kd[y] = a.kd[y];
     }
-    unsigned long long total = 0;
+    unsigned long long total = 0, npass = 0;
     for (int64_t j = a.j0; j < a.j1; ++j) {
         double alpha, beta;  // α = sᵀb, β = sᵀKs, known to every thread
         gptq_load_column(a, j, ucol, eb, bv, ks, sg, red, alpha, beta);
         for (int pass = 0; pass < a.passes; ++pass) {
+            ++npass;
             int nflip = 0;
             int64_t pos = 0;
             while (pos < r) {
@@ -151,6 +152,7 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
         gptq_store_column(a, j, eb, bv, ks, sg, alpha, beta);
     }
     if (t == 0 && total) atomicAdd(a.flips, total);
+    if (t == 0) atomicAdd(a.passes_run, npass);
 }
 
 }  // namespace

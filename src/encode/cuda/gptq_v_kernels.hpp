@@ -21,6 +21,7 @@ struct GptqArgs {
     int passes;
     int feedback;
     unsigned long long* flips;
+    unsigned long long* passes_run;  // passes executed, summed over the columns
 };
 
 // A launch plan: threads per block, columns per block (bounded by shared memory).
