@@ -14,6 +14,7 @@
 #include "calib/sequential.hpp"
 #include "core/rng.hpp"
 #include "forward_reference.hpp"
+#include "gpu_skip.hpp"
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "quantize/quantize.hpp"
@@ -22,12 +23,6 @@ using namespace cortiq;
 using namespace cortiq::test;
 
 namespace {
-
-#define REQUIRE_GPU() \
-    if (!model::gpu_available()) GTEST_SKIP() << model::gpu_unavailable_reason()
-
-#define REQUIRE_DATA() \
-    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data at " << kData
 
 double rel(const MatD& a, const MatD& b) {
     double num = 0, den = 0;

@@ -25,6 +25,7 @@
 #include "core/rng.hpp"
 #include "eval/ppl.hpp"
 #include "forward_reference.hpp"
+#include "gpu_skip.hpp"
 #include "io/tokenizer.hpp"
 #include "model/generate.hpp"
 #include "model/gpu_model.hpp"
@@ -34,12 +35,6 @@ using namespace cortiq;
 using namespace cortiq::test;
 
 namespace {
-
-#define REQUIRE_GPU() \
-    if (!model::gpu_available()) GTEST_SKIP() << model::gpu_unavailable_reason()
-
-#define REQUIRE_DATA() \
-    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data at " << kData
 
 // Tolerances. Golden: float32 on both sides, cuBLAS and transformers sum in
 // different orders; the CPU meets 1e-4, the GPU is held to 1e-3 (the brief's

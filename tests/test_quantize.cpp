@@ -60,6 +60,17 @@ std::string slurp(const fs::path& p) {
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
+// perplexity over the first 40 kB of tinystories-valid, ctx 256
+double valid_ppl(const model::Model& m, const io::Tokenizer& tok) {
+    std::ifstream tf(kData + "/text/tinystories-valid.txt");
+    std::string text(40000, '\0');
+    tf.read(text.data(), static_cast<std::streamsize>(text.size()));
+    eval::PplOptions po;
+    po.ctx = 256;
+    po.progress = false;
+    return eval::perplexity(m, tok, text, po).ppl;
+}
+
 }  // namespace
 
 class Quantize : public ::testing::Test {
@@ -96,14 +107,7 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
     const auto mq = model::Model::load((d / "a.safetensors").string());
     const auto mf = model::Model::load(kModel);
     const auto tok = io::Tokenizer::load((d / "a.safetensors").string());
-    std::ifstream tf(kData + "/text/tinystories-valid.txt");
-    std::string text(40000, '\0');
-    tf.read(text.data(), static_cast<std::streamsize>(text.size()));
-    eval::PplOptions po;
-    po.ctx = 256;
-    po.progress = false;
-    const double pq = eval::perplexity(mq, tok, text, po).ppl,
-                 pf = eval::perplexity(mf, tok, text, po).ppl;
+    const double pq = valid_ppl(mq, tok), pf = valid_ppl(mf, tok);
     EXPECT_TRUE(std::isfinite(pq));
     EXPECT_GT(pq, pf);
     // 64-wide layers at 1 bpw get rank 14: far worse than FP, but not noise
@@ -232,16 +236,6 @@ double rel_error(const MatF& a, const MatF& b) {
         den += static_cast<double>(b.data()[i]) * b.data()[i];
     }
     return std::sqrt(num / den);
-}
-
-double valid_ppl(const model::Model& m, const io::Tokenizer& tok) {
-    std::ifstream tf(kData + "/text/tinystories-valid.txt");
-    std::string text(40000, '\0');
-    tf.read(text.data(), static_cast<std::streamsize>(text.size()));
-    eval::PplOptions po;
-    po.ctx = 256;
-    po.progress = false;
-    return eval::perplexity(m, tok, text, po).ppl;
 }
 
 }  // namespace
