@@ -1,7 +1,7 @@
 // Sequential calibration on the GPU (calib::SequentialCalib with
 // model::Device::gpu) against the CPU path on the same windows: the float64
-// Grams of every linear-layer input, after a weight is replaced, after the
-// states move through a block, and of the LM head's input; then quantize
+// Grams (and the cross Grams with the original model) of every linear-layer input, after a weight
+// is replaced, after the states move through a block, and of the LM head's input; then quantize
 // --device gpu end to end. Skips without a GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -66,15 +66,19 @@ TEST(CalibGpu, GramsEqualTheCpuPathThroughReplacedWeightsAndBlocks) {
     for (const char* name : {"tiny-llama-6m", "tiny-qwen3-6m"}) {
         model::Model cpu_m = model::Model::load((kData / "models" / name).string());
         model::Model gpu_m = model::Model::load((kData / "models" / name).string());
+        // the uncompressed model, for the cross Grams of --match original
+        const model::Model orig = model::Model::load((kData / "models" / name).string());
         // 5 fit and 3 held-out windows of 64 tokens
         const calib::CalibSet cs = windows(cpu_m.config().vocab_size, 5, 3, 64, 7);
-        calib::SequentialCalib cpu(cpu_m, cs, model::Device::cpu);
-        calib::SequentialCalib gpu(gpu_m, cs, model::Device::gpu);
+        calib::SequentialCalib cpu(cpu_m, cs, model::Device::cpu, &orig);
+        calib::SequentialCalib gpu(gpu_m, cs, model::Device::gpu, &orig);
         for (int64_t l = 0; l < 2; ++l) {
             for (const char* input :
                  {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"}) {
                 expect_same(gpu.grams(l, input), cpu.grams(l, input),
                             fmt::format("{} layer {} {}", name, l, input));
+                EXPECT_LT(rel(gpu.cross_gram(l, input), cpu.cross_gram(l, input)), kGramTol)
+                    << name << " layer " << l << " " << input << " (cross)";
                 // replace the layer that reads this input by a changed copy on both sides
                 const std::string lin = input;
                 for (model::Model* m : {&cpu_m, &gpu_m}) {
@@ -116,25 +120,28 @@ TEST(CalibGpu, QuantizeOnTheGpuProducesAValidFileWithGpuCalibration) {
     REQUIRE_GPU();
     REQUIRE_DATA();
     const fs::path out = fs::temp_directory_path() / "cortiq_calib_gpu.safetensors";
-    fs::remove(out);
-    quant::QuantizeOptions o;
-    o.model_dir = (kData / "models" / "stories260K").string();
-    o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
-    o.out_path = out.string();
-    o.bpw = 1.0;
-    o.device = encode::Device::gpu;
-    o.calib.samples = 16;
-    o.calib.seqlen = 128;
-    o.progress = false;
-    o.force = true;
-    const auto rep = quant::quantize(o);
-    EXPECT_EQ(rep.tensors.size(), 35u);
-    EXPECT_LE(rep.linear_bits, static_cast<int64_t>(1.0 * rep.linear_params) + 1);
-    for (const auto& t : rep.tensors) {
-        EXPECT_GT(t.err_sel, 0) << t.name;
-        EXPECT_LT(t.err_sel, 1.0) << t.name;
+    for (const bool match_original : {false, true}) {
+        fs::remove(out);
+        quant::QuantizeOptions o;
+        o.model_dir = (kData / "models" / "stories260K").string();
+        o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
+        o.out_path = out.string();
+        o.bpw = 1.0;
+        o.device = encode::Device::gpu;
+        o.calib.samples = 16;
+        o.calib.seqlen = 128;
+        o.progress = false;
+        o.force = true;
+        o.match_original = match_original;
+        const auto rep = quant::quantize(o);
+        EXPECT_EQ(rep.tensors.size(), 35u);
+        EXPECT_LE(rep.linear_bits, static_cast<int64_t>(1.0 * rep.linear_params) + 1);
+        for (const auto& t : rep.tensors) {
+            EXPECT_GT(t.err_sel, 0) << t.name;
+            EXPECT_LT(t.err_sel, 1.0) << t.name;
+        }
+        const model::Model q = model::Model::load(out.string());
+        EXPECT_EQ(q.num_layers(), 5);
     }
-    const model::Model q = model::Model::load(out.string());
-    EXPECT_EQ(q.num_layers(), 5);
     fs::remove(out);
 }

@@ -11,14 +11,18 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "blr/sign.hpp"
 #include "calib/calib.hpp"
+#include "calib/sequential.hpp"
 #include "cli_run.hpp"
 #include "core/error.hpp"
+#include "core/rng.hpp"
 #include "eval/ppl.hpp"
 #include "io/safetensors.hpp"
 #include "io/tokenizer.hpp"
+#include "linalg/blas.hpp"
 #include "model/llama.hpp"
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
@@ -494,5 +498,152 @@ TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {
     r = run_cli(args + " --calib " + kCalib + " -o " + b);
     ASSERT_EQ(r.code, 0) << r.out;
     EXPECT_NE(slurp(a), slurp(b));
+    fs::remove_all(d);
+}
+
+// --match original: encoding W_t = W (C + cI) A⁻¹ in the damped metric A is the
+// same problem as matching the original outputs, ‖W X_o − Ŵ X_c‖² + c‖Ŵ − W‖²:
+// for any two candidates Ŵ the two objectives differ by the same amount, W_t
+// does better than W on the original outputs, and without drift W_t = W.
+TEST(DriftTarget, EncodingTheTargetMatchesTheOriginalOutputs) {
+    const int64_t m = 7, n = 5, T = 200;
+    Rng rng(3);
+    auto randn = [&](int64_t r, int64_t c) {
+        MatD a(r, c);
+        for (auto& v : a.vec()) v = rng.normal();
+        return a;
+    };
+    const MatD w = randn(m, n), x_o = randn(T, n);
+    MatD x_c = x_o;  // the compressed model's inputs: drifted
+    for (auto& v : x_c.vec()) v = 0.8 * v + 0.3 * rng.normal();
+    MatD h = la::gemm(x_c, true, x_c, false), cross = la::gemm(x_o, true, x_c, false);
+    for (auto& v : h.vec()) v /= T;
+    for (auto& v : cross.vec()) v /= T;
+    double c = 0;
+    for (int64_t i = 0; i < n; ++i) c += 0.03 * h(i, i) / n;
+    const MatD w_t = quant::drift_target(w, cross, h, c);
+    auto objective = [&](const MatD& wh) {  // ‖W X_o − Ŵ X_c‖²/T + c‖Ŵ − W‖²
+        const MatD y = la::gemm(x_o, false, w, true);
+        const MatD yh = la::gemm(x_c, false, wh, true);
+        double s = 0, d = 0;
+        for (int64_t i = 0; i < y.size(); ++i)
+            s += (y.data()[i] - yh.data()[i]) * (y.data()[i] - yh.data()[i]);
+        for (int64_t i = 0; i < w.size(); ++i)
+            d += (wh.data()[i] - w.data()[i]) * (wh.data()[i] - w.data()[i]);
+        return s / T + c * d;
+    };
+    auto metric = [&](const MatD& wh) {  // tr((Ŵ − W_t) A (Ŵ − W_t)ᵀ)
+        MatD e = wh, a = h;
+        for (int64_t i = 0; i < e.size(); ++i) e.data()[i] -= w_t.data()[i];
+        for (int64_t i = 0; i < n; ++i) a(i, i) += c;
+        return la::frob_dot(la::gemm(e, false, a, false), e);
+    };
+    const MatD w1 = randn(m, n), w2 = randn(m, n);
+    EXPECT_NEAR(objective(w1) - objective(w2), metric(w1) - metric(w2),
+                1e-9 * std::abs(objective(w1)));
+    // W_t minimises the objective; W, the uncorrected target, is off by metric(W) > 0
+    EXPECT_NEAR(objective(w) - objective(w_t), metric(w), 1e-9 * objective(w));
+    EXPECT_GT(metric(w), 0.02 * objective(w));
+    const MatD same = quant::drift_target(w, h, h, c);  // C = H: no drift
+    for (int64_t i = 0; i < w.size(); ++i)
+        EXPECT_NEAR(same.data()[i], w.data()[i], 1e-8);  // the solve's 1e-10 ridge
+}
+
+// The cross Gram of the original and the compressed model's inputs, stepped
+// block by block, equals Σ x_o x_cᵀ / T from two whole forward passes (their
+// hooks), after a layer is replaced and the states advance through it; with
+// nothing replaced yet it is the Gram itself.
+TEST_F(Quantize, CrossGramMatchesTwoForwardPasses) {
+    model::Model m = model::Model::load(kModel);
+    const model::Model orig = model::Model::load(kModel);
+    const io::Tokenizer tok = io::Tokenizer::load(kModel);
+    calib::CalibOptions co;
+    co.samples = 4;
+    co.seqlen = 64;
+    std::ifstream f(kCalib);
+    const calib::CalibSet cs = calib::make_calib_set(
+        tok, std::string(std::istreambuf_iterator<char>(f), {}), co, "tinystories-calib");
+    calib::SequentialCalib states(m, cs, model::Device::cpu, &orig);
+    auto rel = [](const MatD& a, const MatD& b) {  // ‖a − b‖_F / ‖b‖_F
+        double num = 0, den = 0;
+        for (int64_t i = 0; i < b.size(); ++i) {
+            num += std::pow(a.data()[i] - b.data()[i], 2);
+            den += std::pow(b.data()[i], 2);
+        }
+        return std::sqrt(num / den);
+    };
+    // float32 products from SSYRK and SGEMM: rounding only
+    EXPECT_LT(
+        rel(states.cross_gram(0, "self_attn.q_proj"), states.grams(0, "self_attn.q_proj").first),
+        1e-5);
+    for (const char* lin : {"self_attn.q_proj", "self_attn.v_proj", "mlp.up_proj"}) {
+        MatF w = m.linear(0, lin).w->dense();
+        for (int64_t i = 0; i < w.size(); ++i) w.data()[i] *= (i % 3) ? 0.7f : -0.4f;
+        m.linear(0, lin).w = std::make_unique<model::DenseLinear>(std::move(w));
+        states.weight_changed(0, lin);
+    }
+    const MatD c0 = states.cross_gram(0, "self_attn.o_proj");
+    states.advance(0);
+    const MatD c1 = states.cross_gram(1, "mlp.gate_proj");
+    // the same from whole forward passes of both models
+    auto brute = [&](int64_t layer, std::string_view input) {
+        const int64_t width =
+            input == "self_attn.o_proj" ? m.config().q_dim() : m.config().hidden_size;
+        calib::CrossGramAccumulator acc(width, width);
+        for (const auto& win : cs.fit) {
+            std::vector<float> xo;
+            const model::LinearInputHook keep = [&](int64_t l, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t cols) {
+                if (l == layer && in == input) xo.assign(x, x + rows * cols);
+            };
+            const model::LinearInputHook pair = [&](int64_t l, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t) {
+                if (l == layer && in == input) acc.add(xo.data(), x, rows);
+            };
+            model::ForwardOptions fo;
+            fo.hook = &keep;
+            orig.forward(win, fo);
+            fo.hook = &pair;
+            m.forward(win, fo);
+        }
+        return acc.mean();
+    };
+    for (auto [c, want, what] : {std::tuple{&c0, brute(0, "self_attn.o_proj"), "layer 0 o_proj"},
+                                 std::tuple{&c1, brute(1, "mlp.gate_proj"), "layer 1 gate"}}) {
+        ASSERT_EQ(c->rows(), want.rows()) << what;
+        EXPECT_LT(rel(*c, want), 1e-5) << what;
+    }
+    // and it is not the plain Gram any more
+    EXPECT_GT(rel(c1, states.grams(1, "mlp.gate_proj").first), 1e-2);
+}
+
+// quantize --match original: a valid file whose metadata says so; a resume
+// with the other objective is refused (the journal's settings differ).
+TEST_F(Quantize, MatchOriginalRecordsItsObjectiveAndRefusesAMixedResume) {
+    const fs::path d = tmp_dir("match");
+    quant::QuantizeOptions o = base_options(d / "q.safetensors");
+    o.match_original = true;
+    o.interrupt_after_layer = 1;
+    EXPECT_THROW(quant::quantize(o), Error);
+    quant::QuantizeOptions other = o;
+    other.match_original = false;
+    other.interrupt_after_layer = -1;
+    other.resume = true;
+    try {
+        quant::quantize(other);
+        ADD_FAILURE() << "a resume with the other objective was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("other settings"), std::string::npos) << e.what();
+    }
+    o.interrupt_after_layer = -1;
+    o.resume = true;
+    const auto rep = quant::quantize(o);
+    EXPECT_EQ(rep.resumed_layers, 2);
+    const io::SafetensorsFile st = io::SafetensorsFile::open((d / "q.safetensors").string());
+    const auto meta = nlohmann::json::parse(st.metadata().at("cortiq"));
+    EXPECT_EQ(meta.at("match"), "original");
+    const model::Model q = model::Model::load((d / "q.safetensors").string());
+    const double p = valid_ppl(q, io::Tokenizer::load(kModel));
+    EXPECT_TRUE(std::isfinite(p));
     fs::remove_all(d);
 }

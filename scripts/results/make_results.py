@@ -10,6 +10,8 @@ rows = [json.loads(l) for l in open(src) if l.strip()]
 by = collections.defaultdict(dict)  # (model, text) -> {(method, bpw, device, calib): row}
 for r in rows:
     calib = "" if r["method"] == "fp" else r.get("calib", "tinystories-calib")
+    if calib and r.get("match", "layer") != "layer":
+        calib += f", match {r['match']}"
     by[(r["model"], r["text"])][(r["method"], r["bpw_target"], r.get("device", ""), calib)] = r
 calibs = sorted({k[3] for d in by.values() for k in d if k[3]}, key=lambda c: (c != "tinystories-calib", c))
 CALIB_NOTE = {

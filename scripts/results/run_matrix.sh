@@ -10,11 +10,13 @@
 #   PPL_DEVICE  device of the perplexity runs (default: DEVICE)
 #   CALIB       calibration text, DATA_DIR/text/CALIB.txt (default tinystories-calib;
 #               scripts/calib/make_calib_mix.py builds calib-mix, a sample of the 6M models' training mix)
+#   MATCH       layer (default) or original: quantize --match (entries with original say so)
 # Entries already in OUT.jsonl are skipped, so an interrupted matrix continues.
 set -euo pipefail
 out=$1 data=$2 models=$3 methods=$4 bpws=$5 texts=$6 device=${7:-cpu} samples=${8:-128}
 cortiq=${CORTIQ:-build/tools/cortiq/cortiq}
 jobs=${JOBS:-1} threads=${THREADS:-0} ppl_device=${PPL_DEVICE:-$device} calib=${CALIB:-tinystories-calib}
+match=${MATCH:-layer}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 touch "$out"
@@ -24,12 +26,19 @@ ppl_json() {  # MODEL_OR_FILE TEXT
     --device "$ppl_device" 2>"$tmp/ppl.$BASHPID.err" || { cat "$tmp/ppl.$BASHPID.err" >&2; return 1; }
 }
 
+entry_key() {  # MODEL METHOD BPW: the start of the run's entries
+  local k="\"model\": \"$1\", \"method\": \"$2\", \"bpw_target\": $3, \"calib\": \"$calib\","
+  [ "$match" = layer ] || k+=" \"match\": \"$match\","
+  printf '%s' "$k"
+}
+
 run_one() {  # MODEL METHOD BPW
   local model=$1 method=$2 bpw=$3
-  local key="\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw, \"calib\": \"$calib\","
-  local q=$tmp/$model.$method.$bpw.$calib.safetensors js=$tmp/$model.$method.$bpw.$calib.json lines=""
+  local key
+  key=$(entry_key "$model" "$method" "$bpw")
+  local q=$tmp/$model.$method.$bpw.$calib.$match.safetensors js=$tmp/$model.$method.$bpw.$calib.$match.json lines=""
   if ! $cortiq quantize "$data/models/$model" --bpw "$bpw" --method "$method" \
-      --calib "$data/text/$calib.txt" --samples "$samples" --device "$device" \
+      --calib "$data/text/$calib.txt" --samples "$samples" --device "$device" --match "$match" \
       --threads "$threads" -o "$q" --force -q --json "$js" >/dev/null 2>"$js.err"; then
     echo "FAILED quantize $model $method $bpw: $(tail -1 "$js.err")" >&2
     return 0
@@ -44,7 +53,7 @@ run_one() {  # MODEL METHOD BPW
   rm -f "$q"
   # one append per run: concurrent runs do not interleave their lines
   printf '%s' "$lines" >> "$out"
-  echo "done $model $method $bpw ($calib)" >&2
+  echo "done $model $method $bpw ($calib, match $match)" >&2
 }
 
 for model in $models; do
@@ -58,7 +67,7 @@ done
 for model in $models; do
   for method in $methods; do
     for bpw in $bpws; do
-      grep -q "\"model\": \"$model\", \"method\": \"$method\", \"bpw_target\": $bpw, \"calib\": \"$calib\"," "$out" && continue
+      grep -qF "$(entry_key "$model" "$method" "$bpw") \"text\"" "$out" && continue
       while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
       run_one "$model" "$method" "$bpw" &
     done

@@ -116,4 +116,24 @@ MatD GramAccumulator::mean() const {
     return h;
 }
 
+void CrossGramAccumulator::add(const float* a, const float* b, int64_t rows) {
+    if (rows == 0) return;
+    const int64_t na = sum_.rows(), nb = sum_.cols();
+    std::vector<float> g(static_cast<size_t>(na * nb), 0.0f);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(na), static_cast<int>(nb),
+                static_cast<int>(rows), 1.0f, a, static_cast<int>(na), b, static_cast<int>(nb),
+                0.0f, g.data(), static_cast<int>(nb));
+    for (int64_t i = 0; i < na; ++i)
+        for (int64_t j = 0; j < nb; ++j) sum_(i, j) += g[static_cast<size_t>(i * nb + j)];
+    tokens_ += rows;
+}
+
+MatD CrossGramAccumulator::mean() const {
+    MatD c = sum_;
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    for (int64_t i = 0; i < c.rows(); ++i)
+        for (int64_t j = 0; j < c.cols(); ++j) c(i, j) *= inv;
+    return c;
+}
+
 }  // namespace cortiq::calib

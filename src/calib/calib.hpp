@@ -59,4 +59,18 @@ class GramAccumulator {
     int64_t tokens_ = 0;
 };
 
+// (1/T) Σ a bᵀ over paired rows a (width na) and b (width nb), in float64:
+// the cross Gram of the original model's and the compressed model's inputs
+// of one linear layer (quantize --match original).
+class CrossGramAccumulator {
+  public:
+    CrossGramAccumulator(int64_t na, int64_t nb) : sum_(na, nb) {}
+    void add(const float* a, const float* b, int64_t rows);
+    MatD mean() const;
+
+  private:
+    MatD sum_;
+    int64_t tokens_ = 0;
+};
+
 }  // namespace cortiq::calib

@@ -9,16 +9,23 @@
 
 namespace cortiq::calib {
 
-SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Device device)
-    : m_(m) {
+SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Device device,
+                                 const model::Model* original)
+    : m_(m), original_(original) {
     if (device == model::Device::gpu) {
         gpu_ = std::make_unique<model::GpuModel>(m);
         gpu_->calib_load(0, cs.fit);
         gpu_->calib_load(1, cs.sel);
+        if (original_) {
+            gpu_original_ = std::make_unique<model::GpuModel>(*original_);
+            gpu_original_->calib_load(0, cs.fit);
+        }
         return;
     }
     for (const auto& w : cs.fit) xs_[0].push_back(m.embed(w));
     for (const auto& w : cs.sel) xs_[1].push_back(m.embed(w));
+    if (original_)
+        for (const auto& w : cs.fit) xo_.push_back(original_->embed(w));
 }
 
 SequentialCalib::~SequentialCalib() = default;
@@ -43,6 +50,36 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
         h[set] = acc->mean();
     }
     return {std::move(h[0]), std::move(h[1])};
+}
+
+MatD SequentialCalib::cross_gram(int64_t layer, std::string_view input) {
+    CORTIQ_ASSERT(original_, "cross_gram needs the original model");
+    if (gpu_) return gpu_->calib_cross_gram(0, layer, input, *gpu_original_);
+    std::optional<CrossGramAccumulator> acc;
+    MatF xo;  // the original model's input, one window
+    model::BlockActivations act;
+    for (size_t w = 0; w < xs_[0].size(); ++w) {
+        const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
+                                                int64_t rows, int64_t cols) {
+            if (in != input) return;
+            xo = MatF(rows, cols);
+            std::copy(x, x + rows * cols, xo.data());
+        };
+        act.x = xo_[w];
+        original_->block(layer, 0, nullptr, act, &keep, input);
+        CORTIQ_CHECK(xo.rows() > 0, "block {} has no linear-layer input named '{}'", layer, input);
+        const model::LinearInputHook pair = [&](int64_t, std::string_view in, const float* x,
+                                                int64_t rows, int64_t cols) {
+            if (in != input) return;
+            CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape", in);
+            if (!acc) acc.emplace(cols, cols);
+            acc->add(xo.data(), x, rows);
+        };
+        act.x = xs_[0][w];
+        m_.block(layer, 0, nullptr, act, &pair, input);
+    }
+    CORTIQ_CHECK(acc, "no fit windows for the cross Gram of '{}'", input);
+    return acc->mean();
 }
 
 std::pair<MatD, MatD> SequentialCalib::head_grams() {
@@ -72,6 +109,7 @@ void SequentialCalib::advance(int64_t layer) {
     if (gpu_) {
         gpu_->calib_advance(0, layer);
         gpu_->calib_advance(1, layer);
+        if (gpu_original_) gpu_original_->calib_advance(0, layer);
         return;
     }
     model::BlockActivations act;
@@ -81,6 +119,11 @@ void SequentialCalib::advance(int64_t layer) {
             m_.block(layer, 0, nullptr, act);
             x = std::move(act.out);
         }
+    for (auto& x : xo_) {
+        act.x = std::move(x);
+        original_->block(layer, 0, nullptr, act);
+        x = std::move(act.out);
+    }
 }
 
 }  // namespace cortiq::calib

@@ -145,9 +145,13 @@ std::pair<VecD, MatD> sym_eig(const MatD& a) {
     return sym_eig_top(a, a.rows());
 }
 
-VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel) {
+namespace {
+
+// The lower Cholesky factor of A + ridge · mean|diag| I, the ridge growing
+// from ridge_rel until the factorisation succeeds.
+MatD spd_factor(const MatD& a, double ridge_rel) {
     const int64_t n = a.rows();
-    CORTIQ_ASSERT(a.cols() == n && static_cast<int64_t>(b.size()) == n);
+    CORTIQ_ASSERT(a.cols() == n);
     double mean_diag = 0;
     for (int64_t i = 0; i < n; ++i) mean_diag += std::abs(a(i, i));
     mean_diag = n ? mean_diag / static_cast<double>(n) : 0.0;
@@ -156,15 +160,33 @@ VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel) {
     for (int attempt = 0; attempt < 12; ++attempt) {
         MatD f = a;
         for (int64_t i = 0; i < n; ++i) f(i, i) += ridge * mean_diag;
-        if (cholesky(f, false)) {
-            VecD x = b;
-            LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', static_cast<int>(n), 1, f.data(),
-                           static_cast<int>(n), x.data(), 1);
-            return x;
-        }
+        if (cholesky(f, false)) return f;
         ridge = std::max(ridge * 10, 1e-12);
     }
     CORTIQ_FAIL("SPD solve failed: {}x{} system is not positive definite", n, n);
+}
+
+}  // namespace
+
+VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel) {
+    const int64_t n = a.rows();
+    CORTIQ_ASSERT(static_cast<int64_t>(b.size()) == n);
+    const MatD f = spd_factor(a, ridge_rel);
+    VecD x = b;
+    LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', static_cast<int>(n), 1, f.data(), static_cast<int>(n),
+                   x.data(), 1);
+    return x;
+}
+
+MatD solve_spd(const MatD& a, const MatD& b, double ridge_rel) {
+    const int64_t n = a.rows();
+    CORTIQ_ASSERT(b.rows() == n);
+    const MatD f = spd_factor(a, ridge_rel);
+    MatD x = b;
+    if (x.cols() > 0)
+        LAPACKE_dpotrs(LAPACK_ROW_MAJOR, 'L', static_cast<int>(n), static_cast<int>(x.cols()),
+                       f.data(), static_cast<int>(n), x.data(), static_cast<int>(x.cols()));
+    return x;
 }
 
 MatD polar_newton_schulz(const MatD& m, double tol, int max_iter, int* iters) {

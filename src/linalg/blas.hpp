@@ -39,6 +39,8 @@ std::pair<VecD, MatD> sym_eig(const MatD& a);
 // Solve A x = b for SPD A with a relative ridge (ridge · mean diag added to
 // the diagonal), growing it if the factorisation fails.
 VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel = 1e-10);
+// The same for the columns of B (A X = B, X the size of B).
+MatD solve_spd(const MatD& a, const MatD& b, double ridge_rel = 1e-10);
 
 // Orthogonal polar factor Q of a square M (M = Q P): Newton–Schulz
 // X ← X(3I − XᵀX)/2 from M/‖M‖_F until ‖XᵀX − I‖_F ≤ tol (≤ max_iter).

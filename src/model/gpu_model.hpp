@@ -49,6 +49,10 @@ class GpuModel final : public Runtime {
     // `layer` (a LinearInputHook input name) with the weights as they are now;
     // input "lm_head": the final RMSNorm of the hidden states (layer ignored).
     MatD calib_gram(int set, int64_t layer, std::string_view input);
+    // (1/T) Σ x_o x_cᵀ in float64 over the set's rows: x_o the input as
+    // `original` (another GpuModel on this GPU, the same windows loaded as the
+    // same set) computes it, x_c as this model does; not for "lm_head".
+    MatD calib_cross_gram(int set, int64_t layer, std::string_view input, GpuModel& original);
     // The set's hidden states through block `layer`.
     void calib_advance(int set, int64_t layer);
     // Replaces a linear layer's weight ("self_attn.q_proj", ...; same shape,

@@ -50,6 +50,9 @@ void GpuModel::calib_load(int, const std::vector<std::vector<int32_t>>&) {
 MatD GpuModel::calib_gram(int, int64_t, std::string_view) {
     no_gpu();
 }
+MatD GpuModel::calib_cross_gram(int, int64_t, std::string_view, GpuModel&) {
+    no_gpu();
+}
 void GpuModel::calib_advance(int, int64_t) {
     no_gpu();
 }

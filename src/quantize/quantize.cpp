@@ -30,6 +30,7 @@
 #include "io/safetensors.hpp"
 #include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
+#include "linalg/blas.hpp"
 #include "model/llama.hpp"
 #include "quantize/encode_group.hpp"
 #include "quantize/journal.hpp"
@@ -94,6 +95,20 @@ std::vector<std::string> checkpoint_files(const io::Checkpoint& ck) {
 }
 
 }  // namespace
+
+MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
+    const int64_t n = w.cols();
+    CORTIQ_CHECK(cross.rows() == n && cross.cols() == n && h_fit.rows() == n,
+                 "drift target: weight of {} inputs, cross Gram {}x{}, Gram {}x{}", n, cross.rows(),
+                 cross.cols(), h_fit.rows(), h_fit.cols());
+    MatD a = h_fit, c = cross;
+    for (int64_t i = 0; i < n; ++i) {
+        a(i, i) += damping;
+        c(i, i) += damping;
+    }
+    // W_tᵀ = A⁻¹ (W (C + cI))ᵀ, A symmetric
+    return la::solve_spd(a, la::gemm(w, false, c, false).transposed()).transposed();
+}
 
 nlohmann::json TensorReport::to_json(bool with_seconds) const {
     nlohmann::json j = {{"method", method}, {"shape", {m, n}},    {"bpw_target", bpw_target},
@@ -217,6 +232,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                   : o.enc.paths == encode::PathsChoice::one     ? "1"
                                                                 : "2"},
         {"rho", o.enc.rho},
+        {"match", o.match_original ? "original" : "layer"},
         {"calib", calib_names},
         {"calib_sha256", calib_hashes},
         {"samples_fit", cs.fit.size()},
@@ -245,8 +261,11 @@ QuantizeReport quantize(const QuantizeOptions& o) {
 
     // ── hidden states of every calibration window, on the forward device ──
     const auto tc0 = std::chrono::steady_clock::now();
+    std::optional<model::Model> original;  // --match original: the uncompressed model
+    if (o.match_original) original.emplace(model::Model::load(o.model_dir));
     calib::SequentialCalib states(
-        mdl, cs, o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu);
+        mdl, cs, o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu,
+        original ? &*original : nullptr);
     rep.calib_seconds += seconds_since(tc0);
 
     std::map<std::string, std::vector<uint8_t>> payloads;
@@ -287,6 +306,14 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 // Grams of this input, with everything before it already compressed.
                 const auto tc = std::chrono::steady_clock::now();
                 const auto [h_fit, h_sel] = states.grams(l, g.input);
+                if (original) {
+                    const MatD cross = states.cross_gram(l, g.input);
+                    double mean_diag = 0;
+                    for (int64_t i = 0; i < h_fit.rows(); ++i) mean_diag += h_fit(i, i);
+                    mean_diag /= static_cast<double>(h_fit.rows());
+                    for (auto& job : jobs)
+                        job.w = drift_target(job.w, cross, h_fit, o.enc.rho * mean_diag);
+                }
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
                 const std::string what =

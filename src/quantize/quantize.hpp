@@ -24,6 +24,11 @@ struct QuantizeOptions {
     encode::Device device = encode::Device::cpu;
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
     calib::CalibOptions calib;
+    // Each linear layer's target: false, its own outputs on the compressed
+    // model's inputs (GPTQ's true-sequential objective ‖(W − Ŵ) X_c‖);
+    // true, the original model's outputs, ‖W X_o − Ŵ X_c‖ (the drift of the
+    // layers before it is corrected; see drift_target).
+    bool match_original = false;
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
@@ -58,6 +63,17 @@ struct QuantizeReport {
 };
 
 QuantizeReport quantize(const QuantizeOptions& o);
+
+// The least-squares target of --match original. With C = (1/T) Σ x_o x_cᵀ
+// (original and compressed inputs), H the Gram of the compressed inputs and
+// the damping c of the encoder's metric A = H + c·I, the damping taken as a
+// pull towards the original weight,
+//   ‖W X_o − Ŵ X_c‖² + c‖Ŵ − W‖² = tr((Ŵ − W_t) A (Ŵ − W_t)ᵀ) + const,
+//   W_t = W (C + c·I) A⁻¹ = W + W (C − H) A⁻¹,
+// so encoding W_t in the metric A (what the encoder does with H_fit and ρ)
+// minimises the error against the original outputs; without drift (C = H)
+// W_t = W.
+MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping);
 
 // One line per tensor (name, shape, kind, bpw, rank, paths, errors) after
 // validating every payload; throws on the first invalid one.

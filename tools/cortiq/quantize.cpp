@@ -14,7 +14,7 @@ namespace {
 
 struct QuantizeArgs {
     quant::QuantizeOptions o;
-    std::string method = "nvg", paths = "auto", device = "cpu", json;
+    std::string method = "nvg", paths = "auto", device = "cpu", match = "layer", json;
     int threads = 0;
     bool quiet = false;
 };
@@ -49,6 +49,11 @@ void add_quantize(CLI::App& app) {
                     "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
     cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--match", a->match,
+                    "each layer's target: 'layer' (its own outputs on the compressed model's "
+                    "inputs, as GPTQ) or 'original' (the original model's outputs, which corrects "
+                    "the drift of the layers before it)")
+        ->check(CLI::IsMember({"layer", "original"}));
     cmd->add_option("--jobs", a->o.jobs, "tensors in flight on the GPU (0: automatic)");
     cmd->add_option("--threads", a->threads, "host threads (0: all)");
     cmd->add_flag("--resume", a->o.resume, "continue an interrupted run from its journal");
@@ -60,6 +65,7 @@ void add_quantize(CLI::App& app) {
         a->o.enc.method = encode::parse_method(a->method);
         a->o.enc.paths = encode::parse_paths(a->paths);
         a->o.device = encode::parse_device(a->device);
+        a->o.match_original = a->match == "original";
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);

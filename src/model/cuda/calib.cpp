@@ -33,6 +33,18 @@ cuda::DeviceLinear& linear_named(cuda::DeviceLayer& l, std::string_view name) {
     CORTIQ_FAIL("no linear layer named '{}' in a decoder block", name);
 }
 
+// Width of a linear-layer input (a LinearInputHook name, or "lm_head").
+int64_t input_width(const io::ModelConfig& c, std::string_view input) {
+    const int64_t width =
+        input == "lm_head" || input == "self_attn.q_proj" || input == "mlp.gate_proj"
+            ? c.hidden_size
+        : input == "self_attn.o_proj" ? c.q_dim()
+        : input == "mlp.down_proj"    ? c.intermediate_size
+                                      : -1;
+    CORTIQ_CHECK(width > 0, "no linear-layer input named '{}'", input);
+    return width;
+}
+
 }  // namespace
 
 void GpuModel::calib_load(int set, const std::vector<std::vector<int32_t>>& windows) {
@@ -70,12 +82,7 @@ MatD GpuModel::calib_gram(int set, int64_t layer, std::string_view input) {
     const bool head = input == "lm_head";
     CORTIQ_CHECK(head || (layer >= 0 && layer < c.num_layers), "layer {} of {}", layer,
                  c.num_layers);
-    const int64_t H = c.hidden_size, T = cs.T;
-    const int64_t width = head || input == "self_attn.q_proj" || input == "mlp.gate_proj" ? H
-                          : input == "self_attn.o_proj" ? c.q_dim()
-                          : input == "mlp.down_proj"    ? c.intermediate_size
-                                                        : -1;
-    CORTIQ_CHECK(width > 0, "no linear-layer input named '{}'", input);
+    const int64_t H = c.hidden_size, T = cs.T, width = input_width(c, input);
     const cudaStream_t st = g.stream();
     cuda::DeviceGram gram(width, st);
     const Impl::DeviceHook hook = [&](std::string_view in, const float* x, int64_t rows,
@@ -102,6 +109,56 @@ MatD GpuModel::calib_gram(int set, int64_t layer, std::string_view input) {
         g.block(static_cast<size_t>(layer), nw, T, 0, false, g.ws.x.get(), &hook, input);
     }
     return gram.mean();
+}
+
+MatD GpuModel::calib_cross_gram(int set, int64_t layer, std::string_view input,
+                                GpuModel& original) {
+    Impl& g = *impl_;
+    Impl& o = *original.impl_;
+    Impl::CalibSet& cs = calib_set(g, set);
+    Impl::CalibSet& os = calib_set(o, set);
+    const io::ModelConfig& c = g.cfg;
+    CORTIQ_CHECK(cs.windows > 0 && os.windows == cs.windows && os.T == cs.T,
+                 "calibration set {}: {} windows here, {} in the original model", set, cs.windows,
+                 os.windows);
+    CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
+    CORTIQ_CHECK(input != "lm_head", "no cross Gram for the head's input");
+    const int64_t H = c.hidden_size, T = cs.T, width = input_width(c, input);
+    const int64_t per = windows_per_batch(T);
+    const cudaStream_t st = g.stream();
+    cuda::DeviceCrossGram cross(width, width, st);
+    DVec xo(per * T * width, st);  // the original model's input, one batch
+    g.ensure_rope(T);
+    o.ensure_rope(T);
+    g.gpu.sync();  // xo and the cross Gram exist before the other model's stream writes xo
+    for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
+        const int64_t nw = std::min(per, cs.windows - w0), rows = nw * T;
+        const Impl::DeviceHook keep = [&](std::string_view in, const float* x, int64_t r,
+                                          int64_t cols) {
+            if (in != input) return;
+            CORTIQ_ASSERT(r == rows && cols == width, "{}: {} x {}", in, r, cols);
+            CUDA_CHECK(cudaMemcpyAsync(xo.get(), x, static_cast<size_t>(r * cols) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, o.stream()));
+        };
+        o.ensure_work(rows);
+        CUDA_CHECK(cudaMemcpyAsync(o.ws.x.get(), os.x.get() + w0 * T * H,
+                                   static_cast<size_t>(rows * H) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, o.stream()));
+        o.block(static_cast<size_t>(layer), nw, T, 0, false, o.ws.x.get(), &keep, input);
+        o.gpu.sync();  // xo is read on this model's stream
+        const Impl::DeviceHook pair = [&](std::string_view in, const float* x, int64_t r,
+                                          int64_t cols) {
+            if (in != input) return;
+            CORTIQ_ASSERT(r == rows && cols == width, "{}: {} x {}", in, r, cols);
+            cross.add(g.gpu.blas(), xo.get(), x, r);
+        };
+        g.ensure_work(rows);
+        CUDA_CHECK(cudaMemcpyAsync(g.ws.x.get(), cs.x.get() + w0 * T * H,
+                                   static_cast<size_t>(rows * H) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, st));
+        g.block(static_cast<size_t>(layer), nw, T, 0, false, g.ws.x.get(), &pair, input);
+    }
+    return cross.mean();
 }
 
 void GpuModel::calib_advance(int set, int64_t layer) {

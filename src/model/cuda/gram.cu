@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "model/cuda/gram.hpp"
@@ -51,6 +52,49 @@ MatD DeviceGram::mean() const {
         for (int64_t j = i; j < n_; ++j)
             h(i, j) = h(j, i) = s[static_cast<size_t>(i * n_ + j)] * inv;
     return h;
+}
+
+DeviceCrossGram::DeviceCrossGram(int64_t na, int64_t nb, cudaStream_t stream)
+    : na_(na),
+      nb_(nb),
+      stream_(stream),
+      sum_(na * nb, stream),
+      scratch_a_(kChunkRows * na, stream),
+      scratch_b_(kChunkRows * nb, stream) {
+    CORTIQ_CHECK(na > 0 && nb > 0, "cross Gram of widths {} and {}", na, nb);
+    CUDA_CHECK(
+        cudaMemsetAsync(sum_.get(), 0, static_cast<size_t>(na * nb) * sizeof(double), stream));
+}
+
+void DeviceCrossGram::add(cublasHandle_t blas, const float* a, const float* b, int64_t rows) {
+    const double one = 1.0;
+    for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
+        const int64_t k = std::min(kChunkRows, rows - r0);
+        for (auto [src, dst, w] : {std::tuple{a + r0 * na_, scratch_a_.get(), na_},
+                                   std::tuple{b + r0 * nb_, scratch_b_.get(), nb_}}) {
+            const int64_t count = k * w, blocks = std::min<int64_t>((count + 255) / 256, 65536);
+            widen_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(src, dst, count);
+            CUDA_LAUNCH_CHECK();
+        }
+        // Column-major the blocks are A (na × k) and B (nb × k); B Aᵀ (nb × na,
+        // column-major) is Σ a bᵀ row-major.
+        CUBLAS_CHECK(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(nb_),
+                                 static_cast<int>(na_), static_cast<int>(k), &one, scratch_b_.get(),
+                                 static_cast<int>(nb_), scratch_a_.get(), static_cast<int>(na_),
+                                 &one, sum_.get(), static_cast<int>(nb_)));
+    }
+    tokens_ += rows;
+}
+
+MatD DeviceCrossGram::mean() const {
+    MatD c(na_, nb_);
+    CUDA_CHECK(cudaMemcpyAsync(c.data(), sum_.get(),
+                               static_cast<size_t>(na_ * nb_) * sizeof(double),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    for (int64_t i = 0; i < na_ * nb_; ++i) c.data()[i] *= inv;
+    return c;
 }
 
 }  // namespace cortiq::model::cuda

@@ -31,4 +31,21 @@ class DeviceGram {
     encode::cuda::DeviceBuffer<double> scratch_;  // a chunk of rows widened to double
 };
 
+// Σ a bᵀ over paired rows a (width na) and b (width nb), in float64 (DGEMM
+// on rows widened to double), as calib::CrossGramAccumulator does on the host.
+class DeviceCrossGram {
+  public:
+    DeviceCrossGram(int64_t na, int64_t nb, cudaStream_t stream);
+    // a: rows × na, b: rows × nb, row-major float32 on the device.
+    void add(cublasHandle_t blas, const float* a, const float* b, int64_t rows);
+    // (1/T) Σ a bᵀ (na × nb) on the host (synchronises the stream).
+    MatD mean() const;
+
+  private:
+    int64_t na_ = 0, nb_ = 0, tokens_ = 0;
+    cudaStream_t stream_ = nullptr;
+    encode::cuda::DeviceBuffer<double> sum_;  // nb × na column-major = na × nb row-major
+    encode::cuda::DeviceBuffer<double> scratch_a_, scratch_b_;
+};
+
 }  // namespace cortiq::model::cuda
