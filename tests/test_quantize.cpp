@@ -573,24 +573,24 @@ TEST_F(Quantize, CrossGramMatchesTwoForwardPasses) {
         return std::sqrt(num / den);
     };
     // float32 products from SSYRK and SGEMM: rounding only
-    EXPECT_LT(
-        rel(states.cross_gram(0, "self_attn.q_proj"), states.grams(0, "self_attn.q_proj").first),
-        1e-5);
+    EXPECT_LT(rel(states.cross_grams(0, "self_attn.q_proj").first,
+                  states.grams(0, "self_attn.q_proj").first),
+              1e-5);
     for (const char* lin : {"self_attn.q_proj", "self_attn.v_proj", "mlp.up_proj"}) {
         MatF w = m.linear(0, lin).w->dense();
         for (int64_t i = 0; i < w.size(); ++i) w.data()[i] *= (i % 3) ? 0.7f : -0.4f;
         m.linear(0, lin).w = std::make_unique<model::DenseLinear>(std::move(w));
         states.weight_changed(0, lin);
     }
-    const MatD c0 = states.cross_gram(0, "self_attn.o_proj");
+    const auto [c0, c0_sel] = states.cross_grams(0, "self_attn.o_proj");
     states.advance(0);
-    const MatD c1 = states.cross_gram(1, "mlp.gate_proj");
+    const auto [c1, c1_sel] = states.cross_grams(1, "mlp.gate_proj");
     // the same from whole forward passes of both models
-    auto brute = [&](int64_t layer, std::string_view input) {
+    auto brute = [&](int64_t layer, std::string_view input, bool held_out) {
         const int64_t width =
             input == "self_attn.o_proj" ? m.config().q_dim() : m.config().hidden_size;
         calib::CrossGramAccumulator acc(width, width);
-        for (const auto& win : cs.fit) {
+        for (const auto& win : held_out ? cs.sel : cs.fit) {
             std::vector<float> xo;
             const model::LinearInputHook keep = [&](int64_t l, std::string_view in, const float* x,
                                                     int64_t rows, int64_t cols) {
@@ -608,13 +608,70 @@ TEST_F(Quantize, CrossGramMatchesTwoForwardPasses) {
         }
         return acc.mean();
     };
-    for (auto [c, want, what] : {std::tuple{&c0, brute(0, "self_attn.o_proj"), "layer 0 o_proj"},
-                                 std::tuple{&c1, brute(1, "mlp.gate_proj"), "layer 1 gate"}}) {
+    for (auto [c, want, what] :
+         {std::tuple{&c0, brute(0, "self_attn.o_proj", false), "layer 0 o_proj"},
+          std::tuple{&c1, brute(1, "mlp.gate_proj", false), "layer 1 gate"},
+          std::tuple{&c0_sel, brute(0, "self_attn.o_proj", true), "layer 0 o_proj, held out"},
+          std::tuple{&c1_sel, brute(1, "mlp.gate_proj", true), "layer 1 gate, held out"}}) {
         ASSERT_EQ(c->rows(), want.rows()) << what;
         EXPECT_LT(rel(*c, want), 1e-5) << what;
     }
     // and it is not the plain Gram any more
     EXPECT_GT(rel(c1, states.grams(1, "mlp.gate_proj").first), 1e-2);
+}
+
+// The correction's shrinkage α minimises the held-out objective over [0, 1]:
+// a fit set smaller than the input width gives a correction that partly fits
+// its noise (α well below 1, and better than α = 1 on held-out data); a large
+// fit set keeps nearly all of it.
+TEST(DriftTarget, ShrinkageTrustsTheCorrectionAsFarAsHeldOutDataSupportsIt) {
+    const int64_t m = 6, n = 24;
+    Rng rng(5);
+    const MatD mix = [&] {  // the drift: x_c = x_o M + noise
+        MatD a(n, n);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) a(i, j) = (i == j ? 0.7 : 0.0) + 0.05 * rng.normal();
+        return a;
+    }();
+    auto draw = [&](int64_t T, MatD& h, MatD& cross) {
+        MatD x_o(T, n);
+        for (auto& v : x_o.vec()) v = rng.normal();
+        MatD x_c = la::gemm(x_o, false, mix, false);
+        for (auto& v : x_c.vec()) v += 0.4 * rng.normal();
+        h = la::gemm(x_c, true, x_c, false);
+        cross = la::gemm(x_o, true, x_c, false);
+        for (auto& v : h.vec()) v /= T;
+        for (auto& v : cross.vec()) v /= T;
+    };
+    MatD w(m, n);
+    for (auto& v : w.vec()) v = rng.normal();
+    MatD h_sel, c_sel;
+    draw(20000, h_sel, c_sel);
+    auto held_out = [&](const MatD& wh) {  // ‖W X_o − Ŵ X_c‖²/T up to a constant
+        return la::frob_dot(la::gemm(wh, false, h_sel, false), wh) -
+               2 * la::frob_dot(la::gemm(w, false, c_sel, false), wh);
+    };
+    for (const int64_t t_fit : {int64_t{12}, int64_t{20000}}) {
+        MatD h, cross;
+        draw(t_fit, h, cross);
+        const double c = 0.01 * la::trace(h) / n;
+        MatD d = quant::drift_target(w, cross, h, c);
+        for (int64_t i = 0; i < d.size(); ++i) d.data()[i] -= w.data()[i];
+        const double alpha = quant::drift_shrinkage(w, d, c_sel, h_sel);
+        auto with = [&](double a) {
+            MatD x = w;
+            for (int64_t i = 0; i < x.size(); ++i) x.data()[i] += a * d.data()[i];
+            return held_out(x);
+        };
+        EXPECT_GE(alpha, 0.0);
+        EXPECT_LE(alpha, 1.0);
+        for (double a : {0.0, 0.25, 0.5, 0.75, 1.0})
+            EXPECT_LE(with(alpha), with(a) + 1e-12 * std::abs(with(a))) << t_fit << " " << a;
+        if (t_fit < n)
+            EXPECT_LT(alpha, 0.9) << "a fit set of " << t_fit << " rows";
+        else
+            EXPECT_GT(alpha, 0.95) << "a fit set of " << t_fit << " rows";
+    }
 }
 
 // quantize --match original: a valid file whose metadata says so; a resume
@@ -642,6 +699,10 @@ TEST_F(Quantize, MatchOriginalRecordsItsObjectiveAndRefusesAMixedResume) {
     const io::SafetensorsFile st = io::SafetensorsFile::open((d / "q.safetensors").string());
     const auto meta = nlohmann::json::parse(st.metadata().at("cortiq"));
     EXPECT_EQ(meta.at("match"), "original");
+    for (const auto& t : rep.tensors) {  // every tensor records the correction it kept
+        EXPECT_GE(t.drift_alpha, 0.0) << t.name;
+        EXPECT_LE(t.drift_alpha, 1.0) << t.name;
+    }
     const model::Model q = model::Model::load((d / "q.safetensors").string());
     const double p = valid_ppl(q, io::Tokenizer::load(kModel));
     EXPECT_TRUE(std::isfinite(p));

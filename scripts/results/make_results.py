@@ -13,13 +13,20 @@ for r in rows:
     if calib and r.get("match", "layer") != "layer":
         calib += f", match {r['match']}"
     by[(r["model"], r["text"])][(r["method"], r["bpw_target"], r.get("device", ""), calib)] = r
-calibs = sorted({k[3] for d in by.values() for k in d if k[3]}, key=lambda c: (c != "tinystories-calib", c))
+# quantize's default (--match original) first, then GPTQ's objective (--match layer)
+calibs = sorted({k[3] for d in by.values() for k in d if k[3]},
+                key=lambda c: ("match original" not in c, c != "tinystories-calib" and not c.startswith("tinystories-calib,"), c))
 CALIB_NOTE = {
     "tinystories-calib": "tinystories-calib (../shared/data/text), the setting of SPEC §7",
     "calib-mix": "calib-mix: 100 kB each of tinystories-calib, Austen (five novels, not Emma), "
                  "the KJV (Genesis to Acts 3) and the Jargon File, interleaved by ~2 kB documents "
                  "(scripts/calib/fetch_calib_sources.sh + make_calib_mix.py): a sample of the 6M "
                  "models' training mix, never their held-out tails",
+    "tinystories-calib, match original": "tinystories-calib, match original: `quantize`'s default, "
+                 "each layer's target is the original model's outputs (the drift of the compressed "
+                 "layers before it corrected); the rows without it use `--match layer`, GPTQ's "
+                 "objective (the layer's own outputs on the compressed inputs)",
+    "calib-mix, match original": "calib-mix, match original: the same on calib-mix",
 }
 methods = ["nvg", "nvg-noknots", "svid", "rtn-sign"]
 lines = ["# Results", "",
@@ -95,7 +102,7 @@ for (model, text), d in sorted(by.items()):
               "| method | target bpw | true bpw | ppl | × FP | encode s | calib s | device | calibration |",
               "|---|---|---|---|---|---|---|---|---|"]
     for m in methods:
-        for (mm, b, dev, c), r in sorted(d.items(), key=lambda kv: (kv[0][3] != "tinystories-calib", kv[0][3], kv[0][1], kv[0][2])):
+        for (mm, b, dev, c), r in sorted(d.items(), key=lambda kv: (calibs.index(kv[0][3]) if kv[0][3] in calibs else -1, kv[0][1], kv[0][2])):
             if mm != m:
                 continue
             p = r["ppl"]["ppl"]; q = r.get("quantize", {})
@@ -108,7 +115,9 @@ for (model, text), d in sorted(by.items()):
         import matplotlib.pyplot as plt
         fig, ax = plt.subplots(figsize=(6, 4))
         colours = dict(zip(methods, ["C0", "C1", "C2", "C3"]))
-        styles = {("cpu", "tinystories-calib"): "o:", ("gpu", "tinystories-calib"): "s--", ("gpu", "calib-mix"): "D-"}
+        styles = {("cpu", "tinystories-calib"): "o:", ("gpu", "tinystories-calib"): "s:",
+                  ("gpu", "calib-mix"): "D:", ("gpu", "tinystories-calib, match original"): "^-",
+                  ("gpu", "calib-mix, match original"): "v-"}
         for m in methods:
             for (dev, cal), style in styles.items():
                 pts = sorted((r["quantize"]["linear_bpw"], r["ppl"]["ppl"])

@@ -10,13 +10,13 @@
 #   PPL_DEVICE  device of the perplexity runs (default: DEVICE)
 #   CALIB       calibration text, DATA_DIR/text/CALIB.txt (default tinystories-calib;
 #               scripts/calib/make_calib_mix.py builds calib-mix, a sample of the 6M models' training mix)
-#   MATCH       layer (default) or original: quantize --match (entries with original say so)
+#   MATCH       original (default) or layer: quantize --match (entries with original say so)
 # Entries already in OUT.jsonl are skipped, so an interrupted matrix continues.
 set -euo pipefail
 out=$1 data=$2 models=$3 methods=$4 bpws=$5 texts=$6 device=${7:-cpu} samples=${8:-128}
 cortiq=${CORTIQ:-build/tools/cortiq/cortiq}
 jobs=${JOBS:-1} threads=${THREADS:-0} ppl_device=${PPL_DEVICE:-$device} calib=${CALIB:-tinystories-calib}
-match=${MATCH:-layer}
+match=${MATCH:-original}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 touch "$out"

@@ -19,13 +19,16 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
         if (original_) {
             gpu_original_ = std::make_unique<model::GpuModel>(*original_);
             gpu_original_->calib_load(0, cs.fit);
+            gpu_original_->calib_load(1, cs.sel);
         }
         return;
     }
     for (const auto& w : cs.fit) xs_[0].push_back(m.embed(w));
     for (const auto& w : cs.sel) xs_[1].push_back(m.embed(w));
-    if (original_)
-        for (const auto& w : cs.fit) xo_.push_back(original_->embed(w));
+    if (original_) {
+        for (const auto& w : cs.fit) xo_[0].push_back(original_->embed(w));
+        for (const auto& w : cs.sel) xo_[1].push_back(original_->embed(w));
+    }
 }
 
 SequentialCalib::~SequentialCalib() = default;
@@ -52,34 +55,42 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
     return {std::move(h[0]), std::move(h[1])};
 }
 
-MatD SequentialCalib::cross_gram(int64_t layer, std::string_view input) {
-    CORTIQ_ASSERT(original_, "cross_gram needs the original model");
-    if (gpu_) return gpu_->calib_cross_gram(0, layer, input, *gpu_original_);
-    std::optional<CrossGramAccumulator> acc;
-    MatF xo;  // the original model's input, one window
-    model::BlockActivations act;
-    for (size_t w = 0; w < xs_[0].size(); ++w) {
-        const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
-                                                int64_t rows, int64_t cols) {
-            if (in != input) return;
-            xo = MatF(rows, cols);
-            std::copy(x, x + rows * cols, xo.data());
-        };
-        act.x = xo_[w];
-        original_->block(layer, 0, nullptr, act, &keep, input);
-        CORTIQ_CHECK(xo.rows() > 0, "block {} has no linear-layer input named '{}'", layer, input);
-        const model::LinearInputHook pair = [&](int64_t, std::string_view in, const float* x,
-                                                int64_t rows, int64_t cols) {
-            if (in != input) return;
-            CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape", in);
-            if (!acc) acc.emplace(cols, cols);
-            acc->add(xo.data(), x, rows);
-        };
-        act.x = xs_[0][w];
-        m_.block(layer, 0, nullptr, act, &pair, input);
+std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_view input) {
+    CORTIQ_ASSERT(original_, "cross_grams needs the original model");
+    if (gpu_)
+        return {gpu_->calib_cross_gram(0, layer, input, *gpu_original_),
+                gpu_->calib_cross_gram(1, layer, input, *gpu_original_)};
+    std::array<MatD, 2> c;
+    for (size_t set = 0; set < 2; ++set) {
+        std::optional<CrossGramAccumulator> acc;
+        MatF xo;  // the original model's input, one window
+        model::BlockActivations act;
+        for (size_t w = 0; w < xs_[set].size(); ++w) {
+            const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t cols) {
+                if (in != input) return;
+                xo = MatF(rows, cols);
+                std::copy(x, x + rows * cols, xo.data());
+            };
+            act.x = xo_[set][w];
+            original_->block(layer, 0, nullptr, act, &keep, input);
+            CORTIQ_CHECK(xo.rows() > 0, "block {} has no linear-layer input named '{}'", layer,
+                         input);
+            const model::LinearInputHook pair = [&](int64_t, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t cols) {
+                if (in != input) return;
+                CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape",
+                              in);
+                if (!acc) acc.emplace(cols, cols);
+                acc->add(xo.data(), x, rows);
+            };
+            act.x = xs_[set][w];
+            m_.block(layer, 0, nullptr, act, &pair, input);
+        }
+        CORTIQ_CHECK(acc, "no windows in set {} for the cross Gram of '{}'", set, input);
+        c[set] = acc->mean();
     }
-    CORTIQ_CHECK(acc, "no fit windows for the cross Gram of '{}'", input);
-    return acc->mean();
+    return {std::move(c[0]), std::move(c[1])};
 }
 
 std::pair<MatD, MatD> SequentialCalib::head_grams() {
@@ -109,7 +120,10 @@ void SequentialCalib::advance(int64_t layer) {
     if (gpu_) {
         gpu_->calib_advance(0, layer);
         gpu_->calib_advance(1, layer);
-        if (gpu_original_) gpu_original_->calib_advance(0, layer);
+        if (gpu_original_) {
+            gpu_original_->calib_advance(0, layer);
+            gpu_original_->calib_advance(1, layer);
+        }
         return;
     }
     model::BlockActivations act;
@@ -119,11 +133,12 @@ void SequentialCalib::advance(int64_t layer) {
             m_.block(layer, 0, nullptr, act);
             x = std::move(act.out);
         }
-    for (auto& x : xo_) {
-        act.x = std::move(x);
-        original_->block(layer, 0, nullptr, act);
-        x = std::move(act.out);
-    }
+    for (auto& xs : xo_)
+        for (auto& x : xs) {
+            act.x = std::move(x);
+            original_->block(layer, 0, nullptr, act);
+            x = std::move(act.out);
+        }
 }
 
 }  // namespace cortiq::calib

@@ -29,7 +29,7 @@ class SequentialCalib {
     // `m` must outlive this object; its linear weights are read as they are
     // when grams() runs (call weight_changed after replacing one). With
     // `original` (the uncompressed model, which must outlive this object too),
-    // the fit windows also run through it, for cross_gram().
+    // the windows also run through it, for cross_grams().
     SequentialCalib(model::Model& m, const CalibSet& cs, model::Device device,
                     const model::Model* original = nullptr);
     ~SequentialCalib();
@@ -39,9 +39,10 @@ class SequentialCalib {
     // H_fit and H_sel: (1/T) Σ x xᵀ of `input` (a model::LinearInputHook
     // input name) of block `layer` over the fit and held-out windows.
     std::pair<MatD, MatD> grams(int64_t layer, std::string_view input);
-    // C = (1/T) Σ x_o x_cᵀ over the fit windows, x_o the input as the original
-    // model computes it, x_c as the compressed one does (needs `original`).
-    MatD cross_gram(int64_t layer, std::string_view input);
+    // C = (1/T) Σ x_o x_cᵀ over the fit and the held-out windows, x_o the
+    // input as the original model computes it, x_c as the compressed one does
+    // (needs `original`).
+    std::pair<MatD, MatD> cross_grams(int64_t layer, std::string_view input);
     // The same for the LM head's input (the final RMSNorm of the hidden states).
     std::pair<MatD, MatD> head_grams();
     // After m.linear(layer, name).w was replaced (the GPU copy follows).
@@ -53,9 +54,9 @@ class SequentialCalib {
     model::Model& m_;
     const model::Model* original_;
     std::array<std::vector<MatF>, 2> xs_;            // CPU: hidden states of fit, held-out windows
-    std::vector<MatF> xo_;                           // CPU: the original model's, fit windows
+    std::array<std::vector<MatF>, 2> xo_;            // CPU: the original model's
     std::unique_ptr<model::GpuModel> gpu_;           // GPU: the model and the states on the device
-    std::unique_ptr<model::GpuModel> gpu_original_;  // GPU: the original model, fit windows
+    std::unique_ptr<model::GpuModel> gpu_original_;  // GPU: the original model and its states
 };
 
 }  // namespace cortiq::calib

@@ -110,11 +110,21 @@ MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double da
     return la::solve_spd(a, la::gemm(w, false, c, false).transposed()).transposed();
 }
 
+double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel) {
+    MatD diff = cross_sel;
+    for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_sel.data()[i];
+    const double num = la::frob_dot(la::gemm(w, false, diff, false), d);
+    const double den = la::frob_dot(la::gemm(d, false, h_sel, false), d);
+    if (!(den > 0)) return 0.0;  // no correction (D = 0) or no held-out signal
+    return std::clamp(num / den, 0.0, 1.0);
+}
+
 nlohmann::json TensorReport::to_json(bool with_seconds) const {
     nlohmann::json j = {{"method", method}, {"shape", {m, n}},    {"bpw_target", bpw_target},
                         {"bits", bits},     {"bpw", bpw},         {"rank", rank},
                         {"paths", paths},   {"err_fit", err_fit}, {"err_sel", err_sel},
                         {"line", line}};
+    if (drift_alpha >= 0) j["drift_alpha"] = drift_alpha;
     if (with_seconds) j["seconds"] = seconds;
     return j;
 }
@@ -133,6 +143,7 @@ TensorReport TensorReport::from_json(const std::string& name, const nlohmann::js
     r.err_fit = j.at("err_fit").get<double>();
     r.err_sel = j.at("err_sel").get<double>();
     r.line = j.value("line", "");
+    r.drift_alpha = j.value("drift_alpha", -1.0);
     r.seconds = j.value("seconds", 0.0);
     return r;
 }
@@ -306,31 +317,40 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 // Grams of this input, with everything before it already compressed.
                 const auto tc = std::chrono::steady_clock::now();
                 const auto [h_fit, h_sel] = states.grams(l, g.input);
+                std::vector<double> alpha(jobs.size(), -1.0);
                 if (original) {
-                    const MatD cross = states.cross_gram(l, g.input);
+                    const auto [cross_fit, cross_sel] = states.cross_grams(l, g.input);
                     double mean_diag = 0;
                     for (int64_t i = 0; i < h_fit.rows(); ++i) mean_diag += h_fit(i, i);
                     mean_diag /= static_cast<double>(h_fit.rows());
-                    for (auto& job : jobs)
-                        job.w = drift_target(job.w, cross, h_fit, o.enc.rho * mean_diag);
+                    for (size_t i = 0; i < jobs.size(); ++i) {
+                        MatD d = drift_target(jobs[i].w, cross_fit, h_fit, o.enc.rho * mean_diag);
+                        for (int64_t k = 0; k < d.size(); ++k) d.data()[k] -= jobs[i].w.data()[k];
+                        alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, h_sel);
+                        for (int64_t k = 0; k < d.size(); ++k)
+                            jobs[i].w.data()[k] += alpha[i] * d.data()[k];
+                    }
                 }
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
                 const std::string what =
                     fmt::format("{} (layer {} input of {})", o.model_dir, l, g.input);
-                const auto enc =
-                    encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs, what,
-                                 [&](size_t i, const encode::Encoded& e) {
-                                     const std::string name = tensor_name(l, jobs[i].name);
-                                     if (o.verbose)
-                                         bar.print(fmt::format("{:<40} {}", name, e.line));
-                                     bar.advance(jobs[i].w.size(), name);
-                                 });
+                const auto enc = encode_group(
+                    jobs, h_fit, h_sel, o.enc, o.device, o.jobs, what,
+                    [&](size_t i, const encode::Encoded& e) {
+                        const std::string name = tensor_name(l, jobs[i].name);
+                        if (o.verbose)
+                            bar.print(fmt::format(
+                                "{:<40} {}{}", name, e.line,
+                                alpha[i] >= 0 ? fmt::format(" | drift {:.2f}", alpha[i]) : ""));
+                        bar.advance(jobs[i].w.size(), name);
+                    });
                 rep.encode_seconds += seconds_since(te);
                 for (size_t i = 0; i < jobs.size(); ++i) {
                     const std::string name = tensor_name(l, jobs[i].name);
                     install(l, jobs[i].name, enc[i].payload);
-                    const TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
+                    TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
+                    r.drift_alpha = alpha[i];
                     rec.payloads.emplace_back(name, enc[i].payload);
                     rec.reports.push_back(r);
                     rep.tensors.push_back(r);

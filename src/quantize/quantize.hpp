@@ -24,11 +24,11 @@ struct QuantizeOptions {
     encode::Device device = encode::Device::cpu;
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
     calib::CalibOptions calib;
-    // Each linear layer's target: false, its own outputs on the compressed
-    // model's inputs (GPTQ's true-sequential objective ‖(W − Ŵ) X_c‖);
-    // true, the original model's outputs, ‖W X_o − Ŵ X_c‖ (the drift of the
-    // layers before it is corrected; see drift_target).
-    bool match_original = false;
+    // Each linear layer's target: true (the default), the original model's
+    // outputs, ‖W X_o − Ŵ X_c‖, so the drift of the compressed layers before
+    // it is corrected (see drift_target); false, its own outputs on the
+    // compressed model's inputs, GPTQ's true-sequential objective ‖(W − Ŵ) X_c‖.
+    bool match_original = true;
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
@@ -41,6 +41,7 @@ struct TensorReport {
     int64_t m = 0, n = 0, rank = 0, bits = 0;
     int paths = 0;
     double bpw_target = 0, bpw = 0, err_fit = 0, err_sel = 0, seconds = 0;
+    double drift_alpha = -1;  // --match original: the correction kept (drift_shrinkage); else -1
     nlohmann::json to_json(bool with_seconds) const;
     static TensorReport from_json(const std::string& name, const nlohmann::json& j);
 };
@@ -74,6 +75,14 @@ QuantizeReport quantize(const QuantizeOptions& o);
 // minimises the error against the original outputs; without drift (C = H)
 // W_t = W.
 MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping);
+
+// How much of the correction D = W_t − W to keep: the α in [0, 1] that
+// minimises the same objective over the held-out windows,
+//   ‖W X_o − (W + α D) X_c‖²  →  α = ⟨W (C_sel − H_sel), D⟩ / ⟨D H_sel, D⟩,
+// (quadratic in α, clamped). With ample calibration α ≈ 1; with little, the
+// fit windows' correction partly fits their noise and the held-out windows
+// say how much of it to trust.
+double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel);
 
 // One line per tensor (name, shape, kind, bpw, rank, paths, errors) after
 // validating every payload; throws on the first invalid one.

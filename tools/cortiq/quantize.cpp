@@ -14,7 +14,7 @@ namespace {
 
 struct QuantizeArgs {
     quant::QuantizeOptions o;
-    std::string method = "nvg", paths = "auto", device = "cpu", match = "layer", json;
+    std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
     int threads = 0;
     bool quiet = false;
 };
@@ -50,9 +50,9 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
     cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
     cmd->add_option("--match", a->match,
-                    "each layer's target: 'layer' (its own outputs on the compressed model's "
-                    "inputs, as GPTQ) or 'original' (the original model's outputs, which corrects "
-                    "the drift of the layers before it)")
+                    "each layer's target: 'original' (default: the original model's outputs, "
+                    "which corrects the drift of the compressed layers before it) or 'layer' (its "
+                    "own outputs on the compressed model's inputs, as GPTQ)")
         ->check(CLI::IsMember({"layer", "original"}));
     cmd->add_option("--jobs", a->o.jobs, "tensors in flight on the GPU (0: automatic)");
     cmd->add_option("--threads", a->threads, "host threads (0: all)");

@@ -157,6 +157,7 @@ MatD GpuModel::calib_cross_gram(int set, int64_t layer, std::string_view input,
                                    static_cast<size_t>(rows * H) * sizeof(float),
                                    cudaMemcpyDeviceToDevice, st));
         g.block(static_cast<size_t>(layer), nw, T, 0, false, g.ws.x.get(), &pair, input);
+        g.gpu.sync();  // the product has read xo before the next batch overwrites it
     }
     return cross.mean();
 }
