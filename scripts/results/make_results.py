@@ -70,10 +70,14 @@ for calib in calibs:
     runs = {(m, b) for d in by.values() for (m, b, dev, c) in d if c == calib and dev == "gpu"}
     if not runs:
         continue
+    # points measured with the CPU encoder only (e.g. an iso-bit NVG point) join
+    # the GPU ones, marked †: the same algorithm, its float64 reference
+    runs |= {(m, b) for d in by.values() for (m, b, dev, c) in d if c == calib and dev == "cpu"}
     bpws = sorted({b for _, b in runs})
     lines += [f"## Summary, calibration on {calib}", "",
               "Perplexity after compression with the GPU encoder (GPU calibration and perplexity);",
-              "columns are the target bpw, the true bpw is in the per-text tables below.", ""]
+              "columns are the target bpw, the true bpw is in the per-text tables below;",
+              "† marks a point measured with the CPU encoder only.", ""]
     lines += ["| model | text | FP | method | " + " | ".join(str(b) for b in bpws) + " |",
               "|---|---|---|---|" + "---|" * len(bpws)]
     verdicts = []
@@ -81,16 +85,20 @@ for calib in calibs:
         gd = {k: v for k, v in d.items() if k[2] == "gpu" and k[3] == calib}
         if not gd:
             continue
+        cpu_only = {(m, b, "gpu", c): v for (m, b, dev, c), v in d.items()
+                    if dev == "cpu" and c == calib and (m, b, "gpu", c) not in gd}
+        gd.update(cpu_only)
         fp = d.get(("fp", 16, "", ""))
         for m in methods:
             cells = []
             for b in bpws:
                 r = gd.get((m, b, "gpu", calib))
-                cells.append(f"{r['ppl']['ppl']:.1f}" if r else "–")
+                cells.append((f"{r['ppl']['ppl']:.1f}" + ("†" if (m, b, "gpu", calib) in cpu_only else ""))
+                             if r else "–")
             lines.append(f"| {model} | {text} | " + (f"{fp['ppl']['ppl']:.2f}" if fp else "–") +
                          f" | {m} | " + " | ".join(cells) + " |")
         verdicts.append((model, text, nvg_verdict(gd)))
-    lines += ["", f"Does NVG beat every baseline at equal or lower true bpw (GPU encoder, calibration on {calib})?", ""]
+    lines += ["", f"Does NVG beat every baseline at equal or lower true bpw (calibration on {calib})?", ""]
     for model, text, lost in verdicts:
         lines.append(f"- {model} / {text}: " + ("yes" if not lost else "no: " + "; ".join(lost)))
     lines.append("")
@@ -113,11 +121,12 @@ for (model, text), d in sorted(by.items()):
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 4))
+        fig, ax = plt.subplots(figsize=(9.5, 4.5))
         colours = dict(zip(methods, ["C0", "C1", "C2", "C3"]))
         styles = {("cpu", "tinystories-calib"): "o:", ("gpu", "tinystories-calib"): "s:",
                   ("gpu", "calib-mix"): "D:", ("gpu", "tinystories-calib, match original"): "^-",
-                  ("gpu", "calib-mix, match original"): "v-"}
+                  ("gpu", "calib-mix, match original"): "v-",
+                  ("cpu", "tinystories-calib, match original"): "^", ("cpu", "calib-mix, match original"): "v"}
         for m in methods:
             for (dev, cal), style in styles.items():
                 pts = sorted((r["quantize"]["linear_bpw"], r["ppl"]["ppl"])
@@ -128,7 +137,7 @@ for (model, text), d in sorted(by.items()):
         if fp_ppl:
             ax.axhline(fp_ppl, color="k", ls="--", lw=1, label="FP")
         ax.set_yscale("log"); ax.set_xlabel("true bits per weight (linear layers)"); ax.set_ylabel("perplexity")
-        ax.set_title(f"{model} · {text}"); ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=6)
+        ax.set_title(f"{model} · {text}"); ax.grid(True, which="both", alpha=0.3); ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
         png = f"ppl_{model}_{text}.png"
         fig.tight_layout(); fig.savefig(os.path.join(out_dir, png), dpi=110); plt.close(fig)
         lines += [f"![{model} {text}]({png})", ""]
