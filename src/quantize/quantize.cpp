@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -317,14 +318,19 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 // Grams of this input, with everything before it already compressed.
                 const auto tc = std::chrono::steady_clock::now();
                 const auto [h_fit, h_sel] = states.grams(l, g.input);
+                const std::string what =
+                    fmt::format("{} (layer {} input of {})", o.model_dir, l, g.input);
                 std::vector<double> alpha(jobs.size(), -1.0);
                 if (original) {
                     const auto [cross_fit, cross_sel] = states.cross_grams(l, g.input);
-                    double mean_diag = 0;
-                    for (int64_t i = 0; i < h_fit.rows(); ++i) mean_diag += h_fit(i, i);
-                    mean_diag /= static_cast<double>(h_fit.rows());
+                    // the encoder's damping c = ρ · mean diag(H_fit) (SPEC §2)
+                    const double c =
+                        o.enc.rho * la::trace(h_fit) / static_cast<double>(h_fit.rows());
+                    CORTIQ_CHECK(std::isfinite(c) && c >= 0,
+                                 "{}: the fit Gram's diagonal is not finite and non-negative",
+                                 what);
                     for (size_t i = 0; i < jobs.size(); ++i) {
-                        MatD d = drift_target(jobs[i].w, cross_fit, h_fit, o.enc.rho * mean_diag);
+                        MatD d = drift_target(jobs[i].w, cross_fit, h_fit, c);
                         for (int64_t k = 0; k < d.size(); ++k) d.data()[k] -= jobs[i].w.data()[k];
                         alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, h_sel);
                         for (int64_t k = 0; k < d.size(); ++k)
@@ -333,8 +339,6 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                 }
                 rep.calib_seconds += seconds_since(tc);
                 const auto te = std::chrono::steady_clock::now();
-                const std::string what =
-                    fmt::format("{} (layer {} input of {})", o.model_dir, l, g.input);
                 const auto enc = encode_group(
                     jobs, h_fit, h_sel, o.enc, o.device, o.jobs, what,
                     [&](size_t i, const encode::Encoded& e) {
