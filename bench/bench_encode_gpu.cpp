@@ -2,7 +2,7 @@
 //   bench_encode_gpu [--sizes 896x4864,4864x896,...] [--bpw 1.0] [--cpu 896x4864,...]
 //                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
 //                    [--layer-dims 4096,11008]
-//                    [--in-flight 4] [--threads 0]
+//                    [--in-flight 4] [--threads 0] [--gptq lazy|batched]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
 // --cpu (same inputs); tuning variants on one size; and encode_many over the
@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
     int64_t hid = 4096, mlp = 11008;  // --layer-dims HIDDEN,MLP
     int in_flight = 4, threads = 0;
     double bpw = 1.0;
+    cu::Tuning size_tuning;  // --gptq lazy|batched: the column search of --sizes
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -118,7 +119,11 @@ int main(int argc, char** argv) {
             threads = std::stoi(next());
         else if (a == "--bpw")
             bpw = std::stod(next());
-        else
+        else if (a == "--gptq") {
+            const std::string v = next();
+            CORTIQ_CHECK(v == "lazy" || v == "batched", "--gptq takes lazy or batched, not {}", v);
+            size_tuning.gptq_kernel = v == "lazy" ? cu::GptqKernel::lazy : cu::GptqKernel::batched;
+        } else
             CORTIQ_FAIL("unknown flag {}", a);
     }
     try {
@@ -137,14 +142,14 @@ int main(int argc, char** argv) {
                 const auto t0 = Clock::now();
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const double gen = seconds_since(t0);
-                Row r = run_gpu(gpu, s, o, {}, true, fmt::format("{}x{}", z.m, z.n));
+                Row r = run_gpu(gpu, s, o, size_tuning, true, fmt::format("{}x{}", z.m, z.n));
                 fmt::print(
                     "{}x{} (inputs generated in {:.1f}s)\n  {}\n  ctx {:.2f}s tensor {:.2f}s\n"
                     "  profile: {}\n",
                     z.m, z.n, gen, r.line, r.ctx_s, r.tensor_s, r.prof);
                 std::fflush(stdout);
                 // unprofiled (no per-stage synchronisation): the headline seconds
-                Row u = run_gpu(gpu, s, o, {}, false, fmt::format("{}x{}", z.m, z.n));
+                Row u = run_gpu(gpu, s, o, size_tuning, false, fmt::format("{}x{}", z.m, z.n));
                 fmt::print("  unprofiled: ctx {:.2f}s tensor {:.2f}s\n", u.ctx_s, u.tensor_s);
                 std::fflush(stdout);
                 rows.push_back(u);
@@ -156,22 +161,29 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(8);
+                std::vector<std::pair<std::string, cu::Tuning>> all(11);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
                 all[2].first = "3xtf32";
                 all[2].second.x3_min_k = 1024;
-                all[3].first = "windowed";
-                all[3].second.gptq_windowed = true;
+                all[3].first = "batched";
+                all[3].second.gptq_kernel = cu::GptqKernel::batched;
                 all[4].first = "serial";
                 all[4].second.parallel_candidates = false;
                 all[5].first = "syevdx";
                 all[5].second.eig_partial = true;
-                all[6].first = "gptq256";
+                all[6].first = "batched256";
+                all[6].second.gptq_kernel = cu::GptqKernel::batched;
                 all[6].second.gptq_threads = 256;
-                all[7].first = "gptq128";
+                all[7].first = "batched128";
+                all[7].second.gptq_kernel = cu::GptqKernel::batched;
                 all[7].second.gptq_threads = 128;
+                for (int i = 0; i < 3; ++i) {  // batchedQ1, Q2, Q4: fewer rows per batch
+                    all[8 + i].first = fmt::format("batchedQ{}", 1 << i);
+                    all[8 + i].second.gptq_kernel = cu::GptqKernel::batched;
+                    all[8 + i].second.gptq_prefetch = 1 << i;
+                }
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <memory>
+#include <tuple>
 
 #include "blr/model.hpp"
 #include "core/error.hpp"
@@ -232,27 +233,33 @@ TEST(CudaKnots, FlipUMatchesCpu) {
 
 TEST(CudaKnots, GptqVMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 200}}) {
-        for (bool windowed : {true, false}) {
+    // r = 24: one chunk of 32 bits; 72: three, the last one partial; 150: five,
+    // with hundreds of flips in a column's first pass (the lazy kernel's log)
+    for (auto [m, n, r] :
+         {std::tuple<int64_t, int64_t, int64_t>{160, 128, 24}, {96, 200, 72}, {256, 192, 150}}) {
+        for (cu::GptqKernel kernel : {cu::GptqKernel::lazy, cu::GptqKernel::batched}) {
+            const bool lazy = kernel == cu::GptqKernel::lazy;
             cu::Tuning t;
-            t.gptq_windowed = windowed;
+            t.gptq_kernel = kernel;
             Fixture f(m, n, 51 + m, t);
             const Options o;
-            const int64_t r = m == 160 ? 24 : 72;  // 72: three windows of 32 bits
             const blr::Model base = cpu::build_init(*f.tc, r, 2, small_options());
-            // input side, from the same model: ≥ 99 % of S_V equal, g and the error close
-            blr::Model g = base;
-            const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, o.flip_passes, o.gptq_block);
-            cu::Model gd = cu::to_device(base, f.gpu.stream());
-            const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block);
-            const blr::Model gh = cu::to_host(gd, f.gpu.stream());
-            EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
-                << m << "x" << n << " windowed " << windowed << ": " << ng << " vs " << ngd
-                << " flips";
-            EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
-            const double e = cpu::err(g, *f.tc, cpu::Metric::h);
-            const double ed = cu::err(gd, *f.c, cu::Metric::h);
-            EXPECT_NEAR(ed, e, 1e-2 * e);
+            // input side, from the same model: ≥ 99 % of S_V equal, g and the error
+            // close; with 2 passes the limit ends columns that still flip
+            for (int passes : {o.flip_passes, 2}) {
+                blr::Model g = base;
+                const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, passes, o.gptq_block);
+                cu::Model gd = cu::to_device(base, f.gpu.stream());
+                const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, passes, o.gptq_block);
+                const blr::Model gh = cu::to_host(gd, f.gpu.stream());
+                EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
+                    << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes "
+                    << passes << ": " << ng << " vs " << ngd << " flips";
+                EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+                const double e = cpu::err(g, *f.tc, cpu::Metric::h);
+                const double ed = cu::err(gd, *f.c, cu::Metric::h);
+                EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " passes " << passes;
+            }
             // without feedback the search is the same per column
             blr::Model g0 = base;
             cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
@@ -297,7 +304,8 @@ TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {
         EXPECT_LE(sel_error(e3.payload, f.s), 1.05 * ec) << "x3: " << e3.line;
         // the other column-search kernel: the SPEC's 2 %
         cu::Tuning other;
-        other.gptq_windowed = !other.gptq_windowed;
+        other.gptq_kernel = other.gptq_kernel == cu::GptqKernel::lazy ? cu::GptqKernel::batched
+                                                                      : cu::GptqKernel::lazy;
         const Encoded eb = cu::encode_tensor(f.s.w, *f.icd, o, nullptr, f.gpu, other);
         EXPECT_LE(sel_error(eb.payload, f.s), 1.02 * ec) << "other gptq_v kernel: " << eb.line;
         std::cerr << "  x3/tf32: " << e3.line << "\n  other gptq_v kernel: " << eb.line << "\n";

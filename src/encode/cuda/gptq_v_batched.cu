@@ -1,5 +1,5 @@
 // The batched column-search kernel of gptq_v (the first device version, kept
-// as an alternative: Tuning::gptq_windowed = false). The block evaluates a
+// as an alternative: Tuning::gptq_kernel = batched). The block evaluates a
 // window of bits at once against the current state and takes the first
 // candidate, as the sequential scan would; the K rows of the next few
 // candidates are fetched together, and each later candidate is taken only if
@@ -15,10 +15,14 @@ namespace {
 
 constexpr int kMaxThreads = 512;
 
-template <int Ept>
+// Candidates whose K rows are fetched per batch: Q·Ept registers (≤ 32).
+__host__ __device__ constexpr int max_prefetch(int ept) {
+    return ept >= 32 ? 1 : (32 / ept < 8 ? 32 / ept : 8);
+}
+
+template <int Ept, int Q>
 __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) {
-    // candidates fetched per batch: Q·Ept registers of K rows (≤ 32)
-    constexpr int Q = Ept >= 32 ? 1 : (32 / Ept < 8 ? 32 / Ept : 8);
+    static_assert(Q >= 1 && Q <= max_prefetch(Ept));
     extern __shared__ float sm[];
     const int64_t r = a.r;
     const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
@@ -157,12 +161,15 @@ __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) 
 
 }  // namespace
 
-GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads) {
+GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads, int prefetch) {
     GptqPlan l;
     l.threads = threads > 0 ? std::min(threads, kMaxThreads) : (r <= 256 ? 256 : kMaxThreads);
     const int64_t need = (r + l.threads - 1) / l.threads;
     while (l.ept < need) l.ept *= 2;
     if (l.ept > 32) return l;  // nb = 0: unsupported
+    l.prefetch = max_prefetch(l.ept);
+    if (prefetch > 0)
+        while (l.prefetch > prefetch) l.prefetch /= 2;
     const int64_t fixed = 4 * r * static_cast<int64_t>(sizeof(float));
     const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 1024;
     const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
@@ -187,53 +194,72 @@ int smem_limit_for(Kernel kernel) {
     return optin - static_cast<int>(fa.sharedSizeBytes);  // dynamic + static ≤ opt-in
 }
 
-template <int Ept>
-void set_smem(size_t smem) {
-    CUDA_CHECK(cudaFuncSetAttribute(k_gptq_block<Ept>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_limit_for(k_gptq_block<Ept>)));
-    (void)smem;  // plan_batched keeps every plan within that limit
+template <int Ept, int Q>
+void set_smem() {
+    CUDA_CHECK(cudaFuncSetAttribute(k_gptq_block<Ept, Q>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    smem_limit_for(k_gptq_block<Ept, Q>)));
 }
 
-template <int Ept>
+template <int Ept, int Q>
 void launch(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
-    k_gptq_block<Ept><<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
+    k_gptq_block<Ept, Q><<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
     CUDA_LAUNCH_CHECK();
 }
+
+// f(the kernel's instantiation for the plan): every (Ept, Q ≤ max_prefetch(Ept))
+template <int Ept, class F>
+void with_q(const GptqPlan& p, F&& f) {
+    constexpr int qm = max_prefetch(Ept);
+    if (p.prefetch >= 8 && qm >= 8) return f.template operator()<Ept, (qm >= 8 ? 8 : 1)>();
+    if (p.prefetch >= 4 && qm >= 4) return f.template operator()<Ept, (qm >= 4 ? 4 : 1)>();
+    if (p.prefetch >= 2 && qm >= 2) return f.template operator()<Ept, (qm >= 2 ? 2 : 1)>();
+    return f.template operator()<Ept, 1>();
+}
+
+template <class F>
+void with_kernel(const GptqPlan& p, F&& f) {
+    switch (p.ept) {
+        case 1:
+            return with_q<1>(p, f);
+        case 2:
+            return with_q<2>(p, f);
+        case 4:
+            return with_q<4>(p, f);
+        case 8:
+            return with_q<8>(p, f);
+        case 16:
+            return with_q<16>(p, f);
+        default:
+            return with_q<32>(p, f);
+    }
+}
+
+struct Prepare {
+    template <int Ept, int Q>
+    void operator()() const {
+        set_smem<Ept, Q>();
+    }
+};
+
+struct Launch {
+    const Gpu& g;
+    const GptqArgs& a;
+    const GptqPlan& p;
+    template <int Ept, int Q>
+    void operator()() const {
+        launch<Ept, Q>(g, a, p);
+    }
+};
 
 }  // namespace
 
 void prepare_batched(const GptqPlan& p) {
-    switch (p.ept) {
-        case 1:
-            return set_smem<1>(p.smem);
-        case 2:
-            return set_smem<2>(p.smem);
-        case 4:
-            return set_smem<4>(p.smem);
-        case 8:
-            return set_smem<8>(p.smem);
-        case 16:
-            return set_smem<16>(p.smem);
-        default:
-            return set_smem<32>(p.smem);
-    }
+    with_kernel(p, Prepare{});  // plan_batched keeps every plan within this limit
 }
 
 void launch_batched(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
-    switch (p.ept) {
-        case 1:
-            return launch<1>(g, a, p);
-        case 2:
-            return launch<2>(g, a, p);
-        case 4:
-            return launch<4>(g, a, p);
-        case 8:
-            return launch<8>(g, a, p);
-        case 16:
-            return launch<16>(g, a, p);
-        default:
-            return launch<32>(g, a, p);
-    }
+    with_kernel(p, Launch{g, a, p});
 }
 
 }  // namespace cortiq::encode::cuda

@@ -22,24 +22,29 @@ struct GptqArgs {
     int feedback;
     unsigned long long* flips;
     unsigned long long* passes_run;  // passes executed, summed over the columns
+    int64_t ldk;                     // row stride of k (lazy kernel: r padded to 32, zeros)
+    unsigned long long* stats;       // lazy kernel: chunk visits, log entries applied from
+                                     // the near blocks and from L2, waits for blocks
 };
 
 // A launch plan: threads per block, columns per block (bounded by shared memory).
 struct GptqPlan {
     int threads = 256;
     int nb = 0;
-    int ept = 1;  // batched kernel: elements of r per thread (a power of two)
+    int ept = 1;       // batched kernel: elements of r per thread (a power of two)
+    int prefetch = 1;  // batched kernel: candidates whose K rows one batch fetches
     size_t smem = 0;
 };
 
-GptqPlan plan_windowed(const Gpu& g, int64_t r, int block);
-// threads: per block (0: 256 up to r = 256, else 512)
-GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads = 0);
+GptqPlan plan_lazy(const Gpu& g, int64_t r, int block);
+// threads: per block (0: 256 up to r = 256, else 512); prefetch: candidates per
+// batch (0: as many as 32 registers hold, else at most this, a power of two)
+GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads = 0, int prefetch = 0);
 // Sets the kernel's shared-memory limit and returns the launcher of one block
 // of columns [a.j0, a.j1) on the Gpu's stream.
-void launch_windowed(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
+void launch_lazy(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void launch_batched(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
-void prepare_windowed(const GptqPlan& p);
+void prepare_lazy(const GptqPlan& p);
 void prepare_batched(const GptqPlan& p);
 
 // Does flipping bit a raise φ = α²/β by more than the tolerance? (the CPU's

@@ -26,6 +26,15 @@
 
 namespace cortiq::encode::cuda {
 
+// The column-search kernel of gptq_v (both make the CPU scan's decisions).
+// Measured side by side on the H200 (bench_encode_gpu --variants): 4096×11008
+// in 31.3 s with lazy against 40.2 s with batched, 2048×8192 in 10.3 s against
+// 13.2 s, the same held-out errors.
+enum class GptqKernel {
+    lazy,     // one deciding warp; owner warps keep ks up to date from a flip log
+    batched,  // the whole block updates ks after every flip (two barriers per flip)
+};
+
 // Knobs of the device encoder that have no CPU counterpart.
 struct Tuning {
     // ITQ's two products and the Newton–Schulz iterations in TF32 (the final
@@ -39,13 +48,14 @@ struct Tuning {
     // Off by default (INT64_MAX) until its speed is measured on its own; 1024
     // turns it on for the large products.
     int64_t x3_min_k = INT64_MAX;
-    // gptq_v: true: the windowed column search (one deciding warp, one barrier
-    // per 32 bits; measured 3-4x slower on the H200: its helpers wait one L2
-    // round trip per window); false: the batched one (two barriers per flip).
-    bool gptq_windowed = false;
+    GptqKernel gptq_kernel = GptqKernel::lazy;  // batched above the lazy kernel's rank (3584)
     // gptq_v (batched): threads per block, 0: automatic (512 from r = 257). Fewer
     // threads make a barrier cheaper but give each thread more of r per flip.
     int gptq_threads = 0;
+    // gptq_v (batched): candidates whose K rows one batch fetches, 0: as many as
+    // 32 registers per thread hold (8 rows at r = 1475, mostly unused: a flip
+    // changes α and β, and the next candidate is rarely the prefetched one).
+    int gptq_prefetch = 0;
     // The P = 2 and P = 1 candidates on two streams at once (two host threads).
     bool parallel_candidates = true;
     // encode_tensor checks its memory estimate against the free device memory
