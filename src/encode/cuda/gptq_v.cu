@@ -8,8 +8,8 @@
 // The search of one column scans its r bits in order and flips a bit when
 // (sᵀb)²/sᵀKs rises by more than the tolerance, updating ks = K s. Two
 // kernels make the sequential scan's decisions (Tuning::gptq_kernel): the lazy
-// one (gptq_v_lazy.cu: one deciding warp, ks brought up to date per chunk of
-// 32 bits from a log of the flips) and the batched one (gptq_v_batched.cu:
+// one (gptq_v_lazy.cu: one warp decides chunk by chunk, owner warps keep ks up
+// to date from a log of the flips) and the batched one (gptq_v_batched.cu:
 // the whole block updates ks after every flip).
 #include <algorithm>
 #include <cmath>
