@@ -22,6 +22,12 @@
 //     block.
 // The log is a ring; the decider waits for the owners before it could
 // overwrite an entry one of them has not applied.
+//
+// Where it stands (H200, bench_encode_gpu --sizes 2048x8192 --gptq lazy, the
+// profile's gptq_v.* counters): 18.6 M visits, 17.2 M log entries taken from
+// the near blocks, 0.97 M from L2, 1.56 M visits that waited for their
+// blocks; about 0.8 µs per visit, several times what a visit's instructions
+// need. The counters, not the seconds, say where to look next.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
