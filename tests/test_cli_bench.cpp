@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "cli_run.hpp"
@@ -56,6 +57,22 @@ TEST(CliBench, PrintsReportProfileAndTable) {
     const auto js = nlohmann::json::parse(j.out);
     EXPECT_LT(js["methods"]["nvg"]["sel_rel"].get<double>(),
               js["methods"]["svid"]["sel_rel"].get<double>());
+}
+
+// --gptq-passes reaches the encoder: fewer passes of the column search
+TEST(CliBench, GptqPassesBoundTheColumnSearch) {
+    auto passes = [](const std::string& out) -> long long {
+        std::smatch m;
+        if (!std::regex_search(out, m, std::regex(R"(gptq_v\.passes [^|]* n=([0-9]+))"))) return -1;
+        return std::stoll(m[1].str());
+    };
+    const CliRun all = run_cli("bench --m 32 --n 64 --methods nvg --threads 1");
+    const CliRun one = run_cli("bench --m 32 --n 64 --methods nvg --threads 1 --gptq-passes 1");
+    ASSERT_EQ(all.code, 0) << all.out;
+    ASSERT_EQ(one.code, 0) << one.out;
+    ASSERT_GT(passes(one.out), 0) << one.out;
+    EXPECT_LT(passes(one.out), passes(all.out)) << one.out << all.out;
+    EXPECT_NE(run_cli("bench --m 32 --n 64 --gptq-passes 0").code, 0);
 }
 
 TEST(CliBench, SavedInputRoundTrips) {

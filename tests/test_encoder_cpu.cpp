@@ -274,6 +274,26 @@ TEST(GptqV, BlockSizeDoesNotChangeTheResult) {
         EXPECT_NEAR(a.paths[1].g[j], b.paths[1].g[j], 1e-9 * std::abs(b.paths[1].g[j]) + 1e-15);
 }
 
+// Options::gptq_passes bounds every column search of the encoder's gptq_v calls
+// (one pass: exactly one per column).
+TEST(GptqV, PassLimitOfTheEncoderBoundsEveryColumnSearch) {
+    Fixture f(48, 64, 33);
+    long long calls[2] = {}, passes[2] = {};
+    for (int run = 0; run < 2; ++run) {
+        Options o = small_options();
+        if (run == 1) o.gptq_passes = 1;
+        Profile prof;
+        encode_tensor(f.s.w, *f.ic, o, &prof);
+        for (const auto& e : prof.entries()) {
+            if (e.stage == "gptq_v") calls[run] = e.calls;
+            if (e.stage == "gptq_v.passes") passes[run] = e.count;
+        }
+        ASSERT_GT(calls[run], 0);
+    }
+    EXPECT_GT(passes[0], calls[0] * 64);  // some column needed a second pass
+    EXPECT_EQ(passes[1], calls[1] * 64);
+}
+
 TEST(Refine, NeverRaisesTheErrorAndKnotsHelp) {
     Fixture f(64, 128, 31);
     Options o = small_options();

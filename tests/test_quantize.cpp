@@ -699,6 +699,7 @@ TEST_F(Quantize, MatchOriginalRecordsItsObjectiveAndRefusesAMixedResume) {
     const io::SafetensorsFile st = io::SafetensorsFile::open((d / "q.safetensors").string());
     const auto meta = nlohmann::json::parse(st.metadata().at("cortiq"));
     EXPECT_EQ(meta.at("match"), "original");
+    EXPECT_EQ(meta.at("gptq_passes"), o.enc.gptq_passes);
     for (const auto& t : rep.tensors) {  // every tensor records the correction it kept
         EXPECT_GE(t.drift_alpha, 0.0) << t.name;
         EXPECT_LE(t.drift_alpha, 1.0) << t.name;

@@ -29,7 +29,8 @@ struct Options {
     int als_joint_sweeps = 6;  // both paths after the residual path
     int als_knot_sweeps = 3;   // after each discrete move (SPEC §3.7)
     int refine_sweeps = 2;     // rounds of (flip_u, gptq_v) per path
-    int flip_passes = 16;      // greedy passes of flip_u and of each gptq_v column
+    int flip_passes = 16;      // greedy passes of flip_u over the rows of S_U
+    int gptq_passes = 16;      // greedy passes of each gptq_v column (its cost on the GPU)
     double flip_tol = 1e-12;   // relative gain a flip must exceed (f64; f32 uses 1e-7)
     int gptq_block = 128;      // columns per block of the input-side search
 };

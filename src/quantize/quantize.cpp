@@ -244,6 +244,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
                   : o.enc.paths == encode::PathsChoice::one     ? "1"
                                                                 : "2"},
         {"rho", o.enc.rho},
+        {"gptq_passes", o.enc.gptq_passes},
         {"match", o.match_original ? "original" : "layer"},
         {"calib", calib_names},
         {"calib_sha256", calib_hashes},

@@ -19,6 +19,7 @@ struct BenchArgs {
     int64_t samples = 64, seqlen = 512;
     uint64_t seed = 1;
     double bpw = 1.0, rho = 0.03;
+    int gptq_passes = encode::Options{}.gptq_passes;
     std::string device = "cpu", paths = "auto", methods = "nvg,nvg-noknots,svid,rtn-sign";
     int threads = 0;
     bool profile = true, json = false;
@@ -42,6 +43,7 @@ void run(const BenchArgs& a) {
     encode::Options o;
     o.bpw = a.bpw;
     o.rho = a.rho;
+    o.gptq_passes = a.gptq_passes;
     o.paths = encode::parse_paths(a.paths);
     std::vector<encode::Method> methods;
     std::stringstream ss(a.methods);
@@ -84,6 +86,9 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--save", args->save, "write the bench input (W, H_fit, H_sel) here");
     cmd->add_option("--bpw", args->bpw, "bits per weight")->check(CLI::Range(0.01, 16.0));
     cmd->add_option("--rho", args->rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--gptq-passes", args->gptq_passes,
+                    "greedy passes of each input-side column search")
+        ->check(CLI::Range(1, 64));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");
     cmd->add_option("--methods", args->methods, "comma-separated: nvg,nvg-noknots,svid,rtn-sign");

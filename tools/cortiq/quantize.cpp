@@ -49,6 +49,10 @@ void add_quantize(CLI::App& app) {
                     "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
     cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
+                    "greedy passes of each input-side column search (fewer: faster on the GPU, "
+                    "slightly less accurate)")
+        ->check(CLI::Range(1, 64));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "
                     "which corrects the drift of the compressed layers before it) or 'layer' (its "

@@ -61,7 +61,7 @@ blr::Model refine(blr::Model md, const TensorContext& c, const Options& o) {
                 if (kind == 0)
                     flip_u(trial, c, p, o.flip_tol, o.flip_passes);
                 else
-                    gptq_v(trial, c, p, o.flip_tol, o.flip_passes, o.gptq_block);
+                    gptq_v(trial, c, p, o.flip_tol, o.gptq_passes, o.gptq_block);
                 als(trial, c, o.als_knot_sweeps);
                 double e;
                 {
