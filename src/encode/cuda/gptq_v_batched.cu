@@ -211,6 +211,7 @@ void launch(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
 template <int Ept, class F>
 void with_q(const GptqPlan& p, F&& f) {
     constexpr int qm = max_prefetch(Ept);
+    // every branch is instantiated: the ternaries keep Q within max_prefetch(Ept)
     if (p.prefetch >= 8 && qm >= 8) return f.template operator()<Ept, (qm >= 8 ? 8 : 1)>();
     if (p.prefetch >= 4 && qm >= 4) return f.template operator()<Ept, (qm >= 4 ? 4 : 1)>();
     if (p.prefetch >= 2 && qm >= 2) return f.template operator()<Ept, (qm >= 2 ? 2 : 1)>();
