@@ -115,28 +115,25 @@ TEST(BlrPayload, ValidateRejectsMalformed) {
     expect_reject(hdr(4, 9, 2), "version");
     expect_reject(hdr(6, 3, 2), "paths");
     expect_reject(hdr(16, 71, 4), "rank");  // r > min(m, n)
-    expect_reject(hdr(20, 3, 4), "word");   // words_u
+    expect_reject(hdr(20, 3, 4), "word");   // words_u must be 0 in version 2
     expect_reject(hdr(28, 1, 4), "reserved");
     expect_reject(hdr(8, 21, 4), "bytes");  // m changed: size no longer matches
-    // padding bits of S_U (r = 10 of 64 bits used) and S_Vᵀ (n = 70 of 128)
+    // padding bits after the sign stream: 2 paths · 10 · (20 + 70) = 1800
+    // bits, 29 words, so the last word holds 8 used bits
     const uint64_t m = 20, n = 70, r = 10;
-    const size_t p0 = sizeof(blr::Header);
     auto b = good;
-    b[p0 + blr::off_su(m, n, r) + 7] |= 0x80;
+    b.back() |= 0x80;
     expect_reject(b, "padding bits");
-    b = good;
-    b[p0 + blr::path_bytes(m, n, r) + blr::off_svt(m, n, r) + 15] |= 0x01;
-    expect_reject(b, "padding bits");
-    // non-finite scales (NaN in ℓ, +inf in g)
+    // non-finite scales (NaN in ℓ of path 0, +inf in g of path 1)
     b = good;
     const uint16_t nan = 0x7e00, inf = 0x7c00;
-    std::memcpy(b.data() + p0 + blr::off_l(m) + 2, &nan, 2);
+    std::memcpy(b.data() + blr::off_scales(m, n, r, 0) + blr::off_l(m) + 2, &nan, 2);
     expect_reject(b, "non-finite latent");
     b = good;
-    std::memcpy(b.data() + p0 + blr::off_g(m, r), &inf, 2);
+    std::memcpy(b.data() + blr::off_scales(m, n, r, 1) + blr::off_g(m, r), &inf, 2);
     expect_reject(b, "non-finite input");
-    // scale padding: 2(m+n+r) = 200 bytes, padded to 200: use a shape that pads
-    const auto odd = blr::pack(random_model(3, 4, 2, 1, 9));  // 18 bytes -> 24
+    // scale padding: 2(m+n+r) = 18 bytes padded to 24
+    const auto odd = blr::pack(random_model(3, 4, 2, 1, 9));
     auto o2 = odd;
     o2[sizeof(blr::Header) + 20] = 1;
     expect_reject(o2, "padding byte");
@@ -151,4 +148,101 @@ TEST(BlrPayload, ScalesAreEditable) {
     for (auto& v : stored.paths[0].l) v = round_half(v * 2);
     blr::write_scales(bytes, stored);
     EXPECT_EQ(blr::unpack(bytes).paths[0].l, stored.paths[0].l);
+}
+
+namespace {
+
+// A version-1 payload written by hand from the layout of the first format
+// (S_U by rows of r bits padded to 64, S_Vᵀ by rows of n bits padded to 64).
+std::vector<uint8_t> pack_v1(const blr::Model& md) {
+    const uint64_t m = md.m, n = md.n, r = md.r, np = md.paths.size();
+    std::vector<uint8_t> out(blr::v1::payload_bytes(m, n, r, np), 0);
+    const blr::Header hd{blr::kMagic,
+                         blr::kVersion1,
+                         static_cast<uint16_t>(np),
+                         static_cast<uint32_t>(m),
+                         static_cast<uint32_t>(n),
+                         static_cast<uint32_t>(r),
+                         static_cast<uint32_t>(blr::words_for(r)),
+                         static_cast<uint32_t>(blr::words_for(n)),
+                         0};
+    std::memcpy(out.data(), &hd, sizeof hd);
+    for (uint64_t p = 0; p < np; ++p) {
+        const blr::Path& q = md.paths[p];
+        uint8_t* base = out.data() + 32 + p * blr::v1::path_bytes(m, n, r);
+        auto put = [&](double v, uint64_t off) {
+            const uint16_t h = float_to_half(static_cast<float>(v));
+            std::memcpy(base + off, &h, 2);
+        };
+        for (uint64_t i = 0; i < m; ++i) put(q.h[i], 2 * i);
+        for (uint64_t k = 0; k < r; ++k) put(q.l[k], 2 * (m + k));
+        for (uint64_t j = 0; j < n; ++j) put(q.g[j], 2 * (m + r + j));
+        uint8_t* su = base + blr::v1::off_su(m, n, r);
+        for (uint64_t i = 0; i < m; ++i)
+            for (uint64_t k = 0; k < r; ++k)
+                if (q.su(i, k) < 0) su[8 * (i * blr::words_for(r)) + k / 8] |= 1 << (k % 8);
+        uint8_t* svt = base + blr::v1::off_svt(m, n, r);
+        for (uint64_t k = 0; k < r; ++k)
+            for (uint64_t j = 0; j < n; ++j)
+                if (q.sv(j, k) < 0) svt[8 * (k * blr::words_for(n)) + j / 8] |= 1 << (j % 8);
+    }
+    return out;
+}
+
+}  // namespace
+
+// Files written before version 2 still load: the same signs and scales.
+TEST(BlrPayload, Version1StillLoads) {
+    for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1}, {130, 65, 65, 2}, {1, 1, 1, 1}}) {
+        blr::Model md = random_model(m, n, r, p, 5 + m);
+        for (auto& q : md.paths) {  // scales as f16 stores them
+            for (auto& v : q.h) v = round_half(v * 1e3);
+            for (auto& v : q.l) v = round_half(v * 1e-3);
+            for (auto& v : q.g) v = round_half(v);
+        }
+        const auto bytes = pack_v1(md);
+        ASSERT_NO_THROW(blr::validate(bytes, "v1", m, n));
+        EXPECT_EQ(blr::info(bytes).version, 1);
+        const blr::Model un = blr::unpack(bytes);
+        for (int q = 0; q < p; ++q) {
+            EXPECT_EQ(un.paths[q].su.vec(), md.paths[q].su.vec());
+            EXPECT_EQ(un.paths[q].sv.vec(), md.paths[q].sv.vec());
+            EXPECT_EQ(un.paths[q].h, md.paths[q].h);
+            EXPECT_EQ(un.paths[q].l, md.paths[q].l);
+            EXPECT_EQ(un.paths[q].g, md.paths[q].g);
+        }
+        // and a padding bit of S_U's rows is still refused in version 1
+        if (r % 64 != 0) {
+            auto b = bytes;
+            b[32 + blr::v1::off_su(m, n, r) + 8 * blr::words_for(r) - 1] |= 0x80;
+            EXPECT_THROW(blr::validate(b, "v1"), Error);
+        }
+    }
+}
+
+// The bits every report uses are the stored bytes, and they stay within the
+// header and 14 bytes of padding of the ideal count.
+TEST(BlrRank, StoredBitsAreThePayloadBytes) {
+    Rng rng(8);
+    for (int t = 0; t < 40; ++t) {
+        const int64_t m = 1 + static_cast<int64_t>(rng.uniform() * 90);
+        const int64_t n = 1 + static_cast<int64_t>(rng.uniform() * 90);
+        const int64_t r = 1 + static_cast<int64_t>(rng.uniform() * (std::min(m, n) - 1));
+        const int p = rng.uniform() < 0.5 ? 1 : 2;
+        const auto bytes = blr::pack(random_model(m, n, r, p, 100 + t));
+        EXPECT_EQ(blr::bits(m, n, r, p), 8 * static_cast<int64_t>(bytes.size()));
+        EXPECT_GE(blr::bits(m, n, r, p), blr::ideal_bits(m, n, r, p));
+        EXPECT_LE(blr::bits(m, n, r, p), blr::ideal_bits(m, n, r, p) + 256 + 112);
+    }
+    // never above the budget; for 7B-sized shapes within 1 % of it
+    for (auto [m, n] : {std::pair{64, 64}, {64, 4096}, {4096, 11008}, {11008, 4096}})
+        for (double bpw : {0.55, 1.0, 2.0})
+            for (int p : {1, 2}) {
+                const int64_t r = blr::rank_for(m, n, bpw, p);
+                if (m * n <= 64 * 64 && r < 1) continue;  // the header alone is 6 % of 64 × 64
+                ASSERT_GE(r, 1) << m << "x" << n << " " << bpw;
+                EXPECT_LE(blr::bits(m, n, r, p), bpw * m * n);
+                if (m >= 4096 && n >= 4096 && r < std::min(m, n))  // steps < 0.1 % of it
+                    EXPECT_GE(blr::bits(m, n, r, p), 0.99 * bpw * m * n) << m << "x" << n;
+            }
 }

@@ -37,12 +37,18 @@ MatD Model::dense() const {
 }
 
 int64_t bits(int64_t m, int64_t n, int64_t r, int paths) {
+    return 8 * static_cast<int64_t>(payload_bytes(m, n, r, paths));
+}
+
+int64_t ideal_bits(int64_t m, int64_t n, int64_t r, int paths) {
     return static_cast<int64_t>(paths) * (r * (m + n) + 16 * (m + n + r));
 }
 
 int64_t rank_for(int64_t m, int64_t n, double bpw, int paths) {
     const double budget = bpw * static_cast<double>(m) * static_cast<double>(n);
-    // bits is increasing in r: r ≤ (budget/P − 16(m+n)) / (m+n+16)
+    // bits is increasing in r; the ideal count is below it, so start from the
+    // ideal rank r ≤ (budget/P − 16(m+n)) / (m+n+16) and step down to the
+    // stored bytes.
     const double rf =
         (budget / paths - 16.0 * static_cast<double>(m + n)) / static_cast<double>(m + n + 16);
     if (rf < 1) return 0;
@@ -84,6 +90,52 @@ uint64_t get_u64(const uint8_t* p) {
 
 }  // namespace
 
+namespace {
+
+bool get_bit(const uint8_t* stream, uint64_t b) {
+    return (stream[b / 8] >> (b % 8)) & 1;
+}
+void set_bit(uint8_t* stream, uint64_t b) {
+    stream[b / 8] |= static_cast<uint8_t>(1u << (b % 8));
+}
+
+// Where path p's scales and sign bits lie in a validated payload of either
+// version.
+struct PayloadView {
+    const uint8_t* data;
+    uint64_t m, n, r, paths;
+    int version;
+
+    static PayloadView of(std::span<const uint8_t> bytes) {
+        Header hd;
+        std::memcpy(&hd, bytes.data(), sizeof hd);
+        return {bytes.data(), hd.m, hd.n, hd.r, hd.paths, hd.version};
+    }
+    uint64_t scales_off(uint64_t p) const {
+        return version == 1 ? 32 + p * v1::path_bytes(m, n, r) : off_scales(m, n, r, p);
+    }
+    float scale(uint64_t p, uint64_t off_in_path) const {
+        return half_to_float(get_u16(data + scales_off(p) + off_in_path));
+    }
+    // true ⇔ the entry is −1
+    bool su(uint64_t p, uint64_t i, uint64_t k) const {
+        if (version == 1) {
+            const uint8_t* rows = data + 32 + p * v1::path_bytes(m, n, r) + v1::off_su(m, n, r);
+            return (get_u64(rows + 8 * (i * words_for(r) + k / 64)) >> (k % 64)) & 1;
+        }
+        return get_bit(data + off_signs(m, n, r, paths), bit_sut(m, n, r, p) + k * m + i);
+    }
+    bool sv(uint64_t p, uint64_t j, uint64_t k) const {
+        if (version == 1) {
+            const uint8_t* rows = data + 32 + p * v1::path_bytes(m, n, r) + v1::off_svt(m, n, r);
+            return (get_u64(rows + 8 * (k * words_for(n) + j / 64)) >> (j % 64)) & 1;
+        }
+        return get_bit(data + off_signs(m, n, r, paths), bit_svt(m, n, r, p) + k * n + j);
+    }
+};
+
+}  // namespace
+
 std::vector<uint8_t> pack(const Model& model, Model* stored) {
     const uint64_t m = model.m, n = model.n, r = model.r, np = model.paths.size();
     CORTIQ_ASSERT(np >= 1 && np <= 2 && r >= 1, "pack: {} paths, rank {}", np, r);
@@ -94,11 +146,12 @@ std::vector<uint8_t> pack(const Model& model, Model* stored) {
               static_cast<uint32_t>(m),
               static_cast<uint32_t>(n),
               static_cast<uint32_t>(r),
-              static_cast<uint32_t>(words_for(r)),
-              static_cast<uint32_t>(words_for(n)),
+              0,
+              0,
               0};
     std::memcpy(out.data(), &hd, sizeof hd);
     if (stored) *stored = model;
+    uint8_t* stream = out.data() + off_signs(m, n, r, np);
     for (uint64_t p = 0; p < np; ++p) {
         const Path& q = model.paths[p];
         CORTIQ_ASSERT(q.h.size() == m && q.l.size() == r && q.g.size() == n);
@@ -111,7 +164,7 @@ std::vector<uint8_t> pack(const Model& model, Model* stored) {
         const double mh = log_mean_abs(q.h), ml = log_mean_abs(q.l), mg = log_mean_abs(q.g);
         const double t = (mh + ml + mg) / 3.0;
         const double a = std::exp(t - mh), b = std::exp(t - mg), c = 1.0 / (a * b);
-        uint8_t* base = out.data() + sizeof(Header) + p * path_bytes(m, n, r);
+        uint8_t* base = out.data() + off_scales(m, n, r, p);
         Path* sp = stored ? &stored->paths[p] : nullptr;
         auto put = [&](const VecD& v, double s, uint64_t off, VecD* dst) {
             for (size_t i = 0; i < v.size(); ++i) {
@@ -124,26 +177,90 @@ std::vector<uint8_t> pack(const Model& model, Model* stored) {
         put(q.h, a, off_h(), sp ? &sp->h : nullptr);
         put(q.l, c, off_l(m), sp ? &sp->l : nullptr);
         put(q.g, b, off_g(m, r), sp ? &sp->g : nullptr);
-        const uint64_t wu = words_for(r), wv = words_for(n);
-        uint8_t* su = base + off_su(m, n, r);
-        for (uint64_t i = 0; i < m; ++i)
-            for (uint64_t w = 0; w < wu; ++w) {
-                uint64_t bitsw = 0;
-                for (uint64_t k = w * 64; k < std::min(r, w * 64 + 64); ++k)
-                    if (q.su(i, k) < 0) bitsw |= uint64_t{1} << (k - w * 64);
-                put_u64(su + 8 * (i * wu + w), bitsw);
-            }
-        uint8_t* svt = base + off_svt(m, n, r);
-        for (uint64_t k = 0; k < r; ++k)
-            for (uint64_t w = 0; w < wv; ++w) {
-                uint64_t bitsw = 0;
-                for (uint64_t j = w * 64; j < std::min(n, w * 64 + 64); ++j)
-                    if (q.sv(j, k) < 0) bitsw |= uint64_t{1} << (j - w * 64);
-                put_u64(svt + 8 * (k * wv + w), bitsw);
-            }
+        for (uint64_t k = 0; k < r; ++k) {
+            const uint64_t row_v = bit_svt(m, n, r, p) + k * n, row_u = bit_sut(m, n, r, p) + k * m;
+            for (uint64_t j = 0; j < n; ++j)
+                if (q.sv(j, k) < 0) set_bit(stream, row_v + j);
+            for (uint64_t i = 0; i < m; ++i)
+                if (q.su(i, k) < 0) set_bit(stream, row_u + i);
+        }
     }
     return out;
 }
+
+namespace {
+
+void check_header(const Header& hd, size_t size, const std::string& what) {
+    CORTIQ_CHECK(hd.magic == kMagic, "{}: bad magic 0x{:08x} (not a BLR payload)", what, hd.magic);
+    CORTIQ_CHECK(hd.version == kVersion || hd.version == kVersion1,
+                 "{}: unsupported BLR version {} (this build reads 1 and 2)", what, hd.version);
+    CORTIQ_CHECK(hd.paths == 1 || hd.paths == 2, "{}: {} paths (must be 1 or 2)", what, hd.paths);
+    CORTIQ_CHECK(hd.m >= 1 && hd.n >= 1 && hd.r >= 1, "{}: empty shape m={} n={} r={}", what, hd.m,
+                 hd.n, hd.r);
+    CORTIQ_CHECK(hd.r <= std::min(hd.m, hd.n), "{}: rank {} exceeds min(m={}, n={})", what, hd.r,
+                 hd.m, hd.n);
+    if (hd.version == kVersion1)
+        CORTIQ_CHECK(hd.words_u == words_for(hd.r) && hd.words_v == words_for(hd.n),
+                     "{}: row word counts {}/{} do not match r={} n={}", what, hd.words_u,
+                     hd.words_v, hd.r, hd.n);
+    else
+        CORTIQ_CHECK(hd.words_u == 0 && hd.words_v == 0,
+                     "{}: version 2 row word fields are {}/{} (must be 0)", what, hd.words_u,
+                     hd.words_v);
+    CORTIQ_CHECK(hd.reserved == 0, "{}: reserved header field is {} (must be 0)", what,
+                 hd.reserved);
+    const uint64_t m = hd.m, n = hd.n, r = hd.r;
+    const uint64_t want = hd.version == kVersion1 ? v1::payload_bytes(m, n, r, hd.paths)
+                                                  : payload_bytes(m, n, r, hd.paths);
+    CORTIQ_CHECK(size == want, "{}: {} bytes, a {}x{} rank-{} {}-path version-{} payload has {}",
+                 what, size, m, n, r, hd.paths, hd.version, want);
+}
+
+void check_scales(const PayloadView& v, uint64_t p, const std::string& what) {
+    const uint64_t m = v.m, n = v.n, r = v.r;
+    for (uint64_t i = 0; i < m + r + n; ++i) {
+        const float x = v.scale(p, 2 * i);
+        CORTIQ_CHECK(std::isfinite(x), "{}: path {} has a non-finite {} scale at index {}", what, p,
+                     i < m       ? "output (h)"
+                     : i < m + r ? "latent (l)"
+                                 : "input (g)",
+                     i < m       ? i
+                     : i < m + r ? i - m
+                                 : i - m - r);
+    }
+}
+
+// Padding must be zero so that a payload has one byte form.
+void check_padding(const PayloadView& v, size_t size, const std::string& what) {
+    const uint64_t m = v.m, n = v.n, r = v.r;
+    if (v.version == kVersion1) {
+        for (uint64_t p = 0; p < v.paths; ++p) {
+            const uint8_t* base = v.data + v.scales_off(p);
+            for (uint64_t b = 2 * (m + n + r); b < v1::scales_bytes(m, n, r); ++b)
+                CORTIQ_CHECK(base[b] == 0, "{}: path {} scale padding byte is non-zero", what, p);
+            auto check_rows = [&](const uint8_t* rows, uint64_t nrows, uint64_t used,
+                                  const char* name) {
+                if (used % 64 == 0) return;
+                const uint64_t words = words_for(used), mask = ~((uint64_t{1} << (used % 64)) - 1);
+                for (uint64_t i = 0; i < nrows; ++i)
+                    CORTIQ_CHECK((get_u64(rows + 8 * (i * words + words - 1)) & mask) == 0,
+                                 "{}: path {} {} row {} has padding bits set", what, p, name, i);
+            };
+            check_rows(base + v1::off_su(m, n, r), m, r, "S_U");
+            check_rows(base + v1::off_svt(m, n, r), r, n, "S_V");
+        }
+        return;
+    }
+    for (uint64_t b = 32 + 2 * v.paths * (m + n + r); b < off_signs(m, n, r, v.paths); ++b)
+        CORTIQ_CHECK(v.data[b] == 0, "{}: scale padding byte {} is non-zero", what, b);
+    const uint8_t* stream = v.data + off_signs(m, n, r, v.paths);
+    const uint64_t used = sign_bits_total(m, n, r, v.paths);
+    const uint64_t stream_bytes = size - off_signs(m, n, r, v.paths);
+    for (uint64_t b = used; b < 8 * stream_bytes; ++b)
+        CORTIQ_CHECK(!get_bit(stream, b), "{}: sign stream padding bits set (bit {})", what, b);
+}
+
+}  // namespace
 
 void validate(std::span<const uint8_t> bytes, const std::string& what, int64_t expect_m,
               int64_t expect_n) {
@@ -151,95 +268,44 @@ void validate(std::span<const uint8_t> bytes, const std::string& what, int64_t e
                  what, bytes.size());
     Header hd;
     std::memcpy(&hd, bytes.data(), sizeof hd);
-    CORTIQ_CHECK(hd.magic == kMagic, "{}: bad magic 0x{:08x} (not a BLR payload)", what, hd.magic);
-    CORTIQ_CHECK(hd.version == kVersion, "{}: unsupported BLR version {} (this build reads {})",
-                 what, hd.version, kVersion);
-    CORTIQ_CHECK(hd.paths == 1 || hd.paths == 2, "{}: {} paths (must be 1 or 2)", what, hd.paths);
-    CORTIQ_CHECK(hd.m >= 1 && hd.n >= 1 && hd.r >= 1, "{}: empty shape m={} n={} r={}", what, hd.m,
-                 hd.n, hd.r);
-    CORTIQ_CHECK(hd.r <= std::min(hd.m, hd.n), "{}: rank {} exceeds min(m={}, n={})", what, hd.r,
-                 hd.m, hd.n);
-    CORTIQ_CHECK(hd.words_u == words_for(hd.r) && hd.words_v == words_for(hd.n),
-                 "{}: row word counts {}/{} do not match r={} n={}", what, hd.words_u, hd.words_v,
-                 hd.r, hd.n);
-    CORTIQ_CHECK(hd.reserved == 0, "{}: reserved header field is {} (must be 0)", what,
-                 hd.reserved);
+    check_header(hd, bytes.size(), what);
     if (expect_m >= 0)
         CORTIQ_CHECK(hd.m == expect_m && hd.n == expect_n, "{}: payload is {}x{}, expected {}x{}",
                      what, hd.m, hd.n, expect_m, expect_n);
-    const uint64_t m = hd.m, n = hd.n, r = hd.r;
-    const uint64_t want = payload_bytes(m, n, r, hd.paths);
-    CORTIQ_CHECK(bytes.size() == want, "{}: {} bytes, a {}x{} rank-{} {}-path payload has {}", what,
-                 bytes.size(), m, n, r, hd.paths, want);
-    for (uint64_t p = 0; p < hd.paths; ++p) {
-        const uint8_t* base = bytes.data() + sizeof(Header) + p * path_bytes(m, n, r);
-        for (uint64_t i = 0; i < m + r + n; ++i) {
-            const float v = half_to_float(get_u16(base + 2 * i));
-            CORTIQ_CHECK(std::isfinite(v), "{}: path {} has a non-finite {} scale at index {}",
-                         what, p,
-                         i < m       ? "output (h)"
-                         : i < m + r ? "latent (l)"
-                                     : "input (g)",
-                         i < m       ? i
-                         : i < m + r ? i - m
-                                     : i - m - r);
-        }
-        for (uint64_t b = 2 * (m + n + r); b < scales_bytes(m, n, r); ++b)
-            CORTIQ_CHECK(base[b] == 0, "{}: path {} scale padding byte is non-zero", what, p);
-        auto check_pad = [&](const uint8_t* rows, uint64_t nrows, uint64_t words, uint64_t used,
-                             const char* name) {
-            if (used % 64 == 0) return;
-            const uint64_t mask = ~((uint64_t{1} << (used % 64)) - 1);
-            for (uint64_t i = 0; i < nrows; ++i) {
-                const uint64_t last = get_u64(rows + 8 * (i * words + words - 1));
-                CORTIQ_CHECK((last & mask) == 0, "{}: path {} {} row {} has padding bits set", what,
-                             p, name, i);
-            }
-        };
-        check_pad(base + off_su(m, n, r), m, words_for(r), r, "S_U");
-        check_pad(base + off_svt(m, n, r), r, words_for(n), n, "S_V");
-    }
+    const PayloadView v = PayloadView::of(bytes);
+    for (uint64_t p = 0; p < hd.paths; ++p) check_scales(v, p, what);
+    check_padding(v, bytes.size(), what);
 }
 
 Info info(std::span<const uint8_t> bytes) {
     validate(bytes);
     Header hd;
     std::memcpy(&hd, bytes.data(), sizeof hd);
-    return {hd.m, hd.n, hd.r, hd.paths};
+    return {hd.m, hd.n, hd.r, hd.paths, hd.version};
 }
 
 Model unpack(std::span<const uint8_t> bytes) {
     const Info in = info(bytes);
+    const PayloadView v = PayloadView::of(bytes);
     const uint64_t m = in.m, n = in.n, r = in.r;
     Model md;
     md.m = in.m;
     md.n = in.n;
     md.r = in.r;
-    for (int p = 0; p < in.paths; ++p) {
-        const uint8_t* base = bytes.data() + sizeof(Header) + p * path_bytes(m, n, r);
+    for (uint64_t p = 0; p < v.paths; ++p) {
         Path q;
         q.h.resize(m);
         q.l.resize(r);
         q.g.resize(n);
-        for (uint64_t i = 0; i < m; ++i) q.h[i] = half_to_float(get_u16(base + off_h() + 2 * i));
-        for (uint64_t k = 0; k < r; ++k) q.l[k] = half_to_float(get_u16(base + off_l(m) + 2 * k));
-        for (uint64_t j = 0; j < n; ++j)
-            q.g[j] = half_to_float(get_u16(base + off_g(m, r) + 2 * j));
+        for (uint64_t i = 0; i < m; ++i) q.h[i] = v.scale(p, off_h() + 2 * i);
+        for (uint64_t k = 0; k < r; ++k) q.l[k] = v.scale(p, off_l(m) + 2 * k);
+        for (uint64_t j = 0; j < n; ++j) q.g[j] = v.scale(p, off_g(m, r) + 2 * j);
         q.su = MatD(in.m, in.r);
         q.sv = MatD(in.n, in.r);
-        const uint64_t wu = words_for(r), wv = words_for(n);
-        const uint8_t* su = base + off_su(m, n, r);
         for (uint64_t i = 0; i < m; ++i)
-            for (uint64_t k = 0; k < r; ++k) {
-                const uint64_t w = get_u64(su + 8 * (i * wu + k / 64));
-                q.su(i, k) = (w >> (k % 64)) & 1 ? -1.0 : 1.0;
-            }
-        const uint8_t* svt = base + off_svt(m, n, r);
+            for (uint64_t k = 0; k < r; ++k) q.su(i, k) = v.su(p, i, k) ? -1.0 : 1.0;
         for (uint64_t k = 0; k < r; ++k)
-            for (uint64_t j = 0; j < n; ++j) {
-                const uint64_t w = get_u64(svt + 8 * (k * wv + j / 64));
-                q.sv(j, k) = (w >> (j % 64)) & 1 ? -1.0 : 1.0;
-            }
+            for (uint64_t j = 0; j < n; ++j) q.sv(j, k) = v.sv(p, j, k) ? -1.0 : 1.0;
         md.paths.push_back(std::move(q));
     }
     return md;
@@ -254,15 +320,16 @@ void write_scales(std::span<uint8_t> bytes, const Model& model) {
     CORTIQ_CHECK(in.m == model.m && in.n == model.n && in.r == model.r &&
                      in.paths == static_cast<int>(model.paths.size()),
                  "write_scales: model shape does not match the payload");
-    const uint64_t m = in.m, n = in.n, r = in.r;
-    for (int p = 0; p < in.paths; ++p) {
-        uint8_t* base = bytes.data() + sizeof(Header) + p * path_bytes(m, n, r);
+    const PayloadView v = PayloadView::of(bytes);
+    const uint64_t m = in.m, r = in.r;
+    for (uint64_t p = 0; p < v.paths; ++p) {
+        uint8_t* base = bytes.data() + v.scales_off(p);
         const Path& q = model.paths[p];
         for (uint64_t i = 0; i < m; ++i)
             put_u16(base + off_h() + 2 * i, float_to_half(static_cast<float>(q.h[i])));
         for (uint64_t k = 0; k < r; ++k)
             put_u16(base + off_l(m) + 2 * k, float_to_half(static_cast<float>(q.l[k])));
-        for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t j = 0; j < q.g.size(); ++j)
             put_u16(base + off_g(m, r) + 2 * j, float_to_half(static_cast<float>(q.g[j])));
     }
     validate(bytes);

@@ -30,9 +30,14 @@ struct Model {
     MatD dense() const;  // Σ_p hsl_p gs_pᵀ
 };
 
-// bits(m,n,r,P) = P · (r·(m+n) + 16·(m+n+r))   (SPEC §1)
+// The stored bits of a (version 2) payload: 8 × its bytes, header and
+// padding included (SPEC §1). Every bpw cortiq reports is bits / (m·n).
 int64_t bits(int64_t m, int64_t n, int64_t r, int paths);
-// Largest r ≥ 1 (≤ min(m,n)) with bits ≤ bpw·m·n; 0 if even r = 1 exceeds it.
+// The ideal count P · (r·(m+n) + 16·(m+n+r)), for comparison: bits() exceeds
+// it by the 256-bit header and at most 112 bits of padding.
+int64_t ideal_bits(int64_t m, int64_t n, int64_t r, int paths);
+// Largest r ≥ 1 (≤ min(m,n)) whose payload bytes fit bpw·m·n bits; 0 if even
+// r = 1 exceeds it.
 int64_t rank_for(int64_t m, int64_t n, double bpw, int paths);
 
 // Rebalance the per-path scale gauge (h·a, g·b, ℓ/(ab) leaves Ŵ unchanged) so
@@ -49,6 +54,7 @@ void validate(std::span<const uint8_t> bytes, const std::string& what = "BLR pay
 struct Info {
     int64_t m, n, r;
     int paths;
+    int version;
 };
 Info info(std::span<const uint8_t> bytes);  // validates first
 

@@ -27,7 +27,7 @@ uint64_t sign_payload_bytes(uint64_t m, uint64_t n) {
 }  // namespace
 
 int64_t sign_bits(int64_t m, int64_t n) {
-    return m * n + 16 * (m + n);
+    return 8 * static_cast<int64_t>(sign_payload_bytes(m, n));
 }
 
 std::vector<uint8_t> pack_sign(const MatD& s, const VecD& h, const VecD& g) {
@@ -145,7 +145,7 @@ PayloadShape payload_shape(std::span<const uint8_t> bytes, const std::string& wh
         return {hd.m, hd.n, sign_bits(hd.m, hd.n), 0, 0};
     }
     const Info in = info(bytes);
-    return {in.m, in.n, bits(in.m, in.n, in.r, in.paths), in.r, in.paths};
+    return {in.m, in.n, 8 * static_cast<int64_t>(bytes.size()), in.r, in.paths};
 }
 
 }  // namespace cortiq::blr

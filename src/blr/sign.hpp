@@ -16,7 +16,7 @@ namespace cortiq::blr {
 
 constexpr uint32_t kSignMagic = 0x53515443u;  // "CTQS"
 
-int64_t sign_bits(int64_t m, int64_t n);  // m·n + 16(m + n)
+int64_t sign_bits(int64_t m, int64_t n);  // 8 × payload bytes (ideal: m·n + 16(m + n))
 // `s` holds ±1 (m × n); h, g are rounded to f16.
 std::vector<uint8_t> pack_sign(const MatD& s, const VecD& h, const VecD& g);
 void validate_sign(std::span<const uint8_t> bytes, const std::string& what = "sign payload",

@@ -64,7 +64,7 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
     Encoded out;
     out.paths = 0;
     out.rank = 0;
-    out.bits = m * n + 16 * (m + n);
+    out.bits = blr::sign_bits(m, n);  // stored: 8 × payload bytes
     out.bpw = static_cast<double>(out.bits) / static_cast<double>(m * n);
     auto rel = [&](const MatD& x) {
         return std::sqrt(err_dense(w, rs.w_hat, x) /

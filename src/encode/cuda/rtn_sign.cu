@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "blr/sign.hpp"
 #include "core/half.hpp"
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
@@ -72,7 +73,7 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
     Encoded out;
     out.paths = 0;
     out.rank = 0;
-    out.bits = m * n + 16 * (m + n);
+    out.bits = blr::sign_bits(m, n);  // stored: 8 × payload bytes
     out.bpw = static_cast<double>(out.bits) / static_cast<double>(m * n);
     out.err_fit = rel_fit;
     out.err_sel = rel_sel;
