@@ -3,9 +3,11 @@
 #include <filesystem>
 
 #include "blr/model.hpp"
+#include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "core/blas_threads.hpp"
 #include "io/safetensors.hpp"
+#include "model/blr_linear.hpp"
 #include "model/ops.hpp"
 
 namespace cortiq::model {
@@ -23,15 +25,19 @@ std::vector<float> load_vec(const io::Checkpoint& ckpt, const std::string& name,
 // `prefix`.weight (float m × n, or a U8 BLR / sign payload of that shape) and, if
 // `bias`, `prefix`.bias.
 Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_t m, int64_t n,
-                   bool bias) {
+                   bool bias, const LoadOptions& lo) {
     const std::string wname = prefix + ".weight";
     const io::TensorInfo& t = ckpt.info(wname);
     const std::string& file = ckpt.file_of(wname).path();
     Linear lin;
     if (t.dtype == io::DType::U8) {
         const auto bytes = ckpt.bytes(wname);
-        blr::validate_any(bytes, fmt::format("{}: tensor '{}'", file, wname), m, n);
-        lin.w = std::make_unique<DenseLinear>(blr::dequant_any(bytes));
+        const std::string what = fmt::format("{}: tensor '{}'", file, wname);
+        blr::validate_any(bytes, what, m, n);
+        if (lo.dequant)
+            lin.w = std::make_unique<DenseLinear>(blr::dequant_any(bytes));
+        else
+            lin.w = std::make_unique<BlrLinear>(blr::PackedWeight::from_payload(bytes, what));
     } else {
         MatF w = ckpt.load_matf(wname);
         CORTIQ_CHECK(w.rows() == m && w.cols() == n && t.shape.size() == 2,
@@ -68,7 +74,8 @@ const Linear& Model::linear(int64_t layer, std::string_view name) const {
     return const_cast<Model*>(this)->linear(layer, name);
 }
 
-Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckpt) {
+Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckpt,
+                             const LoadOptions& lo) {
     io::check_checkpoint(c, ckpt);
     Model m;
     m.cfg_ = c;
@@ -84,13 +91,13 @@ Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckp
             w.q_norm = load_vec(ckpt, p + "self_attn.q_norm.weight", c.head_dim);
             w.k_norm = load_vec(ckpt, p + "self_attn.k_norm.weight", c.head_dim);
         }
-        w.q = load_linear(ckpt, p + "self_attn.q_proj", c.q_dim(), H, c.qkv_bias);
-        w.k = load_linear(ckpt, p + "self_attn.k_proj", c.kv_dim(), H, c.qkv_bias);
-        w.v = load_linear(ckpt, p + "self_attn.v_proj", c.kv_dim(), H, c.qkv_bias);
-        w.o = load_linear(ckpt, p + "self_attn.o_proj", H, c.q_dim(), c.o_bias);
-        w.gate = load_linear(ckpt, p + "mlp.gate_proj", F, H, c.mlp_bias);
-        w.up = load_linear(ckpt, p + "mlp.up_proj", F, H, c.mlp_bias);
-        w.down = load_linear(ckpt, p + "mlp.down_proj", H, F, c.mlp_bias);
+        w.q = load_linear(ckpt, p + "self_attn.q_proj", c.q_dim(), H, c.qkv_bias, lo);
+        w.k = load_linear(ckpt, p + "self_attn.k_proj", c.kv_dim(), H, c.qkv_bias, lo);
+        w.v = load_linear(ckpt, p + "self_attn.v_proj", c.kv_dim(), H, c.qkv_bias, lo);
+        w.o = load_linear(ckpt, p + "self_attn.o_proj", H, c.q_dim(), c.o_bias, lo);
+        w.gate = load_linear(ckpt, p + "mlp.gate_proj", F, H, c.mlp_bias, lo);
+        w.up = load_linear(ckpt, p + "mlp.up_proj", F, H, c.mlp_bias, lo);
+        w.down = load_linear(ckpt, p + "mlp.down_proj", H, F, c.mlp_bias, lo);
     }
     m.final_norm_ = load_vec(ckpt, "model.norm.weight", H);
     // A tied head is the embedding, unless the file holds its own lm_head.weight
@@ -99,15 +106,15 @@ Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckp
     if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
         m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_);
     else
-        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false);
+        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, lo);
     m.inv_freq_ = rope_inv_freq(c);
     return m;
 }
 
-Model Model::load(const std::string& path) {
+Model Model::load(const std::string& path, const LoadOptions& lo) {
     if (std::filesystem::is_directory(path)) {
         const auto cfg = io::ModelConfig::load(path);
-        return from_checkpoint(cfg, io::Checkpoint::open(path));
+        return from_checkpoint(cfg, io::Checkpoint::open(path), lo);
     }
     auto ckpt = io::Checkpoint::open(path);
     auto it = ckpt.metadata().find("config");
@@ -115,7 +122,8 @@ Model Model::load(const std::string& path) {
                  "{}: a single safetensors file needs the model config in its metadata "
                  "(\"config\"); pass the model folder instead",
                  path);
-    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt);
+    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt,
+                           lo);
 }
 
 MatF Model::embed(std::span<const int32_t> tokens) const {

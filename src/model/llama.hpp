@@ -35,14 +35,21 @@ struct Workspace {
     RopeTable rope;
 };
 
+struct LoadOptions {
+    // Dequantise compressed layers to float32 at load (the old path, for
+    // checking); by default they stay packed (model/blr_linear.hpp).
+    bool dequant = false;
+};
+
 class Model {
   public:
     // `path`: a Hugging Face folder (config.json + safetensors, sharded or
     // not), or a single safetensors file whose metadata holds "config" (the
     // config.json text). Linear weights stored as U8 are BLR or sign payloads,
-    // dequantised on load.
-    static Model load(const std::string& path);
-    static Model from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt);
+    // run packed (or dequantised on load with lo.dequant).
+    static Model load(const std::string& path, const LoadOptions& lo = {});
+    static Model from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
+                                 const LoadOptions& lo = {});
 
     const io::ModelConfig& config() const { return cfg_; }
     int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }

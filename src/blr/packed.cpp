@@ -1,0 +1,128 @@
+#include "blr/packed.hpp"
+
+#include <cstring>
+
+#include "blr/layout.hpp"
+#include "blr/model.hpp"
+#include "blr/sign.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+namespace cortiq::blr {
+
+namespace {
+
+std::vector<uint16_t> halves(const uint8_t* p, uint64_t count) {
+    std::vector<uint16_t> out(count);
+    std::memcpy(out.data(), p, 2 * count);
+    return out;
+}
+
+void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
+    dst.insert(dst.end(), src.begin(), src.end());
+}
+
+std::vector<float> floats(const std::vector<uint16_t>& v, int64_t off, int64_t count) {
+    std::vector<float> out(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) out[i] = half_to_float(v[static_cast<size_t>(off + i)]);
+    return out;
+}
+
+void set_bit(std::vector<uint64_t>& w, uint64_t b) {
+    w[b / 64] |= uint64_t{1} << (b % 64);
+}
+
+// Version 1 payloads and sign payloads are rewritten into the version-2 stream
+// through the float64 model (slow, but only for files of the first format).
+PackedWeight from_model(const Model& md) {
+    PackedWeight pw;
+    pw.m = md.m;
+    pw.n = md.n;
+    pw.r = md.r;
+    pw.paths = static_cast<int>(md.paths.size());
+    const uint64_t m = md.m, n = md.n, r = md.r;
+    pw.bits.assign(words_for(sign_bits_total(m, n, r, pw.paths)) + 1, 0);
+    for (int p = 0; p < pw.paths; ++p) {
+        const Path& q = md.paths[p];
+        // the scales came from f16 and go back exactly
+        for (double v : q.h) pw.h.push_back(float_to_half(static_cast<float>(v)));
+        for (double v : q.l) pw.l.push_back(float_to_half(static_cast<float>(v)));
+        for (double v : q.g) pw.g.push_back(float_to_half(static_cast<float>(v)));
+        for (uint64_t k = 0; k < r; ++k) {
+            for (uint64_t j = 0; j < n; ++j)
+                if (q.sv(j, k) < 0) set_bit(pw.bits, bit_svt(m, n, r, p) + k * n + j);
+            for (uint64_t i = 0; i < m; ++i)
+                if (q.su(i, k) < 0) set_bit(pw.bits, bit_sut(m, n, r, p) + k * m + i);
+        }
+    }
+    return pw;
+}
+
+}  // namespace
+
+PackedWeight PackedWeight::from_payload(std::span<const uint8_t> bytes, const std::string& what) {
+    validate_any(bytes, what);
+    if (is_sign_payload(bytes)) {
+        // header 32, h (m f16), g (n f16), padding to 8, m rows of ceil(n/64) words
+        uint32_t dims[2];
+        std::memcpy(dims, bytes.data() + 8, 8);
+        PackedWeight pw;
+        pw.sign = true;
+        pw.paths = 1;
+        pw.m = dims[0];
+        pw.n = dims[1];
+        const uint64_t m = pw.m, n = pw.n;
+        pw.h = halves(bytes.data() + 32, m);
+        pw.g = halves(bytes.data() + 32 + 2 * m, n);
+        const uint64_t off = 32 + pad8(2 * (m + n)), words = m * words_for(n);
+        pw.bits.assign(words + 1, 0);
+        std::memcpy(pw.bits.data(), bytes.data() + off, 8 * words);
+        return pw;
+    }
+    const Info in = info(bytes);
+    if (in.version != kVersion) return from_model(unpack(bytes));
+    PackedWeight pw;
+    pw.m = in.m;
+    pw.n = in.n;
+    pw.r = in.r;
+    pw.paths = in.paths;
+    const uint64_t m = in.m, n = in.n, r = in.r;
+    for (int p = 0; p < in.paths; ++p) {
+        const uint8_t* s = bytes.data() + off_scales(m, n, r, p);
+        append(pw.h, halves(s + off_h(), m));
+        append(pw.l, halves(s + off_l(m), r));
+        append(pw.g, halves(s + off_g(m, r), n));
+    }
+    const uint64_t words = words_for(sign_bits_total(m, n, r, in.paths));
+    pw.bits.assign(words + 1, 0);
+    std::memcpy(pw.bits.data(), bytes.data() + off_signs(m, n, r, in.paths), 8 * words);
+    return pw;
+}
+
+SignRows PackedWeight::svt(int p) const {
+    if (sign) return {bits.data(), 0, 64 * words_for(static_cast<uint64_t>(n)), m, n};
+    const uint64_t um = m, un = n, ur = r;
+    return {bits.data(), bit_svt(um, un, ur, p), un, r, n};
+}
+
+SignRows PackedWeight::sut(int p) const {
+    CORTIQ_ASSERT(!sign, "a sign payload has no S_U");
+    const uint64_t um = m, un = n, ur = r;
+    return {bits.data(), bit_sut(um, un, ur, p), um, r, m};
+}
+
+std::vector<float> PackedWeight::h_of(int p) const {
+    return floats(h, p * m, m);
+}
+std::vector<float> PackedWeight::l_of(int p) const {
+    return floats(l, p * r, r);
+}
+std::vector<float> PackedWeight::g_of(int p) const {
+    return floats(g, p * n, n);
+}
+
+int64_t PackedWeight::resident_bytes() const {
+    return static_cast<int64_t>(2 * (h.size() + l.size() + g.size()) + 8 * bits.size());
+}
+
+}  // namespace cortiq::blr

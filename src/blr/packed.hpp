@@ -1,0 +1,49 @@
+// A compressed weight as the packed kernels read it (SPEC §9): the scales in
+// float32 and the sign bits in the version-2 bit stream, whatever version or
+// kind of payload it came from. The dense weight is never formed.
+//
+//   BLR:  Ŵ = Σ_p diag(h_p) S_U,p diag(ℓ_p) S_V,pᵀ diag(g_p)
+//   sign: Ŵ = diag(h) S diag(g)   (held as one "path" whose S_Vᵀ is S, m rows
+//         of n bits, and no S_U / ℓ)
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace cortiq::blr {
+
+// Rows of sign bits inside a bit stream: row k starts at bit `first + k·stride`
+// and holds `cols` bits; a set bit means −1.
+struct SignRows {
+    const uint64_t* words = nullptr;  // the stream, readable one word past its last bit
+    uint64_t first = 0, stride = 0;
+    int64_t rows = 0, cols = 0;
+};
+
+struct PackedWeight {
+    int64_t m = 0, n = 0, r = 0;
+    int paths = 0;     // 1 or 2; a sign payload is one path with r = 0
+    bool sign = false;  // a sign (rtn-sign) payload
+    // f16 bits as stored (so a layer holds what its payload holds): paths·m,
+    // paths·r, paths·n
+    std::vector<uint16_t> h, l, g;
+    std::vector<uint64_t> bits;  // the sign stream plus one zero guard word
+
+    // Validates (errors name `what`) and converts.
+    static PackedWeight from_payload(std::span<const uint8_t> bytes, const std::string& what);
+
+    // S_Vᵀ (r rows of n bits; for a sign payload: S, m rows of n bits) and
+    // S_Uᵀ (r rows of m bits) of path p.
+    SignRows svt(int p) const;
+    SignRows sut(int p) const;
+    // Path p's scales in float32.
+    std::vector<float> h_of(int p) const;
+    std::vector<float> l_of(int p) const;
+    std::vector<float> g_of(int p) const;
+    // Bytes held in memory (scales, bits, the guard word).
+    int64_t resident_bytes() const;
+};
+
+}  // namespace cortiq::blr

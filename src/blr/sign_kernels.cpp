@@ -1,0 +1,265 @@
+#include "blr/sign_kernels.hpp"
+
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <vector>
+
+#include "core/blas_threads.hpp"
+#include "core/error.hpp"
+#include "core/parallel.hpp"
+
+namespace cortiq::blr {
+
+namespace {
+
+// 64 bits of a stream starting at bit b (the stream has a guard word).
+inline uint64_t bits64(const uint64_t* w, uint64_t b) {
+    const uint64_t q = b >> 6, s = b & 63;
+    return s ? (w[q] >> s) | (w[q + 1] << (64 - s)) : w[q];
+}
+inline uint64_t low_mask(int64_t n) {
+    return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
+}
+inline float flip(float x, uint64_t bit) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u ^= static_cast<uint32_t>(bit) << 31;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+// ---- portable ----
+float dot_row_portable(const SignRows& s, int64_t k, const float* x) {
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+    float acc[8] = {};
+    for (int64_t j = 0; j < s.cols; j += 64) {
+        const int64_t len = std::min<int64_t>(64, s.cols - j);
+        const uint64_t w = bits64(s.words, base + j);
+        for (int64_t b = 0; b < len; ++b) acc[b & 7] += flip(x[j + b], (w >> b) & 1);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+void axpy_chunk_portable(const SignRows& s, const float* c, float* out, int64_t j0, int64_t len) {
+    float acc[64] = {};
+    for (int64_t k = 0; k < s.rows; ++k) {
+        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
+        for (int64_t b = 0; b < len; ++b) acc[b] += flip(c[k], (w >> b) & 1);
+    }
+    for (int64_t b = 0; b < len; ++b) out[j0 + b] += acc[b];
+}
+
+// ---- AVX2: a table turns each byte of bits into eight float sign masks ----
+const std::array<std::array<uint32_t, 8>, 256>& sign_table() {
+    static const auto table = [] {
+        std::array<std::array<uint32_t, 8>, 256> t{};
+        for (int v = 0; v < 256; ++v)
+            for (int b = 0; b < 8; ++b) t[v][b] = (v >> b) & 1 ? 0x80000000u : 0u;
+        return t;
+    }();
+    return table;
+}
+
+__attribute__((target("avx2,fma"))) float dot_row_avx2(const SignRows& s, int64_t k,
+                                                      const float* x) {
+    const auto& lut = sign_table();
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 64 <= s.cols; j += 64) {
+        const uint64_t w = bits64(s.words, base + j);
+        for (int g = 0; g < 8; g += 2) {
+            const __m256 m0 = _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
+            const __m256 m1 =
+                _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g + 8)) & 255].data()));
+            a0 = _mm256_add_ps(a0, _mm256_xor_ps(_mm256_loadu_ps(x + j + 8 * g), m0));
+            a1 = _mm256_add_ps(a1, _mm256_xor_ps(_mm256_loadu_ps(x + j + 8 * g + 8), m1));
+        }
+    }
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, _mm256_add_ps(a0, a1));
+    float acc = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) +
+                ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+    if (j < s.cols) {
+        const uint64_t w = bits64(s.words, base + j);
+        for (int64_t b = 0; b < s.cols - j; ++b) acc += flip(x[j + b], (w >> b) & 1);
+    }
+    return acc;
+}
+__attribute__((target("avx2,fma"))) void axpy_chunk_avx2(const SignRows& s, const float* c,
+                                                        float* out, int64_t j0, int64_t len) {
+    if (len < 64) return axpy_chunk_portable(s, c, out, j0, len);
+    const auto& lut = sign_table();
+    __m256 acc[8];
+    for (auto& a : acc) a = _mm256_setzero_ps();
+    for (int64_t k = 0; k < s.rows; ++k) {
+        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
+        const __m256 cb = _mm256_set1_ps(c[k]);
+        for (int g = 0; g < 8; ++g) {
+            const __m256 m = _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_xor_ps(cb, m));
+        }
+    }
+    for (int g = 0; g < 8; ++g)
+        _mm256_storeu_ps(out + j0 + 8 * g, _mm256_add_ps(_mm256_loadu_ps(out + j0 + 8 * g), acc[g]));
+}
+
+// ---- AVX-512: the bits are the lane masks of a masked negation ----
+__attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64_t k,
+                                                       const float* x) {
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 a0 = zero, a1 = zero;
+    for (int64_t j = 0; j < s.cols; j += 64) {
+        const int64_t len = std::min<int64_t>(64, s.cols - j);
+        const uint64_t w = bits64(s.words, base + j), valid = low_mask(len);
+        for (int g = 0; g < 4; g += 2) {
+            const __mmask16 v0 = static_cast<__mmask16>(valid >> (16 * g));
+            const __mmask16 v1 = static_cast<__mmask16>(valid >> (16 * g + 16));
+            if (!v0) break;
+            const __m512 x0 = _mm512_maskz_loadu_ps(v0, x + j + 16 * g);
+            const __m512 x1 = _mm512_maskz_loadu_ps(v1, x + j + 16 * g + 16);
+            a0 = _mm512_add_ps(
+                a0, _mm512_mask_sub_ps(x0, static_cast<__mmask16>(w >> (16 * g)), zero, x0));
+            a1 = _mm512_add_ps(
+                a1, _mm512_mask_sub_ps(x1, static_cast<__mmask16>(w >> (16 * g + 16)), zero, x1));
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+}
+__attribute__((target("avx512f"))) void axpy_chunk_avx512(const SignRows& s, const float* c,
+                                                         float* out, int64_t j0, int64_t len) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 acc[4] = {zero, zero, zero, zero};
+    for (int64_t k = 0; k < s.rows; ++k) {
+        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
+        const __m512 cb = _mm512_set1_ps(c[k]);
+        for (int g = 0; g < 4; ++g)
+            acc[g] = _mm512_add_ps(
+                acc[g], _mm512_mask_sub_ps(cb, static_cast<__mmask16>(w >> (16 * g)), zero, cb));
+    }
+    const uint64_t valid = low_mask(len);
+    for (int g = 0; g < 4; ++g) {
+        const __mmask16 v = static_cast<__mmask16>(valid >> (16 * g));
+        float* o = out + j0 + 16 * g;
+        _mm512_mask_storeu_ps(o, v, _mm512_add_ps(_mm512_maskz_loadu_ps(v, o), acc[g]));
+    }
+}
+
+std::atomic<SignIsa>& current_isa() {
+    static std::atomic<SignIsa> isa{best_sign_isa()};
+    return isa;
+}
+
+float dot_row(SignIsa isa, const SignRows& s, int64_t k, const float* x) {
+    switch (isa) {
+        case SignIsa::avx512:
+            return dot_row_avx512(s, k, x);
+        case SignIsa::avx2:
+            return dot_row_avx2(s, k, x);
+        default:
+            return dot_row_portable(s, k, x);
+    }
+}
+void axpy_chunk(SignIsa isa, const SignRows& s, const float* c, float* out, int64_t j0,
+                int64_t len) {
+    switch (isa) {
+        case SignIsa::avx512:
+            return axpy_chunk_avx512(s, c, out, j0, len);
+        case SignIsa::avx2:
+            return axpy_chunk_avx2(s, c, out, j0, len);
+        default:
+            return axpy_chunk_portable(s, c, out, j0, len);
+    }
+}
+
+// dst[0..len) = ±1.0f from the bits of row k starting at column j0.
+void expand_row(const SignRows& s, int64_t k, int64_t j0, int64_t len, float* dst) {
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride + j0;
+    for (int64_t j = 0; j < len; j += 64) {
+        const uint64_t w = bits64(s.words, base + j);
+        const int64_t e = std::min<int64_t>(64, len - j);
+        for (int64_t b = 0; b < e; ++b) {
+            const uint32_t u = 0x3f800000u | static_cast<uint32_t>((w >> b) & 1) << 31;
+            std::memcpy(dst + j + b, &u, 4);
+        }
+    }
+}
+
+}  // namespace
+
+SignIsa best_sign_isa() {
+    if (__builtin_cpu_supports("avx512f")) return SignIsa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return SignIsa::avx2;
+    return SignIsa::portable;
+}
+SignIsa set_sign_isa(SignIsa isa) {
+    CORTIQ_CHECK(isa == SignIsa::portable ||
+                     static_cast<int>(isa) <= static_cast<int>(best_sign_isa()),
+                 "this CPU does not support {}", isa_name(isa));
+    return current_isa().exchange(isa);
+}
+SignIsa sign_isa() {
+    return current_isa().load();
+}
+std::string isa_name(SignIsa isa) {
+    return isa == SignIsa::avx512 ? "avx512" : isa == SignIsa::avx2 ? "avx2" : "portable";
+}
+
+void sign_dot(const SignRows& s, const float* x, float* out) {
+    const SignIsa isa = sign_isa();
+    constexpr int64_t kRows = 32;  // rows per task
+    parallel_for(0, (s.rows + kRows - 1) / kRows, [&](int64_t b) {
+        for (int64_t k = b * kRows; k < std::min(s.rows, (b + 1) * kRows); ++k)
+            out[k] = dot_row(isa, s, k, x);
+    });
+}
+
+void sign_axpy(const SignRows& s, const float* c, float* out) {
+    const SignIsa isa = sign_isa();
+    constexpr int64_t kChunks = 4;  // 64-column chunks per task
+    const int64_t chunks = (s.cols + 63) / 64;
+    parallel_for(0, (chunks + kChunks - 1) / kChunks, [&](int64_t b) {
+        for (int64_t q = b * kChunks; q < std::min(chunks, (b + 1) * kChunks); ++q)
+            axpy_chunk(isa, s, c, out, 64 * q, std::min<int64_t>(64, s.cols - 64 * q));
+    });
+}
+
+void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
+    SingleThreadedBlas single_blas;  // threads over tiles
+    constexpr int64_t kb = 32;
+    parallel_for(0, (s.rows + kb - 1) / kb, [&](int64_t b) {
+        thread_local std::vector<float> tile;
+        const int64_t k0 = b * kb, k1 = std::min(s.rows, k0 + kb);
+        tile.resize(static_cast<size_t>((k1 - k0) * s.cols));
+        for (int64_t k = k0; k < k1; ++k) expand_row(s, k, 0, s.cols, tile.data() + (k - k0) * s.cols);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
+                    static_cast<int>(k1 - k0), static_cast<int>(s.cols), 1.0f, x,
+                    static_cast<int>(s.cols), tile.data(), static_cast<int>(s.cols), 0.0f, out + k0,
+                    static_cast<int>(s.rows));
+    });
+}
+
+void sign_axpy_batch(const SignRows& s, const float* c, int64_t T, float* out) {
+    SingleThreadedBlas single_blas;
+    constexpr int64_t jb = 256, kb = 256;
+    parallel_for(0, (s.cols + jb - 1) / jb, [&](int64_t b) {
+        thread_local std::vector<float> tile;
+        const int64_t j0 = b * jb, len = std::min(s.cols, j0 + jb) - j0;
+        for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
+            const int64_t k1 = std::min(s.rows, k0 + kb);
+            tile.resize(static_cast<size_t>((k1 - k0) * len));
+            for (int64_t k = k0; k < k1; ++k) expand_row(s, k, j0, len, tile.data() + (k - k0) * len);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T),
+                        static_cast<int>(len), static_cast<int>(k1 - k0), 1.0f, c + k0,
+                        static_cast<int>(s.rows), tile.data(), static_cast<int>(len), 1.0f, out + j0,
+                        static_cast<int>(s.cols));
+        }
+    });
+}
+
+}  // namespace cortiq::blr

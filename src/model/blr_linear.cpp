@@ -1,0 +1,87 @@
+#include "model/blr_linear.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "blr/sign_kernels.hpp"
+#include "core/error.hpp"
+
+namespace cortiq::model {
+
+namespace {
+
+bool bit_of(const blr::SignRows& s, int64_t k, int64_t j) {
+    const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + static_cast<uint64_t>(j);
+    return (s.words[b / 64] >> (b % 64)) & 1;
+}
+
+}  // namespace
+
+BlrLinear::BlrLinear(blr::PackedWeight w) : w_(std::move(w)) {
+    CORTIQ_ASSERT(w_.m > 0 && w_.n > 0 && (w_.sign || w_.r > 0));
+}
+
+void BlrLinear::apply(const float* x, int64_t rows, float* y) const {
+    const int64_t m = w_.m, n = w_.n, r = w_.r;
+    const bool batch = rows >= kBatchRows;
+    thread_local std::vector<float> xg, t, u;
+    xg.resize(static_cast<size_t>(rows * n));
+    for (int p = 0; p < w_.paths; ++p) {
+        const std::vector<float> gv = w_.g_of(p), hv = w_.h_of(p), lv = w_.l_of(p);
+        const float *g = gv.data(), *h = hv.data(), *l = lv.data();
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t j = 0; j < n; ++j) xg[i * n + j] = x[i * n + j] * g[j];
+        if (w_.sign) {  // y = h ∘ (S xg)
+            if (batch)
+                blr::sign_dot_batch(w_.svt(0), xg.data(), rows, y);
+            else
+                for (int64_t i = 0; i < rows; ++i) blr::sign_dot(w_.svt(0), xg.data() + i * n, y + i * m);
+            for (int64_t i = 0; i < rows; ++i)
+                for (int64_t o = 0; o < m; ++o) y[i * m + o] *= h[o];
+            return;
+        }
+        t.resize(static_cast<size_t>(rows * r));
+        u.assign(static_cast<size_t>(rows * m), 0.0f);
+        if (batch) {
+            blr::sign_dot_batch(w_.svt(p), xg.data(), rows, t.data());
+            for (int64_t i = 0; i < rows; ++i)
+                for (int64_t k = 0; k < r; ++k) t[i * r + k] *= l[k];
+            blr::sign_axpy_batch(w_.sut(p), t.data(), rows, u.data());
+        } else {
+            for (int64_t i = 0; i < rows; ++i) {
+                float* ti = t.data() + i * r;
+                blr::sign_dot(w_.svt(p), xg.data() + i * n, ti);
+                for (int64_t k = 0; k < r; ++k) ti[k] *= l[k];
+                blr::sign_axpy(w_.sut(p), ti, u.data() + i * m);
+            }
+        }
+        for (int64_t i = 0; i < rows; ++i)
+            for (int64_t o = 0; o < m; ++o)
+                y[i * m + o] = (p == 0 ? 0.0f : y[i * m + o]) + h[o] * u[i * m + o];
+    }
+}
+
+MatF BlrLinear::dense() const {
+    const int64_t m = w_.m, n = w_.n;
+    MatD w(m, n);
+    for (int p = 0; p < w_.paths; ++p) {
+        const std::vector<float> hv = w_.h_of(p), gv = w_.g_of(p), lv = w_.l_of(p);
+        const float *h = hv.data(), *g = gv.data(), *l = lv.data();
+        if (w_.sign) {
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t j = 0; j < n; ++j)
+                    w(i, j) = (bit_of(w_.svt(0), i, j) ? -1.0 : 1.0) * double{h[i]} * double{g[j]};
+            break;
+        }
+        const blr::SignRows su = w_.sut(p), sv = w_.svt(p);
+        for (int64_t k = 0; k < w_.r; ++k)
+            for (int64_t i = 0; i < m; ++i) {
+                const double a = (bit_of(su, k, i) ? -1.0 : 1.0) * double{h[i]} * double{l[k]};
+                for (int64_t j = 0; j < n; ++j)
+                    w(i, j) += a * (bit_of(sv, k, j) ? -1.0 : 1.0) * double{g[j]};
+            }
+    }
+    return w.cast<float>();
+}
+
+}  // namespace cortiq::model

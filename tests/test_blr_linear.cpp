@@ -1,0 +1,168 @@
+// The packed runtime layer (model/blr_linear.hpp, blr/sign_kernels.hpp)
+// against dequantise-then-dense: random payloads of awkward shapes, both
+// payload versions and the sign payload, every SIMD variant this CPU has, one
+// row (decode) and batches (tiles + sgemm).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "blr/layout.hpp"
+#include "blr/model.hpp"
+#include "blr/packed.hpp"
+#include "blr/sign.hpp"
+#include "blr/sign_kernels.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "core/rng.hpp"
+#include "model/blr_linear.hpp"
+
+using namespace cortiq;
+
+namespace {
+
+blr::Model random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
+    Rng rng(seed);
+    blr::Model md;
+    md.m = m;
+    md.n = n;
+    md.r = r;
+    for (int p = 0; p < paths; ++p) {
+        blr::Path q;
+        q.su = MatD(m, r);
+        q.sv = MatD(n, r);
+        for (auto& v : q.su.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        for (auto& v : q.sv.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        for (int64_t i = 0; i < m; ++i) q.h.push_back(0.01 * std::exp(0.5 * rng.normal()));
+        for (int64_t k = 0; k < r; ++k) q.l.push_back(3.0 * std::exp(0.5 * rng.normal()));
+        for (int64_t j = 0; j < n; ++j) q.g.push_back(0.5 * std::exp(0.5 * rng.normal()));
+        md.paths.push_back(q);
+    }
+    return md;
+}
+
+// ‖x·Wᵀ − y‖ / ‖x·Wᵀ‖ with the product in float64.
+double rel_err_of_apply(const MatF& w, const MatF& x, const MatF& y) {
+    double num = 0, den = 0;
+    for (int64_t t = 0; t < x.rows(); ++t)
+        for (int64_t i = 0; i < w.rows(); ++i) {
+            double s = 0;
+            for (int64_t j = 0; j < w.cols(); ++j) s += double{x(t, j)} * w(i, j);
+            num += (s - y(t, i)) * (s - y(t, i));
+            den += s * s;
+        }
+    return std::sqrt(num / den);
+}
+
+MatF random_x(int64_t rows, int64_t n, uint64_t seed) {
+    Rng rng(seed);
+    MatF x(rows, n);
+    for (auto& v : x.vec()) v = static_cast<float>(rng.normal());
+    return x;
+}
+
+std::vector<blr::SignIsa> isas() {
+    std::vector<blr::SignIsa> out{blr::SignIsa::portable};
+    if (blr::best_sign_isa() >= blr::SignIsa::avx2) out.push_back(blr::SignIsa::avx2);
+    if (blr::best_sign_isa() >= blr::SignIsa::avx512) out.push_back(blr::SignIsa::avx512);
+    return out;
+}
+
+void check_payload(const std::vector<uint8_t>& bytes, const std::string& tag) {
+    const MatF w = blr::dequant_any(bytes);
+    const model::BlrLinear lin(blr::PackedWeight::from_payload(bytes, tag));
+    EXPECT_EQ(lin.dense().vec(), w.vec()) << tag;  // both round float64 products once
+    const blr::SignIsa keep = blr::sign_isa();
+    for (blr::SignIsa isa : isas()) {
+        blr::set_sign_isa(isa);
+        for (int64_t rows : {1, 3, 4, 17}) {
+            const MatF x = random_x(rows, w.cols(), 7 + rows);
+            MatF y(rows, w.rows(), 123.0f);  // overwritten, not accumulated
+            lin.apply(x.data(), rows, y.data());
+            EXPECT_LE(rel_err_of_apply(w, x, y), 1e-5)
+                << tag << " " << blr::isa_name(isa) << " rows " << rows;
+        }
+    }
+    blr::set_sign_isa(keep);
+}
+
+}  // namespace
+
+TEST(BlrLinear, PackedEqualsDequantisedOnAwkwardShapes) {
+    for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1},
+                              {70, 37, 1, 1},
+                              {130, 65, 65, 2},
+                              {64, 128, 64, 2},
+                              {200, 129, 63, 1},
+                              {1, 1, 1, 2},
+                              {300, 17, 5, 2}}) {
+        const auto bytes = blr::pack(random_model(m, n, r, p, 31 * m + n));
+        check_payload(bytes, fmt::format("v2 {}x{} r{} P{}", m, n, r, p));
+    }
+}
+
+TEST(BlrLinear, SignPayloadsRunPacked) {
+    for (auto [m, n] : {std::pair{37, 70}, {65, 129}, {1, 200}}) {
+        Rng rng(m);
+        MatD s(m, n);
+        for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        VecD h(m), g(n);
+        for (auto& v : h) v = 0.1 * std::exp(rng.normal());
+        for (auto& v : g) v = std::exp(rng.normal());
+        check_payload(blr::pack_sign(s, h, g), fmt::format("sign {}x{}", m, n));
+    }
+}
+
+// Version-1 payloads (the first format) run packed too: rewritten at load.
+TEST(BlrLinear, Version1PayloadsRunPacked) {
+    const blr::Model md = random_model(45, 77, 11, 2, 3);
+    // a v1 payload: the v2 one's signs and scales in the v1 layout, via unpack
+    const blr::Model stored = blr::unpack(blr::pack(md));
+    const uint64_t m = 45, n = 77, r = 11;
+    std::vector<uint8_t> v1(blr::v1::payload_bytes(m, n, r, 2), 0);
+    const blr::Header hd{blr::kMagic, blr::kVersion1, 2, 45, 77, 11, 1, 2, 0};
+    std::memcpy(v1.data(), &hd, sizeof hd);
+    for (uint64_t p = 0; p < 2; ++p) {
+        uint8_t* base = v1.data() + 32 + p * blr::v1::path_bytes(m, n, r);
+        const auto& q = stored.paths[p];
+        auto put = [&](double v, uint64_t off) {
+            const uint16_t x = float_to_half(static_cast<float>(v));
+            std::memcpy(base + off, &x, 2);
+        };
+        for (uint64_t i = 0; i < m; ++i) put(q.h[i], 2 * i);
+        for (uint64_t k = 0; k < r; ++k) put(q.l[k], 2 * (m + k));
+        for (uint64_t j = 0; j < n; ++j) put(q.g[j], 2 * (m + r + j));
+        for (uint64_t i = 0; i < m; ++i)
+            for (uint64_t k = 0; k < r; ++k)
+                if (q.su(i, k) < 0) base[blr::v1::off_su(m, n, r) + 8 * i + k / 8] |= 1 << (k % 8);
+        for (uint64_t k = 0; k < r; ++k)
+            for (uint64_t j = 0; j < n; ++j)
+                if (q.sv(j, k) < 0)
+                    base[blr::v1::off_svt(m, n, r) + 16 * k + j / 8] |= 1 << (j % 8);
+    }
+    ASSERT_EQ(blr::info(v1).version, 1);
+    EXPECT_EQ(blr::dequant(v1).vec(), blr::dequant(blr::pack(md)).vec());
+    check_payload(v1, "v1");
+}
+
+// A payload that does not validate is refused at load, named.
+TEST(BlrLinear, CorruptPayloadIsRefusedWithItsName) {
+    auto bytes = blr::pack(random_model(20, 30, 5, 1, 1));
+    bytes.pop_back();
+    try {
+        (void)blr::PackedWeight::from_payload(bytes, "f.safetensors: tensor 'x.weight'");
+        ADD_FAILURE() << "a truncated payload was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor 'x.weight'"), std::string::npos) << e.what();
+    }
+}
+
+// Resident bytes: the payload's bits plus float32 scales, within 5 % of the
+// payload at 7B-like widths (scales are m + n + r values against r(m+n) bits).
+TEST(BlrLinear, ResidentBytesAreThePayloadsOwn) {
+    const int64_t m = 512, n = 384, r = blr::rank_for(512, 384, 1.0, 1);
+    const auto bytes = blr::pack(random_model(m, n, r, 1, 4));
+    const auto pw = blr::PackedWeight::from_payload(bytes, "t");
+    EXPECT_GE(pw.resident_bytes(), static_cast<int64_t>(bytes.size()) - 64);
+    EXPECT_LE(pw.resident_bytes(), static_cast<int64_t>(1.05 * bytes.size()));
+}
