@@ -16,6 +16,7 @@ class BlrLinear final : public LinearWeights {
     void apply(const float* x, int64_t rows, float* y) const override;
     MatF dense() const override;  // float64 products, rounded once (as blr::dequant)
     std::string kind() const override { return w_.sign ? "sign" : "blr"; }
+    int64_t resident_bytes() const override { return w_.resident_bytes(); }
     const blr::PackedWeight& packed() const { return w_; }
 
     // From this many rows on, apply() expands tiles of bits for sgemm instead

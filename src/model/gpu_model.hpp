@@ -39,7 +39,8 @@ class GpuModel final : public Runtime {
     MatF forward_cached(std::span<const int32_t> tokens, bool last_only) override;
     int64_t cache_length() const override;
 
-    int64_t device_bytes() const;  // weights + workspace + KV cache now held
+    int64_t device_bytes() const override;  // weights + workspace + KV cache now held
+    int64_t weight_bytes() const override;  // the weights' device memory
 
     // ── sequential calibration (quantize --device gpu; model/cuda/calib.cpp) ──
     // Set 0 and set 1 (fit and held-out windows, each of one length) become

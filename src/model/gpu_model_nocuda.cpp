@@ -44,6 +44,9 @@ int64_t GpuModel::cache_length() const {
 int64_t GpuModel::device_bytes() const {
     no_gpu();
 }
+int64_t GpuModel::weight_bytes() const {
+    no_gpu();
+}
 void GpuModel::calib_load(int, const std::vector<std::vector<int32_t>>&) {
     no_gpu();
 }

@@ -22,7 +22,9 @@ class LinearWeights {
     virtual void apply(const float* x, int64_t rows, float* y) const = 0;
     // W as a dense m × n matrix (for calibration, encoding, tests).
     virtual MatF dense() const = 0;
-    virtual std::string kind() const = 0;  // "dense", ...
+    virtual std::string kind() const = 0;  // "dense", "blr", "sign"
+    // Bytes this layer holds in memory (a shared matrix counts in full).
+    virtual int64_t resident_bytes() const = 0;
 
     MatF apply(const MatF& x) const;
 };
@@ -37,6 +39,7 @@ class DenseLinear final : public LinearWeights {
     void apply(const float* x, int64_t rows, float* y) const override;
     MatF dense() const override { return *w_; }
     std::string kind() const override { return "dense"; }
+    int64_t resident_bytes() const override { return 4 * w_->size(); }
     const MatF& weight() const { return *w_; }
 
   private:

@@ -238,4 +238,19 @@ int64_t Model::num_params() const {
     return n;
 }
 
+int64_t Model::weight_bytes() const {
+    auto lin = [](const Linear& l) {
+        return l.w->resident_bytes() + 4 * static_cast<int64_t>(l.bias.size());
+    };
+    int64_t b = 4 * embed_->size() + 4 * static_cast<int64_t>(final_norm_.size());
+    for (const auto& w : layers_) {
+        b += 4 * static_cast<int64_t>(w.input_norm.size() + w.post_attn_norm.size() +
+                                      w.q_norm.size() + w.k_norm.size());
+        for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) b += lin(*l);
+    }
+    const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
+    if (!head || &head->weight() != embed_.get()) b += lin(lm_head_);
+    return b;
+}
+
 }  // namespace cortiq::model

@@ -87,6 +87,9 @@ class Model {
     KvCache make_cache(int64_t capacity) const { return KvCache(cfg_, capacity); }
 
     int64_t num_params() const;
+    // Bytes of weights held in memory: float tensors, packed layers as their
+    // bits and f16 scales, a head shared with the embedding counted once.
+    int64_t weight_bytes() const;
 
   private:
     void run(std::span<const int32_t> tokens, int64_t pos0, KvCache* cache,

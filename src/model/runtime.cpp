@@ -59,6 +59,7 @@ class CpuRuntime final : public Runtime {
         return m_.forward(tokens, cache_, fo);
     }
     int64_t cache_length() const override { return cache_.length; }
+    int64_t weight_bytes() const override { return m_.weight_bytes(); }
 
   private:
     const Model& m_;

@@ -50,6 +50,12 @@ class Runtime {
     virtual void reset_cache(int64_t capacity) = 0;
     virtual MatF forward_cached(std::span<const int32_t> tokens, bool last_only) = 0;
     virtual int64_t cache_length() const = 0;
+
+    // Bytes of the model's weights this runtime holds (host memory on the CPU,
+    // device memory on the GPU); device_bytes: everything it holds on the
+    // device now (weights, workspace, KV cache), 0 on the CPU.
+    virtual int64_t weight_bytes() const = 0;
+    virtual int64_t device_bytes() const { return 0; }
 };
 
 // The CPU runtime keeps a reference to `m`, which must outlive it; the GPU

@@ -1,4 +1,4 @@
-// cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S]
+// cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S] [--dequant] [--json]
 #include "model/generate.hpp"
 
 #include <fmt/format.h>
@@ -6,8 +6,10 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
@@ -23,14 +25,17 @@ struct GenerateArgs {
     double temp = 0.0;
     uint64_t seed = 0;
     int threads = 0;
-    bool ignore_eos = false;
+    bool ignore_eos = false, dequant = false, json = false;
 };
 
 void run(const GenerateArgs& a) {
     const model::Device device = runtime_device(a.device);
     set_num_threads(a.threads);
-    const auto model = model::Model::load(a.model);
-    const auto rt = model::make_runtime(model, device);
+    model::LoadOptions lo;
+    lo.dequant = a.dequant;
+    auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
+    const auto rt = model::make_runtime(*model, device);
+    if (device == model::Device::gpu) model.reset();  // the device holds its own copy
     const auto tok = load_tokenizer(a.model, a.tokenizer);
     std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true);
     if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
@@ -41,23 +46,44 @@ void run(const GenerateArgs& a) {
     opt.temperature = a.temp;
     opt.seed = a.seed;
     if (!a.ignore_eos) {
-        opt.stop_ids = model.config().eos_token_ids;
+        opt.stop_ids = rt->config().eos_token_ids;
         if (tok.eos_id() >= 0) opt.stop_ids.push_back(tok.eos_id());
     }
-    fmt::print("{}", a.prompt);
-    std::fflush(stdout);
+    if (!a.json) {
+        fmt::print("{}", a.prompt);
+        std::fflush(stdout);
+    }
+    std::string text;
     int32_t prev = prompt.back();
     const auto t0 = std::chrono::steady_clock::now();
     const auto out = model::generate(*rt, prompt, opt, [&](int32_t id) {
-        fmt::print("{}", tok.decode_token(id, prev));
-        std::fflush(stdout);
+        const std::string piece = tok.decode_token(id, prev);
         prev = id;
+        if (a.json) return void(text += piece);
+        fmt::print("{}", piece);
+        std::fflush(stdout);
     });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double tps = s > 0 ? static_cast<double>(out.size()) / s : 0.0;
+    if (a.json) {
+        nlohmann::ordered_json j;
+        j["prompt"] = a.prompt;
+        j["text"] = text;
+        j["prompt_tokens"] = prompt.size();
+        j["generated_tokens"] = out.size();
+        j["seconds"] = s;
+        j["tokens_per_second"] = tps;
+        j["weight_bytes"] = rt->weight_bytes();
+        j["device_bytes"] = rt->device_bytes();
+        j["peak_rss_bytes"] = peak_rss_bytes();
+        j["packed"] = !a.dequant;
+        fmt::print("{}\n", j.dump());
+        return;
+    }
     fmt::print("\n");
     std::fflush(stdout);  // the text before the timing line, also when both go to one pipe
-    fmt::print(stderr, "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s]\n",
-               prompt.size(), out.size(), s, s > 0 ? out.size() / s : 0.0);
+    fmt::print(stderr, "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; weights {:.2f} MB]\n",
+               prompt.size(), out.size(), s, tps, rt->weight_bytes() / 1e6);
 }
 
 }  // namespace
@@ -75,6 +101,9 @@ void add_generate(CLI::App& app) {
     cmd->add_option("--tokenizer", a->tokenizer,
                     "folder with tokenizer.json (default: the model's)");
     cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
+    cmd->add_flag("--dequant", a->dequant,
+                  "dequantise compressed layers to float32 at load (default: run them packed)");
+    cmd->add_flag("--json", a->json, "print the text and figures as one JSON line");
     cmd->callback([a] { run(*a); });
 }
 

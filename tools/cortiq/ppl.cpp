@@ -1,11 +1,14 @@
-// cortiq ppl MODEL --text FILE [--ctx 512] [--bos] [--device cpu|gpu] [--threads N] [--json]
+// cortiq ppl MODEL --text FILE [--ctx 512] [--bos] [--device cpu|gpu] [--threads N] [--dequant]
+//                 [--json]
 #include "eval/ppl.hpp"
 
 #include <fmt/format.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
 #include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
@@ -20,14 +23,17 @@ struct PplArgs {
     std::string model, text, tokenizer, device = "cpu";
     int64_t ctx = 512, max_windows = 0;
     int threads = 0;
-    bool bos = false, json = false, quiet = false;
+    bool bos = false, json = false, quiet = false, dequant = false;
 };
 
 void run(const PplArgs& a) {
     const model::Device device = runtime_device(a.device);
     set_num_threads(a.threads);
-    const auto model = model::Model::load(a.model);
-    const auto rt = model::make_runtime(model, device);
+    model::LoadOptions lo;
+    lo.dequant = a.dequant;
+    auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
+    const auto rt = model::make_runtime(*model, device);
+    if (device == model::Device::gpu) model.reset();  // the device holds its own copy
     const auto tok = load_tokenizer(a.model, a.tokenizer);
     const std::string text = io::read_text_file(a.text, "text");
     eval::PplOptions opt;
@@ -36,10 +42,19 @@ void run(const PplArgs& a) {
     opt.max_windows = a.max_windows;
     opt.progress = !a.quiet;
     const auto r = eval::perplexity(*rt, tok, text, opt);
-    if (a.json)
-        fmt::print("{}\n", r.json());
-    else
-        fmt::print("{}: {}\n", a.text, r.summary());
+    const int64_t weight_bytes = rt->weight_bytes(), device_bytes = rt->device_bytes();
+    if (a.json) {
+        auto j = nlohmann::ordered_json::parse(r.json());
+        j["weight_bytes"] = weight_bytes;
+        j["device_bytes"] = device_bytes;
+        j["peak_rss_bytes"] = peak_rss_bytes();
+        j["packed"] = !a.dequant;
+        fmt::print("{}\n", j.dump());
+    } else {
+        fmt::print("{}: {} | weights {:.2f} MB{}, peak RSS {:.1f} MB\n", a.text, r.summary(),
+                   weight_bytes / 1e6, device == model::Device::gpu ? " on the device" : "",
+                   peak_rss_bytes() / 1e6);
+    }
 }
 
 }  // namespace
@@ -56,6 +71,8 @@ void add_ppl(CLI::App& app) {
     cmd->add_option("--max-windows", a->max_windows, "score only the first N windows (0: all)");
     cmd->add_option("--tokenizer", a->tokenizer,
                     "folder with tokenizer.json (default: the model's)");
+    cmd->add_flag("--dequant", a->dequant,
+                  "dequantise compressed layers to float32 at load (default: run them packed)");
     cmd->add_flag("--json", a->json, "print the result as one JSON line");
     cmd->add_flag("--quiet", a->quiet, "no progress bar");
     cmd->callback([a] { run(*a); });

@@ -82,4 +82,8 @@ int64_t GpuModel::device_bytes() const {
     return impl_->bytes();
 }
 
+int64_t GpuModel::weight_bytes() const {
+    return impl_->w.bytes;
+}
+
 }  // namespace cortiq::model
