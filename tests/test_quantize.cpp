@@ -136,7 +136,27 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
         const std::string full = "model.layers.0." + name + ".weight";
         const MatF w = blr::dequant_any(f.bytes(f.info(full)));
         EXPECT_EQ(rel_error(mq.linear(0, name).w->dense(), w), 0.0) << full;
+        EXPECT_EQ(mq.linear(0, name).w->kind(), "blr") << full;  // run packed
     }
+    // The packed runtime scores what the dequantised one scores (SPEC §9),
+    // holding the payloads' bytes instead of float32 weights.
+    model::LoadOptions dequant;
+    dequant.dequant = true;
+    const auto md = model::Model::load((d / "a.safetensors").string(), dequant);
+    EXPECT_EQ(md.linear(0, "mlp.up_proj").w->kind(), "dense");
+    EXPECT_NEAR(valid_ppl(md, tok), pq, 1e-4 * pq);
+    int64_t payload_bytes = 0, linear_floats = 0;
+    for (const auto& t : f.tensors())
+        if (t.dtype == io::DType::U8) payload_bytes += static_cast<int64_t>(f.bytes(t).size());
+    for (int64_t l = 0; l < mq.num_layers(); ++l)
+        for (const auto& name : model::Model::linear_names())
+            linear_floats += 4 * mq.linear(l, name).w->in_features() *
+                             mq.linear(l, name).w->out_features();
+    // each payload is held as its bytes less the header and the scales'
+    // padding (≤ 32 + 7), plus one guard word (8)
+    const int64_t float_part = md.weight_bytes() - linear_floats;
+    EXPECT_LE(mq.weight_bytes(), float_part + payload_bytes + 8 * 35);
+    EXPECT_GE(mq.weight_bytes(), float_part + payload_bytes - 39 * 35);
 
     // an interrupted run (stopped after layer 2's journal entry) resumes into
     // the same bytes

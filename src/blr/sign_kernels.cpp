@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <vector>
+
+#include <omp.h>
 
 #include "core/blas_threads.hpp"
 #include "core/error.hpp"
@@ -33,27 +36,7 @@ inline float flip(float x, uint64_t bit) {
     return x;
 }
 
-// ---- portable ----
-float dot_row_portable(const SignRows& s, int64_t k, const float* x) {
-    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
-    float acc[8] = {};
-    for (int64_t j = 0; j < s.cols; j += 64) {
-        const int64_t len = std::min<int64_t>(64, s.cols - j);
-        const uint64_t w = bits64(s.words, base + j);
-        for (int64_t b = 0; b < len; ++b) acc[b & 7] += flip(x[j + b], (w >> b) & 1);
-    }
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-void axpy_chunk_portable(const SignRows& s, const float* c, float* out, int64_t j0, int64_t len) {
-    float acc[64] = {};
-    for (int64_t k = 0; k < s.rows; ++k) {
-        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
-        for (int64_t b = 0; b < len; ++b) acc[b] += flip(c[k], (w >> b) & 1);
-    }
-    for (int64_t b = 0; b < len; ++b) out[j0 + b] += acc[b];
-}
-
-// ---- AVX2: a table turns each byte of bits into eight float sign masks ----
+// A table turns each byte of bits into eight float sign masks (portable, AVX2).
 const std::array<std::array<uint32_t, 8>, 256>& sign_table() {
     static const auto table = [] {
         std::array<std::array<uint32_t, 8>, 256> t{};
@@ -62,6 +45,41 @@ const std::array<std::array<uint32_t, 8>, 256>& sign_table() {
         return t;
     }();
     return table;
+}
+
+// ---- portable: sign flips by the table, eight lanes the compiler vectorises ----
+float dot_row_portable(const SignRows& s, int64_t k, const float* x) {
+    const auto& lut = sign_table();
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+    float acc[8] = {};
+    for (int64_t j = 0; j < s.cols; j += 64) {
+        const int64_t len = std::min<int64_t>(64, s.cols - j);
+        const uint64_t w = bits64(s.words, base + j) & low_mask(len);
+        for (int64_t q = 0; q < len; q += 8) {
+            const uint32_t* m = lut[(w >> q) & 255].data();
+            if (len - q >= 8) {
+                for (int b = 0; b < 8; ++b)
+                    acc[b] += std::bit_cast<float>(std::bit_cast<uint32_t>(x[j + q + b]) ^ m[b]);
+            } else {
+                for (int64_t b = 0; b < len - q; ++b)
+                    acc[b] += std::bit_cast<float>(std::bit_cast<uint32_t>(x[j + q + b]) ^ m[b]);
+            }
+        }
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+void axpy_chunk_portable(const SignRows& s, const float* c, float* out, int64_t j0, int64_t len) {
+    const auto& lut = sign_table();
+    float acc[64] = {};
+    for (int64_t k = 0; k < s.rows; ++k) {
+        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
+        const uint32_t ck = std::bit_cast<uint32_t>(c[k]);
+        for (int q = 0; q < 64; q += 8) {
+            const uint32_t* m = lut[(w >> q) & 255].data();
+            for (int b = 0; b < 8; ++b) acc[q + b] += std::bit_cast<float>(ck ^ m[b]);
+        }
+    }
+    for (int64_t b = 0; b < len; ++b) out[j0 + b] += acc[b];
 }
 
 __attribute__((target("avx2,fma"))) float dot_row_avx2(const SignRows& s, int64_t k,
@@ -113,40 +131,55 @@ __attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64
                                                        const float* x) {
     const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
     const __m512 zero = _mm512_setzero_ps();
-    __m512 a0 = zero, a1 = zero;
-    for (int64_t j = 0; j < s.cols; j += 64) {
-        const int64_t len = std::min<int64_t>(64, s.cols - j);
-        const uint64_t w = bits64(s.words, base + j), valid = low_mask(len);
-        for (int g = 0; g < 4; g += 2) {
-            const __mmask16 v0 = static_cast<__mmask16>(valid >> (16 * g));
-            const __mmask16 v1 = static_cast<__mmask16>(valid >> (16 * g + 16));
-            if (!v0) break;
-            const __m512 x0 = _mm512_maskz_loadu_ps(v0, x + j + 16 * g);
-            const __m512 x1 = _mm512_maskz_loadu_ps(v1, x + j + 16 * g + 16);
-            a0 = _mm512_add_ps(
-                a0, _mm512_mask_sub_ps(x0, static_cast<__mmask16>(w >> (16 * g)), zero, x0));
-            a1 = _mm512_add_ps(
-                a1, _mm512_mask_sub_ps(x1, static_cast<__mmask16>(w >> (16 * g + 16)), zero, x1));
+    __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+    int64_t j = 0;
+    // four independent sums hide the latency of the adds
+    for (; j + 64 <= s.cols; j += 64) {
+        const uint64_t w = bits64(s.words, base + j);
+        const __m512 x0 = _mm512_loadu_ps(x + j), x1 = _mm512_loadu_ps(x + j + 16);
+        const __m512 x2 = _mm512_loadu_ps(x + j + 32), x3 = _mm512_loadu_ps(x + j + 48);
+        a0 = _mm512_add_ps(a0, _mm512_mask_sub_ps(x0, static_cast<__mmask16>(w), zero, x0));
+        a1 = _mm512_add_ps(a1, _mm512_mask_sub_ps(x1, static_cast<__mmask16>(w >> 16), zero, x1));
+        a2 = _mm512_add_ps(a2, _mm512_mask_sub_ps(x2, static_cast<__mmask16>(w >> 32), zero, x2));
+        a3 = _mm512_add_ps(a3, _mm512_mask_sub_ps(x3, static_cast<__mmask16>(w >> 48), zero, x3));
+    }
+    if (j < s.cols) {
+        const uint64_t w = bits64(s.words, base + j), valid = low_mask(s.cols - j);
+        for (int g = 0; g < 4; ++g) {
+            const __mmask16 v = static_cast<__mmask16>(valid >> (16 * g));
+            const __m512 xg = _mm512_maskz_loadu_ps(v, x + j + 16 * g);
+            a0 = _mm512_add_ps(a0, _mm512_mask_sub_ps(xg, static_cast<__mmask16>(w >> (16 * g)), zero, xg));
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
+
+// 128 outputs: eight independent sums.
 __attribute__((target("avx512f"))) void axpy_chunk_avx512(const SignRows& s, const float* c,
                                                          float* out, int64_t j0, int64_t len) {
     const __m512 zero = _mm512_setzero_ps();
-    __m512 acc[4] = {zero, zero, zero, zero};
-    for (int64_t k = 0; k < s.rows; ++k) {
-        const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
+    __m512 a[8] = {zero, zero, zero, zero, zero, zero, zero, zero};
+    uint64_t b = s.first + static_cast<uint64_t>(j0);
+    // (the second word is read only when the chunk has it: past the last
+    // row's end lies only the guard word)
+    const bool two = len > 64;
+    for (int64_t k = 0; k < s.rows; ++k, b += s.stride) {
+        const uint64_t w0 = bits64(s.words, b), w1 = two ? bits64(s.words, b + 64) : 0;
         const __m512 cb = _mm512_set1_ps(c[k]);
-        for (int g = 0; g < 4; ++g)
-            acc[g] = _mm512_add_ps(
-                acc[g], _mm512_mask_sub_ps(cb, static_cast<__mmask16>(w >> (16 * g)), zero, cb));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+            a[g] = _mm512_add_ps(
+                a[g], _mm512_mask_sub_ps(cb, static_cast<__mmask16>(w0 >> (16 * g)), zero, cb));
+            a[g + 4] = _mm512_add_ps(
+                a[g + 4], _mm512_mask_sub_ps(cb, static_cast<__mmask16>(w1 >> (16 * g)), zero, cb));
+        }
     }
-    const uint64_t valid = low_mask(len);
-    for (int g = 0; g < 4; ++g) {
-        const __mmask16 v = static_cast<__mmask16>(valid >> (16 * g));
-        float* o = out + j0 + 16 * g;
-        _mm512_mask_storeu_ps(o, v, _mm512_add_ps(_mm512_maskz_loadu_ps(v, o), acc[g]));
+    for (int g = 0; g < 8; ++g) {
+        const int64_t lo = 16 * g;
+        if (lo >= len) break;
+        const __mmask16 v = static_cast<__mmask16>(low_mask(len - lo));
+        float* o = out + j0 + lo;
+        _mm512_mask_storeu_ps(o, v, _mm512_add_ps(_mm512_maskz_loadu_ps(v, o), a[g]));
     }
 }
 
@@ -221,45 +254,77 @@ void sign_dot(const SignRows& s, const float* x, float* out) {
 
 void sign_axpy(const SignRows& s, const float* c, float* out) {
     const SignIsa isa = sign_isa();
-    constexpr int64_t kChunks = 4;  // 64-column chunks per task
-    const int64_t chunks = (s.cols + 63) / 64;
+    const int64_t width = isa == SignIsa::avx512 ? 128 : 64;  // columns per kernel call
+    constexpr int64_t kChunks = 2;                             // calls per task
+    const int64_t chunks = (s.cols + width - 1) / width;
     parallel_for(0, (chunks + kChunks - 1) / kChunks, [&](int64_t b) {
         for (int64_t q = b * kChunks; q < std::min(chunks, (b + 1) * kChunks); ++q)
-            axpy_chunk(isa, s, c, out, 64 * q, std::min<int64_t>(64, s.cols - 64 * q));
+            axpy_chunk(isa, s, c, out, width * q, std::min(width, s.cols - width * q));
     });
 }
 
+namespace {
+
+// Rows of S per tile: about 4 MB of ±1.0f, at least 32 rows.
+int64_t tile_rows(const SignRows& s) {
+    return std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32, s.rows);
+}
+
+// Rows k0..k1 of S as ±1.0f, (k1 − k0) × s.cols, expanded in parallel.
+void expand_tile(const SignRows& s, int64_t k0, int64_t k1, std::vector<float>& tile) {
+    tile.resize(static_cast<size_t>((k1 - k0) * s.cols));
+    parallel_for(k0, k1, [&](int64_t k) { expand_row(s, k, 0, s.cols, tile.data() + (k - k0) * s.cols); });
+}
+
+// C (T × N, ldc) = beta·C + A (T × K, lda) · op(B), op(B) = Bᵀ (B: N × K) or
+// B (K × N): OpenMP over row panels of a batch (or column panels of a few
+// rows), single-threaded BLAS inside each.
+void panel_gemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, int64_t lda,
+                const float* b, float beta, float* c, int64_t ldc) {
+    const int64_t ldb = b_trans ? K : N;
+    auto tile = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans,
+                    static_cast<int>(r1 - r0), static_cast<int>(c1 - c0), static_cast<int>(K), 1.0f,
+                    a + r0 * lda, static_cast<int>(lda), b_trans ? b + c0 * K : b + c0,
+                    static_cast<int>(ldb), beta, c + r0 * ldc + c0, static_cast<int>(ldc));
+    };
+    const int64_t nt = omp_in_parallel() ? 1 : num_threads();
+    if (nt <= 1 || T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
+    if (T >= 32 * nt) {
+        const int64_t step = ((T + 2 * nt - 1) / (2 * nt) + 7) / 8 * 8;
+        parallel_for(0, (T + step - 1) / step,
+                     [&](int64_t i) { tile(i * step, std::min(T, (i + 1) * step), 0, N); });
+    } else {
+        const int64_t step = std::max<int64_t>(64, ((N + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16);
+        parallel_for(0, (N + step - 1) / step,
+                     [&](int64_t i) { tile(0, T, i * step, std::min(N, (i + 1) * step)); });
+    }
+}
+
+}  // namespace
+
 void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
-    SingleThreadedBlas single_blas;  // threads over tiles
-    constexpr int64_t kb = 32;
-    parallel_for(0, (s.rows + kb - 1) / kb, [&](int64_t b) {
-        thread_local std::vector<float> tile;
-        const int64_t k0 = b * kb, k1 = std::min(s.rows, k0 + kb);
-        tile.resize(static_cast<size_t>((k1 - k0) * s.cols));
-        for (int64_t k = k0; k < k1; ++k) expand_row(s, k, 0, s.cols, tile.data() + (k - k0) * s.cols);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(T),
-                    static_cast<int>(k1 - k0), static_cast<int>(s.cols), 1.0f, x,
-                    static_cast<int>(s.cols), tile.data(), static_cast<int>(s.cols), 0.0f, out + k0,
-                    static_cast<int>(s.rows));
-    });
+    SingleThreadedBlas single_blas;  // OpenMP over panels instead
+    thread_local std::vector<float> tile;
+    const int64_t kb = tile_rows(s);
+    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
+        const int64_t k1 = std::min(s.rows, k0 + kb);
+        expand_tile(s, k0, k1, tile);
+        // out[:, k0:k1] = x · tileᵀ
+        panel_gemm(true, T, k1 - k0, s.cols, x, s.cols, tile.data(), 0.0f, out + k0, s.rows);
+    }
 }
 
 void sign_axpy_batch(const SignRows& s, const float* c, int64_t T, float* out) {
     SingleThreadedBlas single_blas;
-    constexpr int64_t jb = 256, kb = 256;
-    parallel_for(0, (s.cols + jb - 1) / jb, [&](int64_t b) {
-        thread_local std::vector<float> tile;
-        const int64_t j0 = b * jb, len = std::min(s.cols, j0 + jb) - j0;
-        for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
-            const int64_t k1 = std::min(s.rows, k0 + kb);
-            tile.resize(static_cast<size_t>((k1 - k0) * len));
-            for (int64_t k = k0; k < k1; ++k) expand_row(s, k, j0, len, tile.data() + (k - k0) * len);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T),
-                        static_cast<int>(len), static_cast<int>(k1 - k0), 1.0f, c + k0,
-                        static_cast<int>(s.rows), tile.data(), static_cast<int>(len), 1.0f, out + j0,
-                        static_cast<int>(s.cols));
-        }
-    });
+    thread_local std::vector<float> tile;
+    const int64_t kb = tile_rows(s);
+    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
+        const int64_t k1 = std::min(s.rows, k0 + kb);
+        expand_tile(s, k0, k1, tile);
+        // out += c[:, k0:k1] · tile
+        panel_gemm(false, T, s.cols, k1 - k0, c + k0, s.rows, tile.data(), 1.0f, out, s.cols);
+    }
 }
 
 }  // namespace cortiq::blr
