@@ -26,6 +26,7 @@
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "model/blr_linear.hpp"
+#include "random_packed.hpp"
 
 using namespace cortiq;
 
@@ -45,28 +46,6 @@ double time_median(int reps, F&& f) {
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
-}
-
-blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_t seed) {
-    blr::PackedWeight w;
-    w.m = m;
-    w.n = n;
-    w.r = blr::rank_for(m, n, bpw, 1);
-    w.paths = 1;
-    Rng rng(seed);
-    auto scales = [&](int64_t k) {
-        std::vector<uint16_t> v(static_cast<size_t>(k));
-        for (auto& x : v) x = float_to_half(static_cast<float>(0.05 * (1.0 + rng.uniform())));
-        return v;
-    };
-    w.h = scales(m);
-    w.l = scales(w.r);
-    w.g = scales(n);
-    w.bits.resize(blr::words_for(static_cast<uint64_t>(w.r) * (m + n)) + 1);
-    for (auto& b : w.bits) b = (static_cast<uint64_t>(rng.uniform() * 4294967296.0) << 32) ^
-                               static_cast<uint64_t>(rng.uniform() * 4294967296.0);
-    w.bits.back() = 0;
-    return w;
 }
 
 // t[k] = Σ_j s(k,j) x[j] through a table of the 16 signed sums of each group
@@ -153,7 +132,7 @@ int main(int argc, char** argv) try {
                         static_cast<int>(m));
         });
         for (double bpw : parse_list(bpws)) {
-            const model::BlrLinear lin(random_packed(m, n, bpw, 7));
+            const model::BlrLinear lin(bench::random_packed(m, n, bpw, 7));
             const auto& pw = lin.packed();
             const double t_packed = time_median(reps, [&] { lin.apply(x.data(), 1, y.data()); });
             const double t_batch =

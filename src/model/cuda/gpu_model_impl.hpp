@@ -72,7 +72,9 @@ struct GpuModel::Impl {
         const io::ModelConfig& c = cfg;
         const int64_t act = ws.rows * (2 * c.hidden_size + 2 * c.q_dim() + 2 * c.kv_dim() +
                                        2 * c.intermediate_size + c.vocab_size);
-        return w.bytes + 8 * rope_rows * static_cast<int64_t>(inv_freq.size()) + 4 * act +
+        const auto& sc = *w.scratch;
+        const int64_t scratch = 4 * (sc.xg.size() + sc.t.size() + sc.u.size() + sc.tile.size());
+        return w.bytes + scratch + 8 * rope_rows * static_cast<int64_t>(inv_freq.size()) + 4 * act +
                12 * ws.rows + 8 * cache.capacity * c.kv_dim() * c.num_layers;
     }
 

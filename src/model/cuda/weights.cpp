@@ -2,6 +2,7 @@
 
 #include "core/error.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/blr_linear.hpp"
 #include "model/llama.hpp"
 
 namespace cortiq::model::cuda {
@@ -13,10 +14,18 @@ DVec upload(const std::vector<float>& v, cudaStream_t stream, int64_t& bytes) {
     return encode::cuda::upload_f(v, stream);
 }
 
-DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes) {
+DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
+                           PackedScratch* scratch) {
     DeviceLinear d;
     d.m = l.out_features();
     d.n = l.in_features();
+    if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get())) {
+        d.packed = std::make_unique<DevicePacked>(upload_packed(blr->packed(), stream));
+        d.scratch = scratch;
+        bytes += d.packed->bytes();
+        if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
+        return d;
+    }
     const MatF w = l.w->dense();
     CORTIQ_ASSERT(w.rows() == d.m && w.cols() == d.n);
     d.own = upload(w.vec(), stream, bytes);
@@ -41,13 +50,13 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
             l.q_norm = upload(w.q_norm, stream, d.bytes);
             l.k_norm = upload(w.k_norm, stream, d.bytes);
         }
-        l.q = upload_linear(w.q, stream, d.bytes);
-        l.k = upload_linear(w.k, stream, d.bytes);
-        l.v = upload_linear(w.v, stream, d.bytes);
-        l.o = upload_linear(w.o, stream, d.bytes);
-        l.gate = upload_linear(w.gate, stream, d.bytes);
-        l.up = upload_linear(w.up, stream, d.bytes);
-        l.down = upload_linear(w.down, stream, d.bytes);
+        l.q = upload_linear(w.q, stream, d.bytes, d.scratch.get());
+        l.k = upload_linear(w.k, stream, d.bytes, d.scratch.get());
+        l.v = upload_linear(w.v, stream, d.bytes, d.scratch.get());
+        l.o = upload_linear(w.o, stream, d.bytes, d.scratch.get());
+        l.gate = upload_linear(w.gate, stream, d.bytes, d.scratch.get());
+        l.up = upload_linear(w.up, stream, d.bytes, d.scratch.get());
+        l.down = upload_linear(w.down, stream, d.bytes, d.scratch.get());
     }
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight
@@ -58,13 +67,13 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
     } else {
-        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes);
+        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, d.scratch.get());
     }
     return d;
 }
 
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {
-    CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w,
+    CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w && !d.packed,
                  "set_weight: a {}x{} weight for a {}x{} layer{}", w.rows(), w.cols(), d.m, d.n,
                  d.own.get() == d.w ? "" : " that shares its storage");
     CUDA_CHECK(cudaMemcpyAsync(d.own.get(), w.data(), static_cast<size_t>(w.size()) * sizeof(float),
@@ -76,6 +85,9 @@ void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {
 void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, const float* x,
             int64_t rows, float* y, float beta) {
     if (rows == 0) return;
+    if (l.packed)
+        return packed_linear(blas, stream, *l.packed, *l.scratch, x, rows, y, beta,
+                             l.bias.empty() ? nullptr : l.bias.get());
     const float one = 1.0f;
     // Column-major view: yᵀ (m × rows) = W (m × n, i.e. the row-major n-wide
     // matrix transposed) · xᵀ (n × rows).

@@ -5,8 +5,11 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "core/matrix.hpp"
 #include "encode/cuda/common.hpp"
+#include "model/cuda/blr_linear.hpp"
 
 namespace cortiq::model {
 class Model;
@@ -21,6 +24,10 @@ struct DeviceLinear {
     const float* w = nullptr;  // the weight: own.get(), or a shared buffer (tied lm_head)
     DVec bias;                 // m values, or empty
     int64_t m = 0, n = 0;
+    // A compressed layer runs from its bits instead (w stays null), with the
+    // scratch buffers its model's packed layers share.
+    std::unique_ptr<DevicePacked> packed;
+    PackedScratch* scratch = nullptr;
 };
 
 struct DeviceLayer {
@@ -33,11 +40,12 @@ struct DeviceWeights {
     std::vector<DeviceLayer> layers;
     DVec final_norm;
     DeviceLinear lm_head;  // tied: reads `embed`
-    int64_t bytes = 0;     // device memory held
+    std::unique_ptr<PackedScratch> scratch = std::make_unique<PackedScratch>();
+    int64_t bytes = 0;     // device memory held by the weights
 };
 
-// Copies every weight of m to the device (each linear layer through
-// w->dense(), so compressed layers arrive dequantised).
+// Copies every weight of m to the device: float layers dense, compressed ones
+// (model::BlrLinear) as their bits and f16 scales, never dequantised.
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream);
 
 // Replaces d's weight (same shape; its bias stays) by w, e.g. a linear layer

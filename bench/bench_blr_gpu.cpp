@@ -1,0 +1,221 @@
+// The packed BLR layer on CUDA against cuBLAS in fp16, side by side in one run
+// (prints tables; not a timed unit test):
+//   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
+//                 [--tokens 512] [--layers 32] [--reps 200]
+// Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
+// packed layer its bits and f16 scales. Prefill: --tokens rows (cuBLAS fp16
+// tensor-core GEMM against the packed layer's TF32 tiles). Whole model: the
+// 224 linear layers of a 32-layer 4096/11008 Llama at 1.0 bpw, one token
+// through all of them, captured in a CUDA graph (kernel time, not launch
+// time), against the same layers in fp16. Times are medians of CUDA events.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+
+#ifdef CORTIQ_HAVE_CUDA
+#include <cuda_fp16.h>
+
+#include "encode/cuda/common.hpp"
+#include "model/cuda/blr_linear.hpp"
+#include "random_packed.hpp"
+
+using namespace cortiq;
+namespace ec = cortiq::encode::cuda;
+namespace mc = cortiq::model::cuda;
+
+namespace {
+
+constexpr double kPeakBytesPerS = 4.8e12;  // H200 HBM3e
+
+// Median milliseconds of `reps` runs of f on the stream, after a warm-up.
+template <class F>
+double time_ms(cudaStream_t st, int reps, F&& f) {
+    f();
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    std::vector<float> t;
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    for (int i = 0; i < reps; ++i) {
+        CUDA_CHECK(cudaEventRecord(a, st));
+        f();
+        CUDA_CHECK(cudaEventRecord(b, st));
+        CUDA_CHECK(cudaEventSynchronize(b));
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+}
+
+// y (rows × m, fp16) = x (rows × n, fp16) · Wᵀ with W (m × n, fp16) through cuBLAS.
+void fp16_linear(cublasHandle_t blas, const __half* w, const __half* x, __half* y, int64_t m,
+                 int64_t n, int64_t rows) {
+    const float one = 1.0f, zero = 0.0f;
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m),
+                              static_cast<int>(rows), static_cast<int>(n), &one, w, CUDA_R_16F,
+                              static_cast<int>(n), x, CUDA_R_16F, static_cast<int>(n), &zero, y,
+                              CUDA_R_16F, static_cast<int>(m), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+ec::DeviceBuffer<__half> fill_half(int64_t n, cudaStream_t st) {
+    ec::DeviceBuffer<__half> b(n, st);
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0x2c, sizeof(__half) * static_cast<size_t>(n), st));
+    return b;
+}
+ec::DVec fill_float(int64_t n, cudaStream_t st) {
+    ec::DVec b(n, st);
+    CUDA_CHECK(cudaMemsetAsync(b.get(), 0x3c, sizeof(float) * static_cast<size_t>(n), st));
+    return b;
+}
+
+std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& s) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+        const auto x = tok.find('x');
+        CORTIQ_CHECK(x != std::string::npos, "shape '{}' is not MxN", tok);
+        out.emplace_back(std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1)));
+    }
+    return out;
+}
+
+void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
+                 int64_t tokens, int reps) {
+    const cudaStream_t st = gpu.stream();
+    fmt::print("| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
+               "fp16 GB/s (% peak) | packed GB/s (% peak) | fp16 {} tok µs | packed {} tok µs | "
+               "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+               tokens, tokens);
+    mc::PackedScratch ws;
+    for (auto [m, n] : parse_shapes(shapes)) {
+        const auto w16 = fill_half(m * n, st), x16 = fill_half(tokens * n, st);
+        auto y16 = fill_half(tokens * m, st);
+        const double t16 =
+            time_ms(st, reps, [&] { fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, 1); });
+        const double t16b = time_ms(st, std::max(5, reps / 10), [&] {
+            fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, tokens);
+        });
+        const auto x = fill_float(tokens * n, st);
+        auto y = fill_float(tokens * m, st);
+        for (double bpw : bpws) {
+            const auto pw = bench::random_packed(m, n, bpw, 3);
+            const auto dev = mc::upload_packed(pw, st);
+            const double tp = time_ms(st, reps, [&] {
+                mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), 1, y.get(), 0.0f, nullptr);
+            });
+            const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
+                mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
+            });
+            const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, 1));
+            const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
+            fmt::print("| {}×{} | {:.2f} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | "
+                       "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× |\n",
+                       m, n, bpw, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp, b16 / 1e9,
+                       100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
+                       1e3 * tpb, t16b / tpb);
+            std::fflush(stdout);
+        }
+    }
+}
+
+// One token through every linear layer of a Llama-shaped model, as a CUDA graph.
+void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
+    const cudaStream_t st = gpu.stream();
+    const int64_t H = 4096, F = 11008;
+    const std::vector<std::pair<int64_t, int64_t>> shapes = {{H, H}, {H, H}, {H, H}, {H, H},
+                                                             {F, H}, {F, H}, {H, F}};
+    std::vector<mc::DevicePacked> packed;
+    std::vector<ec::DeviceBuffer<__half>> dense;
+    int64_t packed_bytes = 0, dense_bytes = 0;
+    for (int64_t l = 0; l < layers; ++l)
+        for (auto [m, n] : shapes) {
+            packed.push_back(mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l), st));
+            packed_bytes += packed.back().bytes();
+            dense.push_back(fill_half(m * n, st));
+            dense_bytes += 2 * m * n;
+        }
+    const auto x = fill_float(F, st);
+    auto y = fill_float(F, st);
+    const auto x16 = fill_half(F, st);
+    auto y16 = fill_half(F, st);
+    mc::PackedScratch ws;
+    auto run_packed = [&] {
+        for (auto& p : packed)
+            mc::packed_linear(gpu.blas(), st, p, ws, x.get(), 1, y.get(), 0.0f, nullptr);
+    };
+    auto run_dense = [&] {
+        for (size_t i = 0; i < dense.size(); ++i) {
+            const auto [m, n] = shapes[i % shapes.size()];
+            fp16_linear(gpu.blas(), dense[i].get(), x16.get(), y16.get(), m, n, 1);
+        }
+    };
+    auto graph_of = [&](auto&& body) {
+        body();  // buffers and attributes before capture
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        cudaGraph_t g;
+        cudaGraphExec_t e;
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        body();
+        CUDA_CHECK(cudaStreamEndCapture(st, &g));
+        CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+        cudaGraphDestroy(g);
+        return e;
+    };
+    const cudaGraphExec_t gp = graph_of(run_packed), gd = graph_of(run_dense);
+    const double tp = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(gp, st)); });
+    const double td = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(gd, st)); });
+    const double tpe = time_ms(st, std::max(3, reps / 10), run_packed);
+    const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
+    fmt::print("\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw):\n", layers);
+    fmt::print("| weights | bytes | ms/token (graph) | tokens/s (graph) | ms/token (launched one by one) |\n");
+    fmt::print("|---|---|---|---|---|\n");
+    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", dense_bytes / 1e9, td, 1e3 / td, tde);
+    fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp, 1e3 / tp, tpe);
+    fmt::print("speed-up {:.2f}× (graph), {:.2f}× (launched)\n", td / tp, tde / tpe);
+    cudaGraphExecDestroy(gp);
+    cudaGraphExecDestroy(gd);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+    std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
+    int64_t tokens = 512, layers = 32;
+    int reps = 200;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const std::string k = argv[i], v = argv[i + 1];
+        if (k == "--shapes") shapes = v;
+        else if (k == "--bpw") bpw = v;
+        else if (k == "--tokens") tokens = std::stoll(v);
+        else if (k == "--layers") layers = std::stoll(v);
+        else if (k == "--reps") reps = std::stoi(v);
+        else CORTIQ_FAIL("unknown flag {}", k);
+    }
+    std::vector<double> bpws;
+    std::stringstream ss(bpw);
+    for (std::string t; std::getline(ss, t, ',');) bpws.push_back(std::stod(t));
+    ec::Gpu gpu;
+    layer_table(gpu, shapes, bpws, tokens, reps);
+    if (layers > 0) whole_model(gpu, layers, reps / 4);
+    return 0;
+} catch (const std::exception& e) {
+    fmt::print(stderr, "bench_blr_gpu: {}\n", e.what());
+    return 1;
+}
+#else
+int main() {
+    fmt::print("bench_blr_gpu: this build has no CUDA\n");
+    return 0;
+}
+#endif

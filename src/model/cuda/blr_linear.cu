@@ -1,0 +1,345 @@
+#include "model/cuda/blr_linear.hpp"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "blr/layout.hpp"
+#include "core/error.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace ec = encode::cuda;
+
+namespace {
+
+// Rows of sign bits in the stream (blr::SignRows on the device).
+struct Rows {
+    const uint32_t* words;
+    uint64_t first, stride;
+    int64_t rows, cols;
+};
+
+Rows svt_of(const DevicePacked& w, int p) {
+    if (w.sign)
+        return {w.bits.get(), 0, 64 * blr::words_for(static_cast<uint64_t>(w.n)), w.m, w.n};
+    const uint64_t m = w.m, n = w.n, r = w.r;
+    return {w.bits.get(), blr::bit_svt(m, n, r, p), n, w.r, w.n};
+}
+Rows sut_of(const DevicePacked& w, int p) {
+    const uint64_t m = w.m, n = w.n, r = w.r;
+    return {w.bits.get(), blr::bit_sut(m, n, r, p), m, w.r, w.m};
+}
+
+// 32 bits of the stream from bit b (the stream has a guard word).
+__device__ __forceinline__ uint32_t bits32(const uint32_t* w, uint64_t b) {
+    const uint64_t q = b >> 5;
+    const uint32_t s = static_cast<uint32_t>(b & 31);
+    return s ? __funnelshift_r(__ldg(w + q), __ldg(w + q + 1), s) : __ldg(w + q);
+}
+__device__ __forceinline__ float flip(float v, uint32_t bit) {
+    return __uint_as_float(__float_as_uint(v) ^ (bit << 31));
+}
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// t[i, k] = scale_k · Σ_j s(k,j) · g_j · x[i, j] for R rows i, one warp per
+// row k of S: the warp loads 32 words of the row at once (coalesced), then
+// lane L takes bit L of each word against xg in shared memory.
+template <int R>
+__global__ void dot_decode(Rows s, const float* __restrict__ x, const __half* __restrict__ g,
+                           const __half* __restrict__ scale, float* __restrict__ t, int64_t ldt) {
+    extern __shared__ float xg[];  // R × cols
+    const int64_t cols = s.cols;
+    for (int64_t i = threadIdx.x; i < R * cols; i += blockDim.x)
+        xg[i] = x[i] * __half2float(g[i % cols]);
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
+    const int64_t words = (cols + 31) / 32;
+    for (int64_t k = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); k < s.rows; k += warps) {
+        const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+        for (int64_t w0 = 0; w0 < words; w0 += 32) {
+            const uint32_t mine = w0 + lane < words ? bits32(s.words, base + 32 * (w0 + lane)) : 0;
+            const int64_t nw = min(int64_t{32}, words - w0);
+            for (int q = 0; q < nw; ++q) {
+                const uint32_t word = __shfl_sync(0xffffffffu, mine, q);
+                const int64_t j = 32 * (w0 + q) + lane;
+                if (j < cols) {
+                    const uint32_t bit = (word >> lane) & 1u;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r] += flip(xg[r * cols + j], bit);
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const float v = warp_sum(acc[r]);
+            if (lane == 0) t[r * ldt + k] = scale ? v * __half2float(scale[k]) : v;
+        }
+    }
+}
+
+// u[i, j] += Σ_{k in chunk} s(k,j) t[i,k] for R rows i: a block of 256 threads
+// owns 256 consecutive columns j and one chunk of k (split-K, atomics).
+template <int R>
+__global__ void axpy_decode(Rows s, const float* __restrict__ t, float* __restrict__ u,
+                            int64_t kchunk) {
+    extern __shared__ float tk[];  // R × kchunk
+    const int64_t k0 = blockIdx.y * kchunk, k1 = min(s.rows, k0 + kchunk);
+    for (int64_t i = threadIdx.x; i < R * (k1 - k0); i += blockDim.x) {
+        const int64_t r = i / (k1 - k0), k = i % (k1 - k0);
+        tk[r * kchunk + k] = t[r * s.rows + k0 + k];
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
+    const int64_t j0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + (threadIdx.x & ~31);
+    if (j0 >= s.cols) return;
+    float acc[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    uint64_t b = s.first + static_cast<uint64_t>(k0) * s.stride + j0;
+    for (int64_t k = k0; k < k1; ++k, b += s.stride) {
+        const uint32_t bit = (bits32(s.words, b) >> lane) & 1u;
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] += flip(tk[r * kchunk + (k - k0)], bit);
+    }
+    const int64_t j = j0 + lane;
+    if (j < s.cols)
+#pragma unroll
+        for (int r = 0; r < R; ++r) atomicAdd(u + r * s.cols + j, acc[r]);
+}
+
+// dst (k1 − k0) × len = ±1.0f from rows k0.. of S, columns 0..len.
+__global__ void expand_tile(Rows s, int64_t k0, int64_t k1, float* __restrict__ dst) {
+    const int64_t len = s.cols, n = (k1 - k0) * len;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t k = k0 + i / len, j = i % len;
+        const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + j;
+        const uint32_t bit = (__ldg(s.words + (b >> 5)) >> (b & 31)) & 1u;
+        dst[i] = flip(1.0f, bit);
+    }
+}
+
+// xg[i, j] = x[i, j] · g_j
+__global__ void scale_cols(const float* __restrict__ x, const __half* __restrict__ g, int64_t rows,
+                           int64_t cols, float* __restrict__ out) {
+    const int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        out[i] = x[i] * __half2float(g[i % cols]);
+}
+
+// y[i, j] = (first ? beta·y : y) + h_j · u[i, j] (+ bias_j when last)
+__global__ void epilogue(float* __restrict__ y, const float* __restrict__ u,
+                         const __half* __restrict__ h, const float* __restrict__ bias, int64_t rows,
+                         int64_t m, float beta, bool first, bool last) {
+    const int64_t n = rows * m;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t j = i % m;
+        float v = first ? (beta == 0.0f ? 0.0f : beta * y[i]) : y[i];
+        v += __half2float(h[j]) * u[i];
+        if (last && bias) v += bias[j];
+        y[i] = v;
+    }
+}
+
+unsigned blocks_for(int64_t n) {
+    return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65536));
+}
+
+void ensure(ec::DVec& b, int64_t n, cudaStream_t stream) {
+    if (b.size() < n) b = ec::DVec(n, stream);
+}
+
+template <int R>
+void dot_decode_launch(const Rows& s, const float* x, const __half* g, const __half* scale,
+                       float* t, int64_t ldt, cudaStream_t stream) {
+    const size_t smem = sizeof(float) * R * static_cast<size_t>(s.cols);
+    static const bool opted_in = [] {  // once per process (and device 0's limit)
+        CUDA_CHECK(cudaFuncSetAttribute(dot_decode<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        200 * 1024));
+        return true;
+    }();
+    (void)opted_in;
+    const int64_t blocks = std::clamp<int64_t>((s.rows + 7) / 8, 1, 1024);
+    dot_decode<R><<<static_cast<unsigned>(blocks), 256, smem, stream>>>(s, x, g, scale, t, ldt);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int R>
+void axpy_decode_launch(const Rows& s, const float* t, float* u, cudaStream_t stream) {
+    CUDA_CHECK(cudaMemsetAsync(u, 0, sizeof(float) * R * static_cast<size_t>(s.cols), stream));
+    const int64_t col_blocks = (s.cols + 255) / 256;
+    // enough blocks to fill the GPU: split k until there are ~4 per SM
+    // (and chunks of at most 2048 latents, so that R × chunk floats fit in 32 KB)
+    const int64_t splits = std::max(std::clamp<int64_t>(528 / col_blocks, 1, (s.rows + 63) / 64),
+                                    (s.rows + 2047) / 2048);
+    const int64_t kchunk = (s.rows + splits - 1) / splits;
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
+    axpy_decode<R><<<grid, 256, sizeof(float) * R * kchunk, stream>>>(s, t, u, kchunk);
+    CUDA_LAUNCH_CHECK();
+}
+
+template <int R>
+void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, float* y, float beta,
+                 const float* bias, cudaStream_t stream) {
+    const auto* hs = reinterpret_cast<const __half*>(w.h.get());
+    const auto* ls = reinterpret_cast<const __half*>(w.l.get());
+    const auto* gs = reinterpret_cast<const __half*>(w.g.get());
+    if (w.sign) {
+        ensure(ws.u, R * w.m, stream);
+        dot_decode_launch<R>(svt_of(w, 0), x, gs, nullptr, ws.u.get(), w.m, stream);
+        epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs, bias, R, w.m, beta,
+                                                          true, true);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    ensure(ws.t, R * w.r, stream);
+    ensure(ws.u, R * w.m, stream);
+    for (int p = 0; p < w.paths; ++p) {
+        dot_decode_launch<R>(svt_of(w, p), x, gs + p * w.n, ls + p * w.r, ws.t.get(), w.r, stream);
+        axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), ws.u.get(), stream);
+        epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias, R,
+                                                          w.m, beta, p == 0, p + 1 == w.paths);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+
+// Rows of S per expanded tile: up to 16 M floats (64 MB).
+int64_t tile_rows(const Rows& s) {
+    return std::clamp<int64_t>((int64_t{1} << 24) / std::max<int64_t>(s.cols, 1), 1, s.rows);
+}
+
+// C (col-major) = alpha·op(A)·B + beta·C with TF32 tensor cores, float32 in and out.
+void gemm_tf32(cublasHandle_t blas, cublasOperation_t op_a, int64_t M, int64_t N, int64_t K,
+               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+               int64_t ldc) {
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(blas, op_a, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(N),
+                              static_cast<int>(K), &one, a, CUDA_R_32F, static_cast<int>(lda), b,
+                              CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
+                              static_cast<int>(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+// out (rows × s.rows, row-major, ld s.rows) = xg (rows × s.cols) · Sᵀ
+void dot_batch(cublasHandle_t blas, cudaStream_t stream, const Rows& s, PackedScratch& ws,
+               const float* xg, int64_t rows, float* out) {
+    const int64_t kb = tile_rows(s);
+    ensure(ws.tile, kb * s.cols, stream);
+    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
+        const int64_t k1 = std::min(s.rows, k0 + kb);
+        expand_tile<<<blocks_for((k1 - k0) * s.cols), 256, 0, stream>>>(s, k0, k1, ws.tile.get());
+        CUDA_LAUNCH_CHECK();
+        // col-major: out[k0:k1, :] (kb × rows, ld s.rows) = tileᵀ (kb × cols) · xgᵀ (cols × rows)
+        gemm_tf32(blas, CUBLAS_OP_T, k1 - k0, rows, s.cols, ws.tile.get(), s.cols, xg, s.cols, 0.0f,
+                  out + k0, s.rows);
+    }
+}
+
+// out (rows × s.cols) = c (rows × s.rows) · S
+void axpy_batch(cublasHandle_t blas, cudaStream_t stream, const Rows& s, PackedScratch& ws,
+                const float* c, int64_t rows, float* out) {
+    const int64_t kb = tile_rows(s);
+    ensure(ws.tile, kb * s.cols, stream);
+    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
+        const int64_t k1 = std::min(s.rows, k0 + kb);
+        expand_tile<<<blocks_for((k1 - k0) * s.cols), 256, 0, stream>>>(s, k0, k1, ws.tile.get());
+        CUDA_LAUNCH_CHECK();
+        // col-major: outᵀ (cols × rows) += tileᵀ-as-stored (cols × kb) · c[:, k0:k1]ᵀ (kb × rows)
+        gemm_tf32(blas, CUBLAS_OP_N, s.cols, rows, k1 - k0, ws.tile.get(), s.cols, c + k0, s.rows,
+                  k0 == 0 ? 0.0f : 1.0f, out, s.cols);
+    }
+}
+
+__global__ void scale_rows_by(float* __restrict__ t, const __half* __restrict__ l, int64_t rows,
+                              int64_t r) {
+    const int64_t n = rows * r;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        t[i] *= __half2float(l[i % r]);
+}
+
+void batch_path(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w, PackedScratch& ws,
+                const float* x, int64_t rows, float* y, float beta, const float* bias) {
+    const auto* hs = reinterpret_cast<const __half*>(w.h.get());
+    const auto* ls = reinterpret_cast<const __half*>(w.l.get());
+    const auto* gs = reinterpret_cast<const __half*>(w.g.get());
+    ensure(ws.xg, rows * w.n, stream);
+    ensure(ws.u, rows * w.m, stream);
+    for (int p = 0; p < w.paths; ++p) {
+        scale_cols<<<blocks_for(rows * w.n), 256, 0, stream>>>(x, gs + p * w.n, rows, w.n,
+                                                               ws.xg.get());
+        CUDA_LAUNCH_CHECK();
+        if (w.sign) {
+            dot_batch(blas, stream, svt_of(w, 0), ws, ws.xg.get(), rows, ws.u.get());
+        } else {
+            ensure(ws.t, rows * w.r, stream);
+            dot_batch(blas, stream, svt_of(w, p), ws, ws.xg.get(), rows, ws.t.get());
+            scale_rows_by<<<blocks_for(rows * w.r), 256, 0, stream>>>(ws.t.get(), ls + p * w.r,
+                                                                      rows, w.r);
+            CUDA_LAUNCH_CHECK();
+            axpy_batch(blas, stream, sut_of(w, p), ws, ws.t.get(), rows, ws.u.get());
+        }
+        epilogue<<<blocks_for(rows * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias,
+                                                             rows, w.m, beta, p == 0,
+                                                             p + 1 == w.paths);
+        CUDA_LAUNCH_CHECK();
+    }
+}
+
+}  // namespace
+
+DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream) {
+    DevicePacked d;
+    d.m = w.m;
+    d.n = w.n;
+    d.r = w.r;
+    d.paths = w.paths;
+    d.sign = w.sign;
+    auto up = [&](auto& dst, const auto* src, int64_t count) {
+        using T = std::remove_pointer_t<decltype(dst.get())>;
+        dst = ec::DeviceBuffer<T>(count, stream);
+        if (count > 0)
+            CUDA_CHECK(cudaMemcpyAsync(dst.get(), src, sizeof(T) * static_cast<size_t>(count),
+                                       cudaMemcpyHostToDevice, stream));
+    };
+    // the host vector of u64 words (with its guard word) read as u32 words
+    up(d.bits, reinterpret_cast<const uint32_t*>(w.bits.data()), 2 * static_cast<int64_t>(w.bits.size()));
+    up(d.h, w.h.data(), static_cast<int64_t>(w.h.size()));
+    up(d.l, w.l.data(), static_cast<int64_t>(w.l.size()));
+    up(d.g, w.g.data(), static_cast<int64_t>(w.g.size()));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go
+    return d;
+}
+
+void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
+                   PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
+                   const float* bias) {
+    if (rows == 0) return;
+    // the decode kernels hold rows × n floats in shared memory (≤ 200 KB)
+    if (rows > kDecodeRows || 4 * rows * w.n > 200 * 1024)
+        return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
+    switch (rows) {
+        case 1:
+            return decode_path<1>(w, ws, x, y, beta, bias, stream);
+        case 2:
+            return decode_path<2>(w, ws, x, y, beta, bias, stream);
+        case 3:
+            return decode_path<3>(w, ws, x, y, beta, bias, stream);
+        case 4:
+            return decode_path<4>(w, ws, x, y, beta, bias, stream);
+        default:
+            return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
+    }
+}
+
+}  // namespace cortiq::model::cuda

@@ -1,0 +1,169 @@
+// The packed layer on CUDA (model/cuda/blr_linear.hpp) against the CPU packed
+// layer (itself tested against dequantise-then-dense in test_blr_linear.cpp):
+// random payloads of awkward shapes, the decode kernels (1–4 rows) and the
+// batch path (TF32 tiles), accumulation into y and the bias; then a
+// compressed model's perplexity on the GPU, packed, against the CPU. Skips
+// without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "blr/model.hpp"
+#include "blr/packed.hpp"
+#include "blr/sign.hpp"
+#include "core/rng.hpp"
+#include "eval/ppl.hpp"
+#include "gpu_skip.hpp"
+#include "io/tokenizer.hpp"
+#include "model/blr_linear.hpp"
+#include "model/llama.hpp"
+#include "model/runtime.hpp"
+#include "quantize/quantize.hpp"
+
+#ifdef CORTIQ_HAVE_CUDA
+#include "model/cuda/blr_linear.hpp"
+#endif
+
+using namespace cortiq;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Half-precision tiles (TF32) on the batch path: the bound.
+constexpr double kLayerTol = 1e-3;
+constexpr double kPplTol = 1e-3;
+
+blr::Model random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
+    Rng rng(seed);
+    blr::Model md;
+    md.m = m;
+    md.n = n;
+    md.r = r;
+    for (int p = 0; p < paths; ++p) {
+        blr::Path q;
+        q.su = MatD(m, r);
+        q.sv = MatD(n, r);
+        for (auto& v : q.su.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        for (auto& v : q.sv.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        for (int64_t i = 0; i < m; ++i) q.h.push_back(0.01 * std::exp(0.5 * rng.normal()));
+        for (int64_t k = 0; k < r; ++k) q.l.push_back(3.0 * std::exp(0.5 * rng.normal()));
+        for (int64_t j = 0; j < n; ++j) q.g.push_back(0.5 * std::exp(0.5 * rng.normal()));
+        md.paths.push_back(q);
+    }
+    return md;
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double{a[i]} - b[i]) * (double{a[i]} - b[i]);
+        den += double{b[i]} * b[i];
+    }
+    return std::sqrt(num / den);
+}
+
+#ifdef CORTIQ_HAVE_CUDA
+namespace ec = encode::cuda;
+
+// y = beta·y0 + x Ŵᵀ + bias on the GPU against the CPU packed layer.
+void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {
+    const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
+    const model::BlrLinear cpu(pw);
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    const auto dev = model::cuda::upload_packed(pw, st);
+    model::cuda::PackedScratch ws;
+    Rng rng(5);
+    std::vector<float> bias(static_cast<size_t>(pw.m));
+    for (auto& v : bias) v = static_cast<float>(rng.normal());
+    for (int64_t rows : {1, 2, 3, 4, 5, 17, 300}) {
+        std::vector<float> x(static_cast<size_t>(rows * pw.n)), y0(static_cast<size_t>(rows * pw.m));
+        for (auto& v : x) v = static_cast<float>(rng.normal());
+        for (auto& v : y0) v = static_cast<float>(rng.normal());
+        for (float beta : {0.0f, 1.0f}) {
+            std::vector<float> want(y0.size());
+            cpu.apply(x.data(), rows, want.data());
+            for (size_t i = 0; i < want.size(); ++i)
+                want[i] += beta * y0[i] + bias[i % static_cast<size_t>(pw.m)];
+            const auto dx = ec::upload_f(x, st), db = ec::upload_f(bias, st);
+            auto dy = ec::upload_f(y0, st);
+            model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(), beta,
+                                       db.get());
+            const auto got = ec::download_f(dy.get(), dy.size(), st);
+            EXPECT_LE(rel_diff(got, want), kLayerTol) << tag << " rows " << rows << " beta " << beta;
+        }
+    }
+}
+#endif
+
+}  // namespace
+
+TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1},
+                              {70, 37, 1, 1},
+                              {130, 65, 65, 2},
+                              {200, 129, 63, 1},
+                              {300, 17, 5, 2},
+                              {1, 1, 1, 2},
+                              {1100, 700, 300, 1}}) {
+        check_on_gpu(blr::pack(random_model(m, n, r, p, 31 * m + n)),
+                     fmt::format("{}x{} r{} P{}", m, n, r, p));
+    }
+    Rng rng(2);
+    MatD s(65, 129);
+    for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+    VecD h(65, 0.1), g(129, 0.7);
+    check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
+#endif
+}
+
+// A compressed model scores on the GPU, packed, what it scores on the CPU, and
+// holds its payloads there instead of float32 weights.
+TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const fs::path d = fs::temp_directory_path() / ("cortiq_gpu_packed_" + std::to_string(getpid()));
+    fs::create_directories(d);
+    quant::QuantizeOptions o;
+    o.model_dir = (test::kData / "models/stories260K").string();
+    o.calib_paths = {(test::kData / "text/tinystories-calib.txt").string()};
+    o.out_path = (d / "q.safetensors").string();
+    o.bpw = 1.0;
+    o.calib.samples = 4;
+    o.calib.seqlen = 64;
+    o.progress = false;
+    o.verbose = false;
+    quant::quantize(o);
+    const auto packed = model::Model::load(o.out_path);
+    model::LoadOptions lo;
+    lo.dequant = true;
+    const auto dense = model::Model::load(o.out_path, lo);
+    std::ifstream tf(test::kData / "text/tinystories-valid.txt");
+    std::string text(20000, '\0');
+    tf.read(text.data(), static_cast<std::streamsize>(text.size()));
+    eval::PplOptions po;
+    po.ctx = 128;
+    po.progress = false;
+    const auto ids = io::Tokenizer::load(o.model_dir).encode(text, false);
+    auto cpu = model::make_runtime(packed, model::Device::cpu);
+    auto gpu = model::make_runtime(packed, model::Device::gpu);
+    auto gpu_dense = model::make_runtime(dense, model::Device::gpu);
+    const double pc = eval::perplexity(*cpu, ids, po).ppl, pg = eval::perplexity(*gpu, ids, po).ppl;
+    const double pd = eval::perplexity(*gpu_dense, ids, po).ppl;
+    EXPECT_NEAR(pg, pc, kPplTol * pc);
+    EXPECT_NEAR(pg, pd, kPplTol * pd);
+    EXPECT_LT(gpu->weight_bytes(), gpu_dense->weight_bytes());
+    // decode through the KV cache: one row at a time takes the decode kernels
+    gpu->reset_cache(16);
+    cpu->reset_cache(16);
+    for (int i = 0; i < 8; ++i) {
+        const std::vector<int32_t> one{ids[static_cast<size_t>(i)]};
+        const MatF a = gpu->forward_cached(one, true), b = cpu->forward_cached(one, true);
+        EXPECT_LE(rel_diff(a.vec(), b.vec()), kLayerTol) << "token " << i;
+    }
+    fs::remove_all(d);
+}
