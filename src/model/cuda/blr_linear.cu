@@ -45,36 +45,40 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// t[i, k] = scale_k · Σ_j s(k,j) · g_j · x[i, j] for R rows i, one warp per
-// row k of S: the warp loads 32 words of the row at once (coalesced), then
-// lane L takes bit L of each word against xg in shared memory.
+// t[i, k] = scale_k · Σ_j s(k,j) · xg[i, j] for R rows i, one warp per row k
+// of S. Lane L takes 32 consecutive columns at a time: one 32-bit word of
+// bits (the warp's 32 words are one coalesced 128-byte load) against 32
+// values of xg (8 float4 loads, from L1: every warp reads all of xg).
 template <int R>
-__global__ void dot_decode(Rows s, const float* __restrict__ x, const __half* __restrict__ g,
-                           const __half* __restrict__ scale, float* __restrict__ t, int64_t ldt) {
-    extern __shared__ float xg[];  // R × cols
-    const int64_t cols = s.cols;
-    for (int64_t i = threadIdx.x; i < R * cols; i += blockDim.x)
-        xg[i] = x[i] * __half2float(g[i % cols]);
-    __syncthreads();
+__global__ void dot_decode(Rows s, const float* __restrict__ xg, const __half* __restrict__ scale,
+                           float* __restrict__ t, int64_t ldt) {
     const int lane = threadIdx.x & 31;
+    const int cols = static_cast<int>(s.cols);
+    const bool vec4 = (cols & 3) == 0;  // rows of xg 16-byte aligned
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
-    const int64_t words = (cols + 31) / 32;
     for (int64_t k = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); k < s.rows; k += warps) {
         const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        for (int64_t w0 = 0; w0 < words; w0 += 32) {
-            const uint32_t mine = w0 + lane < words ? bits32(s.words, base + 32 * (w0 + lane)) : 0;
-            const int64_t nw = min(int64_t{32}, words - w0);
-            for (int q = 0; q < nw; ++q) {
-                const uint32_t word = __shfl_sync(0xffffffffu, mine, q);
-                const int64_t j = 32 * (w0 + q) + lane;
-                if (j < cols) {
-                    const uint32_t bit = (word >> lane) & 1u;
+        for (int c = 32 * lane; c < cols; c += 1024) {
+            const uint32_t word = bits32(s.words, base + c);
+            if (vec4 && c + 32 <= cols) {
 #pragma unroll
-                    for (int r = 0; r < R; ++r) acc[r] += flip(xg[r * cols + j], bit);
+                for (int r = 0; r < R; ++r) {
+                    const float4* x4 = reinterpret_cast<const float4*>(xg + r * cols + c);
+#pragma unroll
+                    for (int q = 0; q < 8; ++q) {
+                        const float4 v = __ldg(x4 + q);
+                        acc[r] += flip(v.x, (word >> (4 * q)) & 1u) + flip(v.y, (word >> (4 * q + 1)) & 1u) +
+                                  flip(v.z, (word >> (4 * q + 2)) & 1u) + flip(v.w, (word >> (4 * q + 3)) & 1u);
+                    }
                 }
+            } else {
+                const int e = min(32, cols - c);
+                for (int b = 0; b < e; ++b)
+#pragma unroll
+                    for (int r = 0; r < R; ++r) acc[r] += flip(__ldg(xg + r * cols + c + b), (word >> b) & 1u);
             }
         }
 #pragma unroll
@@ -85,34 +89,43 @@ __global__ void dot_decode(Rows s, const float* __restrict__ x, const __half* __
     }
 }
 
-// u[i, j] += Σ_{k in chunk} s(k,j) t[i,k] for R rows i: a block of 256 threads
-// owns 256 consecutive columns j and one chunk of k (split-K, atomics).
+// u[i, j] += Σ_{k in chunk} s(k,j) t[i,k] for R rows i. A block of 8 warps
+// owns 1024 consecutive columns (lane L: 32 of them, one word of bits per k,
+// coalesced across the warp) and one chunk of k, which its warps share
+// round-robin; the warps' sums meet in shared memory, the chunks in u
+// (atomics; u starts at zero).
 template <int R>
-__global__ void axpy_decode(Rows s, const float* __restrict__ t, float* __restrict__ u,
-                            int64_t kchunk) {
-    extern __shared__ float tk[];  // R × kchunk
+__global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restrict__ t,
+                                                   float* __restrict__ u, int64_t kchunk) {
+    __shared__ float part[8][1024];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t k0 = blockIdx.y * kchunk, k1 = min(s.rows, k0 + kchunk);
-    for (int64_t i = threadIdx.x; i < R * (k1 - k0); i += blockDim.x) {
-        const int64_t r = i / (k1 - k0), k = i % (k1 - k0);
-        tk[r * kchunk + k] = t[r * s.rows + k0 + k];
+    const int64_t c0 = blockIdx.x * int64_t{1024} + 32 * lane;
+    const bool live = c0 < s.cols;
+    for (int r = 0; r < R; ++r) {
+        float acc[32];
+#pragma unroll
+        for (int b = 0; b < 32; ++b) acc[b] = 0.0f;
+        if (live)
+            for (int64_t k = k0 + warp; k < k1; k += 8) {
+                const uint32_t word = bits32(s.words, s.first + static_cast<uint64_t>(k) * s.stride + c0);
+                const float tk = __ldg(t + r * s.rows + k);
+#pragma unroll
+                for (int b = 0; b < 32; ++b) acc[b] += flip(tk, (word >> b) & 1u);
+            }
+#pragma unroll
+        for (int b = 0; b < 32; ++b) part[warp][(32 * lane + b) ^ (lane & 31)] = acc[b];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 1024; i += 256) {
+            const int64_t j = blockIdx.x * int64_t{1024} + i;
+            const int slot = i ^ ((i >> 5) & 31);
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 8; ++w) v += part[w][slot];
+            if (j < s.cols) atomicAdd(u + r * s.cols + j, v);
+        }
+        __syncthreads();
     }
-    __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int64_t j0 = blockIdx.x * static_cast<int64_t>(blockDim.x) + (threadIdx.x & ~31);
-    if (j0 >= s.cols) return;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    uint64_t b = s.first + static_cast<uint64_t>(k0) * s.stride + j0;
-    for (int64_t k = k0; k < k1; ++k, b += s.stride) {
-        const uint32_t bit = (bits32(s.words, b) >> lane) & 1u;
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] += flip(tk[r * kchunk + (k - k0)], bit);
-    }
-    const int64_t j = j0 + lane;
-    if (j < s.cols)
-#pragma unroll
-        for (int r = 0; r < R; ++r) atomicAdd(u + r * s.cols + j, acc[r]);
 }
 
 // dst (k1 − k0) × len = ±1.0f from rows k0.. of S, columns 0..len.
@@ -160,32 +173,33 @@ void ensure(ec::DVec& b, int64_t n, cudaStream_t stream) {
 }
 
 template <int R>
-void dot_decode_launch(const Rows& s, const float* x, const __half* g, const __half* scale,
-                       float* t, int64_t ldt, cudaStream_t stream) {
-    const size_t smem = sizeof(float) * R * static_cast<size_t>(s.cols);
-    static const bool opted_in = [] {  // once per process (and device 0's limit)
-        CUDA_CHECK(cudaFuncSetAttribute(dot_decode<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        200 * 1024));
-        return true;
-    }();
-    (void)opted_in;
-    const int64_t blocks = std::clamp<int64_t>((s.rows + 7) / 8, 1, 1024);
-    dot_decode<R><<<static_cast<unsigned>(blocks), 256, smem, stream>>>(s, x, g, scale, t, ldt);
+void dot_decode_launch(const Rows& s, const float* xg, const __half* scale, float* t, int64_t ldt,
+                       cudaStream_t stream) {
+    const int64_t blocks = std::clamp<int64_t>((s.rows + 7) / 8, 1, 4096);
+    dot_decode<R><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(s, xg, scale, t, ldt);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int R>
-void axpy_decode_launch(const Rows& s, const float* t, float* u, cudaStream_t stream) {
+void axpy_decode_launch(const Rows& s, const float* t, float* u, int sms, cudaStream_t stream) {
     CUDA_CHECK(cudaMemsetAsync(u, 0, sizeof(float) * R * static_cast<size_t>(s.cols), stream));
-    const int64_t col_blocks = (s.cols + 255) / 256;
-    // enough blocks to fill the GPU: split k until there are ~4 per SM
-    // (and chunks of at most 2048 latents, so that R × chunk floats fit in 32 KB)
-    const int64_t splits = std::max(std::clamp<int64_t>(528 / col_blocks, 1, (s.rows + 63) / 64),
-                                    (s.rows + 2047) / 2048);
+    const int64_t col_blocks = (s.cols + 1023) / 1024;
+    // about two blocks per SM, each warp at least 4 latents
+    const int64_t splits = std::clamp<int64_t>(2 * sms / col_blocks, 1, std::max<int64_t>(1, s.rows / 32));
     const int64_t kchunk = (s.rows + splits - 1) / splits;
-    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-    axpy_decode<R><<<grid, 256, sizeof(float) * R * kchunk, stream>>>(s, t, u, kchunk);
+    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>((s.rows + kchunk - 1) / kchunk));
+    axpy_decode<R><<<grid, 256, 0, stream>>>(s, t, u, kchunk);
     CUDA_LAUNCH_CHECK();
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        return v;
+    }();
+    return n;
 }
 
 template <int R>
@@ -194,19 +208,18 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, float
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
-    if (w.sign) {
-        ensure(ws.u, R * w.m, stream);
-        dot_decode_launch<R>(svt_of(w, 0), x, gs, nullptr, ws.u.get(), w.m, stream);
-        epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs, bias, R, w.m, beta,
-                                                          true, true);
-        CUDA_LAUNCH_CHECK();
-        return;
-    }
-    ensure(ws.t, R * w.r, stream);
+    ensure(ws.xg, R * w.n, stream);
     ensure(ws.u, R * w.m, stream);
+    if (!w.sign) ensure(ws.t, R * w.r, stream);
     for (int p = 0; p < w.paths; ++p) {
-        dot_decode_launch<R>(svt_of(w, p), x, gs + p * w.n, ls + p * w.r, ws.t.get(), w.r, stream);
-        axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), ws.u.get(), stream);
+        scale_cols<<<blocks_for(R * w.n), 256, 0, stream>>>(x, gs + p * w.n, R, w.n, ws.xg.get());
+        CUDA_LAUNCH_CHECK();
+        if (w.sign) {
+            dot_decode_launch<R>(svt_of(w, 0), ws.xg.get(), nullptr, ws.u.get(), w.m, stream);
+        } else {
+            dot_decode_launch<R>(svt_of(w, p), ws.xg.get(), ls + p * w.r, ws.t.get(), w.r, stream);
+            axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), ws.u.get(), sm_count(), stream);
+        }
         epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias, R,
                                                           w.m, beta, p == 0, p + 1 == w.paths);
         CUDA_LAUNCH_CHECK();
@@ -325,18 +338,12 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
                    const float* bias) {
     if (rows == 0) return;
-    // the decode kernels hold rows × n floats in shared memory (≤ 200 KB)
-    if (rows > kDecodeRows || 4 * rows * w.n > 200 * 1024)
-        return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
+    if (rows > kDecodeRows) return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
     switch (rows) {
         case 1:
             return decode_path<1>(w, ws, x, y, beta, bias, stream);
         case 2:
             return decode_path<2>(w, ws, x, y, beta, bias, stream);
-        case 3:
-            return decode_path<3>(w, ws, x, y, beta, bias, stream);
-        case 4:
-            return decode_path<4>(w, ws, x, y, beta, bias, stream);
         default:
             return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
     }

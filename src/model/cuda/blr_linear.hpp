@@ -2,8 +2,8 @@
 // the CUDA twin of model/blr_linear.hpp). Per path:
 //   t = ℓ ∘ (S_Vᵀ (g ∘ x)),  u = S_U t,  y = β·y + Σ_p h_p ∘ u_p (+ bias)
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
-// A few rows (decode): two kernels that read every sign bit once, xg and t in
-// shared memory. A batch (prefill, scoring): tiles of bits expanded to ±1.0f
+// One or two rows (decode): two kernels that read every sign bit once, with
+// coalesced loads (model/cuda/blr_linear.cu). A batch (prefill, scoring): tiles of bits expanded to ±1.0f
 // and multiplied by cuBLAS with TF32 tensor cores (±1 is exact in TF32; the
 // activations round to 10-bit mantissas, ~1e-4 relative on a layer).
 #pragma once
@@ -35,7 +35,7 @@ struct PackedScratch {
 DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream);
 
 // Rows up to this many take the decode kernels.
-constexpr int64_t kDecodeRows = 4;
+constexpr int64_t kDecodeRows = 2;
 
 // y (rows × m) = beta·y + x (rows × n) · Ŵᵀ (+ bias[m] when bias is not null).
 void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
