@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
-#include "encode/cuda/common.hpp"
 
 namespace cortiq::model {
 class Model;
@@ -14,7 +14,7 @@ class Model;
 
 namespace cortiq::model::cuda {
 
-using encode::cuda::DVec;
+using cortiq::cuda::DVec;
 
 struct DeviceLinear {
     DVec own;                  // m × n row-major (empty when w points into another buffer)
