@@ -5,20 +5,25 @@
 // The CPU (float64 reference) and CUDA (float32) encoders run this same code;
 // their folders hold only the stages and kernels.
 //
-// A backend B (encode/cpu/backend.hpp, encode/cuda/backend.hpp) provides:
+// A backend's stages (encode/cpu/stages.hpp, encode/cuda/stages.hpp) are
+// found by their argument types (the backend's TensorContext), with the same
+// signatures on both sides:
+//   residual(c, f, with_h) → {W − Ŵ_1, (W − Ŵ_1)·H or empty}  (stage 6)
+//   als(f, c, sweeps)                                             (stage 5)
+//   flip_u(f, c, p, tol, passes), gptq_v(f, c, p, tol, passes, block)  (7)
+//   err(f, c, metric), rel_err(f, c, metric)                      (§2)
+//   pack(c, f, out): payload, sizes and errors with the stored scales (9)
+// and its Backend struct (encode/cpu/backend.hpp, encode/cuda/backend.hpp)
+// names its types and adapts the stages whose arguments differ:
 //   B::Context  the per-tensor context (W, its products, the input, profile)
 //   B::Factors  the BLR factors (blr::Factors, cuda::DeviceFactors)
 //   B::Mat      a dense matrix; B::Metric the error metrics (h, fit, sel)
 //   B::Stage    a scope timed into the profile: B::Stage(c, "latents")
-//   shape(c) → {m, n};  weight(c) → W;  weight_h(c) → W·H;  factors(c, r)
+//   shape(c) → {m, n};  weight(c) → W;  weight_h(c) → W·H;  factors(c, r);
+//   copy(f, c)
 //   latents(c, t, t_h, r, whiten, of_weight) → {U_p, V_p}      (stage 2)
-//   residual(c, f, with_h) → {W − Ŵ_1, (W − Ŵ_1)·H or empty}  (stage 6)
 //   itq_weights(c, U_p, V_p), itq(c, U_p, V_p, w_u, w_v, iters)  (stage 3)
 //   svid(c, u, v) → a path                                        (stage 4)
-//   als(f, c, sweeps)                                             (stage 5)
-//   flip_u(f, c, p, tol, passes), gptq_v(f, c, p, tol, passes, block)  (7)
-//   err(f, c, metric), rel_err(f, c, metric), copy(f, c)
-//   pack(c, f, out): payload, sizes and errors with the stored scales (9)
 #pragma once
 
 #include <fmt/format.h>
@@ -82,17 +87,17 @@ typename B::Factors build_init(const typename B::Context& c, int64_t r, int path
                                const Options& o) {
     typename B::Factors f = B::factors(c, r);
     f.paths.push_back(latent_path<B>(c, B::weight(c), &B::weight_h(c), r, o, true));
-    B::als(f, c, o.als_init_sweeps);
+    als(f, c, o.als_init_sweeps);
     if (paths == 2) {
         // the residual's product with H is needed only when m ≤ n (stage 2)
         const bool with_h = f.m <= f.n;
         typename B::Mat res, res_h;
         {
             typename B::Stage st(c, "latents");
-            std::tie(res, res_h) = B::residual(c, f, with_h);
+            std::tie(res, res_h) = residual(c, f, with_h);
         }
         f.paths.push_back(latent_path<B>(c, res, with_h ? &res_h : nullptr, r, o, false));
-        B::als(f, c, o.als_joint_sweeps);
+        als(f, c, o.als_joint_sweeps);
     }
     return f;
 }
@@ -104,21 +109,21 @@ typename B::Factors refine(typename B::Factors f, const typename B::Context& c, 
     double cur;
     {
         typename B::Stage st(c, "err");
-        cur = B::err(f, c, B::Metric::h);
+        cur = err(f, c, B::Metric::h);
     }
     for (int sweep = 0; sweep < o.refine_sweeps; ++sweep) {
         for (size_t p = 0; p < f.paths.size(); ++p) {
             for (int kind = 0; kind < 2; ++kind) {
                 typename B::Factors trial = B::copy(f, c);
                 if (kind == 0)
-                    B::flip_u(trial, c, p, o.flip_tol, o.flip_passes);
+                    flip_u(trial, c, p, o.flip_tol, o.flip_passes);
                 else
-                    B::gptq_v(trial, c, p, o.flip_tol, o.gptq_passes, o.gptq_block);
-                B::als(trial, c, o.als_knot_sweeps);
+                    gptq_v(trial, c, p, o.flip_tol, o.gptq_passes, o.gptq_block);
+                als(trial, c, o.als_knot_sweeps);
                 double e;
                 {
                     typename B::Stage st(c, "err");
-                    e = B::err(trial, c, B::Metric::h);
+                    e = err(trial, c, B::Metric::h);
                 }
                 if (e < cur) {
                     f = std::move(trial);
@@ -139,11 +144,11 @@ Candidate<B> encode_candidate(const typename B::Context& c, int64_t r, int paths
     cd.factors = build_init<B>(c, r, paths, o);
     if (paths == 2) {
         typename B::Stage st(c, "select");
-        cd.score.init_sel = B::rel_err(cd.factors, c, B::Metric::sel);
+        cd.score.init_sel = rel_err(cd.factors, c, B::Metric::sel);
     }
     if (o.method == Method::nvg) cd.factors = refine<B>(std::move(cd.factors), c, o);
     typename B::Stage st(c, "select");
-    cd.score.sel = B::rel_err(cd.factors, c, B::Metric::sel);
+    cd.score.sel = rel_err(cd.factors, c, B::Metric::sel);
     return cd;
 }
 
@@ -165,7 +170,7 @@ Encoded select_and_pack(const typename B::Context& c, const std::vector<Candidat
     std::vector<CandidateScore> scores;
     for (const auto& cd : cands) scores.push_back(cd.score);
     const auto [best, notes] = select(scores, out);
-    B::pack(c, cands[best].factors, out);
+    pack(c, cands[best].factors, out);
     out.line = fmt::format("pick P{} r{} | sel: {} | stored fit {:.4f} sel {:.4f}",
                            scores[best].paths, out.rank, notes, out.err_fit, out.err_sel);
     out.line += out.over_budget(o.bpw);
@@ -185,7 +190,7 @@ Encoded encode_svid(const typename B::Context& c, const Options& o) {
         f.paths.push_back(B::svid(c, up, vp));
     }
     Encoded out;
-    B::pack(c, f, out);
+    pack(c, f, out);
     out.line =
         fmt::format("svid P1 r{} | stored fit {:.4f} sel {:.4f}", r, out.err_fit, out.err_sel) +
         out.over_budget(o.bpw);

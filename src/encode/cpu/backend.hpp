@@ -1,4 +1,5 @@
-// The CPU stages under the names the encoder's driver calls (encode/driver.hpp).
+// The CPU backend of the encoder's driver (encode/driver.hpp): its types, and
+// the stages whose arguments differ from the CUDA ones under the driver's names.
 #pragma once
 
 #include <utility>
@@ -26,9 +27,6 @@ struct Backend {
                                          int64_t r, bool whiten, bool /*of_weight*/) {
         return cpu::latents(t, t_h, c.input_ctx, r, whiten);
     }
-    static std::pair<MatD, MatD> residual(const Context& c, const Factors& f, bool with_h) {
-        return cpu::residual(c, f, with_h);
-    }
     static std::pair<VecD, VecD> itq_weights(const Context& c, const MatD& up, const MatD& vp) {
         return cpu::itq_weights(up, vp, c.input_ctx);
     }
@@ -37,18 +35,6 @@ struct Backend {
         return cpu::itq(up, vp, wu, wv, iters);
     }
     static blr::Path svid(const Context&, const MatD& u, const MatD& v) { return cpu::svid(u, v); }
-    static void als(Factors& f, const Context& c, int sweeps) { cpu::als(f, c, sweeps); }
-    static void flip_u(Factors& f, const Context& c, size_t p, double tol, int passes) {
-        cpu::flip_u(f, c, p, tol, passes);
-    }
-    static void gptq_v(Factors& f, const Context& c, size_t p, double tol, int passes, int block) {
-        cpu::gptq_v(f, c, p, tol, passes, block);
-    }
-    static double err(const Factors& f, const Context& c, Metric x) { return cpu::err(f, c, x); }
-    static double rel_err(const Factors& f, const Context& c, Metric x) {
-        return cpu::rel_err(f, c, x);
-    }
-    static void pack(const Context& c, const Factors& f, Encoded& out) { cpu::pack(c, f, out); }
 };
 
 }  // namespace cortiq::encode::cpu

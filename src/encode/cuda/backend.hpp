@@ -1,4 +1,5 @@
-// The CUDA stages under the names the encoder's driver calls (encode/driver.hpp).
+// The CUDA backend of the encoder's driver (encode/driver.hpp): its types, and
+// the stages whose arguments differ from the CPU ones under the driver's names.
 #pragma once
 
 #include <utility>
@@ -30,9 +31,6 @@ struct Backend {
                                          int64_t r, bool whiten, bool of_weight) {
         return cuda::latents(c, t, t_h, r, whiten, /*use_cache=*/of_weight);
     }
-    static std::pair<DMat, DMat> residual(const Context& c, const Factors& f, bool with_h) {
-        return cuda::residual(c, f, with_h);
-    }
     static std::pair<VecD, VecD> itq_weights(const Context& c, const DMat& up, const DMat& vp) {
         return cuda::itq_weights(c, up, vp);
     }
@@ -43,18 +41,6 @@ struct Backend {
     static Path svid(const Context& c, const DMat& u, const DMat& v) {
         return cuda::svid(c.gpu, u, v);
     }
-    static void als(Factors& f, const Context& c, int sweeps) { cuda::als(f, c, sweeps); }
-    static void flip_u(Factors& f, const Context& c, size_t p, double tol, int passes) {
-        cuda::flip_u(f, c, p, tol, passes);
-    }
-    static void gptq_v(Factors& f, const Context& c, size_t p, double tol, int passes, int block) {
-        cuda::gptq_v(f, c, p, tol, passes, block);
-    }
-    static double err(const Factors& f, const Context& c, Metric x) { return cuda::err(f, c, x); }
-    static double rel_err(const Factors& f, const Context& c, Metric x) {
-        return cuda::rel_err(f, c, x);
-    }
-    static void pack(const Context& c, const Factors& f, Encoded& out) { cuda::pack(c, f, out); }
 };
 
 }  // namespace cortiq::encode::cuda
