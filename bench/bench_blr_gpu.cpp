@@ -21,12 +21,12 @@
 #ifdef CORTIQ_HAVE_CUDA
 #include <cuda_fp16.h>
 
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/blr_linear.hpp"
 #include "random_packed.hpp"
 
 using namespace cortiq;
-namespace ec = cortiq::encode::cuda;
+namespace ec = cortiq::cuda;
 namespace mc = cortiq::model::cuda;
 
 namespace {

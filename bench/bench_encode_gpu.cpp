@@ -63,10 +63,10 @@ Row run_gpu(cu::Gpu& gpu, const SyntheticLayer& s, const Options& o, const cu::T
     row.what = what;
     Profile prof;
     const auto t0 = Clock::now();
-    cu::InputContext ic(gpu, s.h_fit, s.h_sel, o.rho);
+    cu::InputContext input_ctx(gpu, s.h_fit, s.h_sel, o.rho);
     gpu.sync();
     row.ctx_s = seconds_since(t0);
-    const Encoded e = cu::encode_tensor(s.w, ic, o, profile ? &prof : nullptr, gpu, t);
+    const Encoded e = cu::encode_tensor(s.w, input_ctx, o, profile ? &prof : nullptr, gpu, t);
     row.tensor_s = e.seconds;
     row.sel = e.err_sel;
     row.line = e.line;
@@ -204,9 +204,9 @@ int main(int argc, char** argv) {
                 r.what = fmt::format("cpu {}x{}", z.m, z.n);
                 Profile prof;
                 const auto t0 = Clock::now();
-                cpu::InputContext ic(s.h_fit, s.h_sel, o.rho);
+                cpu::InputContext input_ctx(s.h_fit, s.h_sel, o.rho);
                 r.ctx_s = seconds_since(t0);
-                const Encoded e = cpu::encode_tensor(s.w, ic, o, &prof);
+                const Encoded e = cpu::encode_tensor(s.w, input_ctx, o, &prof);
                 r.tensor_s = e.seconds;
                 r.sel = e.err_sel;
                 fmt::print("{}: {}\n  profile: {}\n", r.what, e.line, prof.line());

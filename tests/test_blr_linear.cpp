@@ -21,9 +21,9 @@ using namespace cortiq;
 
 namespace {
 
-blr::Model random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
+blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
     Rng rng(seed);
-    blr::Model md;
+    blr::Factors md;
     md.m = m;
     md.n = n;
     md.r = r;
@@ -115,9 +115,9 @@ TEST(BlrLinear, SignPayloadsRunPacked) {
 
 // Version-1 payloads (the first format) run packed too: rewritten at load.
 TEST(BlrLinear, Version1PayloadsRunPacked) {
-    const blr::Model md = random_model(45, 77, 11, 2, 3);
+    const blr::Factors md = random_model(45, 77, 11, 2, 3);
     // a v1 payload: the v2 one's signs and scales in the v1 layout, via unpack
-    const blr::Model stored = blr::unpack(blr::pack(md));
+    const blr::Factors stored = blr::unpack(blr::pack(md));
     const uint64_t m = 45, n = 77, r = 11;
     std::vector<uint8_t> v1(blr::v1::payload_bytes(m, n, r, 2), 0);
     const blr::Header hd{blr::kMagic, blr::kVersion1, 2, 45, 77, 11, 1, 2, 0};

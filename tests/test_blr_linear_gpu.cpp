@@ -35,9 +35,9 @@ namespace {
 constexpr double kLayerTol = 1e-3;
 constexpr double kPplTol = 1e-3;
 
-blr::Model random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
+blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
     Rng rng(seed);
-    blr::Model md;
+    blr::Factors md;
     md.m = m;
     md.n = n;
     md.r = r;
@@ -65,7 +65,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 }
 
 #ifdef CORTIQ_HAVE_CUDA
-namespace ec = encode::cuda;
+namespace ec = cortiq::cuda;
 
 // y = beta·y0 + x Ŵᵀ + bias on the GPU against the CPU packed layer.
 void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {

@@ -15,9 +15,9 @@ using namespace cortiq;
 
 namespace {
 
-blr::Model random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
+blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
     Rng rng(seed);
-    blr::Model md;
+    blr::Factors md;
     md.m = m;
     md.n = n;
     md.r = r;
@@ -59,12 +59,12 @@ TEST(BlrRank, NeverExceedsBudgetAndIsLargest) {
 TEST(BlrPayload, RoundTrip) {
     for (auto [m, n, r, p] :
          {std::tuple{37, 70, 13, 1}, {64, 128, 64, 2}, {130, 65, 65, 2}, {1, 1, 1, 1}}) {
-        const blr::Model md = random_model(m, n, r, p, 11 + m);
-        blr::Model stored;
+        const blr::Factors md = random_model(m, n, r, p, 11 + m);
+        blr::Factors stored;
         const auto bytes = blr::pack(md, &stored);
         EXPECT_EQ(bytes.size(), blr::payload_bytes(m, n, r, p));
         EXPECT_NO_THROW(blr::validate(bytes, "t", m, n));
-        const blr::Model un = blr::unpack(bytes);
+        const blr::Factors un = blr::unpack(bytes);
         ASSERT_EQ(un.paths.size(), static_cast<size_t>(p));
         for (int q = 0; q < p; ++q) {
             EXPECT_EQ(un.paths[q].su.vec(), md.paths[q].su.vec());
@@ -142,8 +142,8 @@ TEST(BlrPayload, ValidateRejectsMalformed) {
 }
 
 TEST(BlrPayload, ScalesAreEditable) {
-    const blr::Model md = random_model(16, 24, 8, 1, 2);
-    blr::Model stored;
+    const blr::Factors md = random_model(16, 24, 8, 1, 2);
+    blr::Factors stored;
     auto bytes = blr::pack(md, &stored);
     for (auto& v : stored.paths[0].l) v = round_half(v * 2);
     blr::write_scales(bytes, stored);
@@ -154,7 +154,7 @@ namespace {
 
 // A version-1 payload written by hand from the layout of the first format
 // (S_U by rows of r bits padded to 64, S_Vᵀ by rows of n bits padded to 64).
-std::vector<uint8_t> pack_v1(const blr::Model& md) {
+std::vector<uint8_t> pack_v1(const blr::Factors& md) {
     const uint64_t m = md.m, n = md.n, r = md.r, np = md.paths.size();
     std::vector<uint8_t> out(blr::v1::payload_bytes(m, n, r, np), 0);
     const blr::Header hd{blr::kMagic,
@@ -194,7 +194,7 @@ std::vector<uint8_t> pack_v1(const blr::Model& md) {
 // Files written before version 2 still load: the same signs and scales.
 TEST(BlrPayload, Version1StillLoads) {
     for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1}, {130, 65, 65, 2}, {1, 1, 1, 1}}) {
-        blr::Model md = random_model(m, n, r, p, 5 + m);
+        blr::Factors md = random_model(m, n, r, p, 5 + m);
         for (auto& q : md.paths) {  // scales as f16 stores them
             for (auto& v : q.h) v = round_half(v * 1e3);
             for (auto& v : q.l) v = round_half(v * 1e-3);
@@ -203,7 +203,7 @@ TEST(BlrPayload, Version1StillLoads) {
         const auto bytes = pack_v1(md);
         ASSERT_NO_THROW(blr::validate(bytes, "v1", m, n));
         EXPECT_EQ(blr::info(bytes).version, 1);
-        const blr::Model un = blr::unpack(bytes);
+        const blr::Factors un = blr::unpack(bytes);
         for (int q = 0; q < p; ++q) {
             EXPECT_EQ(un.paths[q].su.vec(), md.paths[q].su.vec());
             EXPECT_EQ(un.paths[q].sv.vec(), md.paths[q].sv.vec());

@@ -59,7 +59,7 @@ double agreement(const MatD& a, const MatD& b) {
 // One synthetic layer with its CPU and GPU contexts.
 struct Fixture {
     SyntheticLayer s;
-    std::unique_ptr<cpu::InputContext> ic;
+    std::unique_ptr<cpu::InputContext> input_ctx;
     std::unique_ptr<cpu::TensorContext> tc;
     cu::Gpu gpu;
     std::unique_ptr<cu::InputContext> icd;
@@ -67,8 +67,8 @@ struct Fixture {
     std::unique_ptr<cu::TensorContext> c;
     Fixture(int64_t m, int64_t n, uint64_t seed, cu::Tuning tuning = {}) {
         s = synthetic_layer(m, n, seed);
-        ic = std::make_unique<cpu::InputContext>(s.h_fit, s.h_sel, 0.03);
-        tc = std::make_unique<cpu::TensorContext>(s.w, *ic);
+        input_ctx = std::make_unique<cpu::InputContext>(s.h_fit, s.h_sel, 0.03);
+        tc = std::make_unique<cpu::TensorContext>(s.w, *input_ctx);
         icd = std::make_unique<cu::InputContext>(gpu, s.h_fit, s.h_sel, 0.03);
         td = std::make_unique<cu::TensorData>(gpu, s.w, *icd);
         c = std::make_unique<cu::TensorContext>(*td, *icd, gpu, nullptr, tuning);
@@ -93,15 +93,15 @@ double sel_error(const std::vector<uint8_t>& payload, const SyntheticLayer& s) {
 TEST(CudaContext, UcLAndErrorsMatchCpu) {
     SKIP_WITHOUT_GPU();
     Fixture f(160, 128, 11);
-    EXPECT_EQ(f.icd->perm, f.ic->perm);
+    EXPECT_EQ(f.icd->perm, f.input_ctx->perm);
     // Uc, L: float32 factorisations of the equilibrated Gram (SPEC §3: ≤ 1e-3)
-    EXPECT_LT(rel_diff(cu::download(f.icd->uc, f.gpu.stream()), f.ic->uc), 1e-3);
-    EXPECT_LT(rel_diff(cu::download(f.icd->l(f.gpu), f.gpu.stream()), f.ic->l()), 1e-3);
+    EXPECT_LT(rel_diff(cu::download(f.icd->uc, f.gpu.stream()), f.input_ctx->uc), 1e-3);
+    EXPECT_LT(rel_diff(cu::download(f.icd->l(f.gpu), f.gpu.stream()), f.input_ctx->l()), 1e-3);
     EXPECT_NEAR(f.td->a_h, f.tc->a_h, 1e-5 * f.tc->a_h);
     EXPECT_NEAR(f.td->a_sel, f.tc->a_sel, 1e-5 * f.tc->a_sel);
     // the factor-sized errors of one model in the three metrics
-    const blr::Model md = cpu::build_init(*f.tc, 24, 2, small_options());
-    const cu::Model mdd = cu::to_device(md, f.gpu.stream());
+    const blr::Factors md = cpu::build_init(*f.tc, 24, 2, small_options());
+    const cu::DeviceFactors mdd = cu::to_device(md, f.gpu.stream());
     const std::pair<cpu::Metric, cu::Metric> metrics[] = {{cpu::Metric::h, cu::Metric::h},
                                                           {cpu::Metric::fit, cu::Metric::fit},
                                                           {cpu::Metric::sel, cu::Metric::sel}};
@@ -119,7 +119,7 @@ TEST(CudaLatents, WhitenedFactorsMatchCpu) {
             t.eig_partial = partial;
             Fixture f(m, n, 21 + m, t);
             const int64_t r = 16;
-            auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.ic, r);
+            auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.input_ctx, r);
             auto [upd, vpd] = cu::latents(*f.c, f.td->w, &f.td->wh, r);
             const MatD want = la::gemm(up, false, vp, true);
             const MatD got = la::gemm(cu::download(upd, f.gpu.stream()), false,
@@ -134,8 +134,8 @@ TEST(CudaItq, SignsAndPolarMatchCpu) {
     for (auto [m, n] : {std::pair<int64_t, int64_t>{96, 128}, {160, 64}}) {
         Fixture f(m, n, 31 + m);
         const int64_t r = 16;
-        auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.ic, r);
-        auto [wu, wv] = cpu::itq_weights(up, vp, *f.ic);
+        auto [up, vp] = cpu::latents(f.s.w, &f.tc->wh, *f.input_ctx, r);
+        auto [wu, wv] = cpu::itq_weights(up, vp, *f.input_ctx);
         const cpu::ItqResult want = cpu::itq(up, vp, wu, wv, 50);
         const cu::ItqResult got = cu::itq(*f.c, cu::upload(up, f.gpu.stream()),
                                           cu::upload(vp, f.gpu.stream()), wu, wv, 50);
@@ -162,12 +162,12 @@ TEST(CudaAls, OneSweepMatchesCpu) {
         cu::Tuning t;
         if (x3) t.x3_min_k = 0;  // every large product as 3xTF32
         Fixture f(160, 128, 41, t);
-        const blr::Model base = cpu::build_init(*f.tc, 24, 2, small_options());
-        blr::Model a = base;
+        const blr::Factors base = cpu::build_init(*f.tc, 24, 2, small_options());
+        blr::Factors a = base;
         cpu::als(a, *f.tc, 1);
-        cu::Model ad = cu::to_device(base, f.gpu.stream());
+        cu::DeviceFactors ad = cu::to_device(base, f.gpu.stream());
         cu::als(ad, *f.c, 1);
-        const blr::Model got = cu::to_host(ad, f.gpu.stream());
+        const blr::Factors got = cu::to_host(ad, f.gpu.stream());
         for (size_t p = 0; p < 2; ++p) {
             EXPECT_LT(rel_diff(got.paths[p].l, a.paths[p].l), 2e-3) << "l" << p << " x3 " << x3;
             EXPECT_LT(rel_diff(got.paths[p].h, a.paths[p].h), 2e-3) << "h" << p << " x3 " << x3;
@@ -220,11 +220,11 @@ TEST(CudaKnots, FlipUMatchesCpu) {
     SKIP_WITHOUT_GPU();
     Fixture f(160, 128, 51);
     const Options o;
-    const blr::Model base = cpu::build_init(*f.tc, 24, 2, small_options());
+    const blr::Factors base = cpu::build_init(*f.tc, 24, 2, small_options());
     // output side, from the same model: ≥ 99.5 % of S_U equal
-    blr::Model b = base;
+    blr::Factors b = base;
     const int64_t nf = cpu::flip_u(b, *f.tc, 0, o.flip_tol, o.flip_passes);
-    cu::Model bd = cu::to_device(base, f.gpu.stream());
+    cu::DeviceFactors bd = cu::to_device(base, f.gpu.stream());
     const int64_t nfd = cu::flip_u(bd, *f.c, 0, o.flip_tol, o.flip_passes);
     const MatD su = cu::to_host(bd, f.gpu.stream()).paths[0].su;
     EXPECT_GE(agreement(su, b.paths[0].su), 0.995) << nf << " vs " << nfd << " flips";
@@ -243,15 +243,15 @@ TEST(CudaKnots, GptqVMatchesCpu) {
             t.gptq_kernel = kernel;
             Fixture f(m, n, 51 + m, t);
             const Options o;
-            const blr::Model base = cpu::build_init(*f.tc, r, 2, small_options());
+            const blr::Factors base = cpu::build_init(*f.tc, r, 2, small_options());
             // input side, from the same model: ≥ 99 % of S_V equal, g and the error
             // close; with 2 passes the limit ends columns that still flip
             for (int passes : {o.flip_passes, 2}) {
-                blr::Model g = base;
+                blr::Factors g = base;
                 const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, passes, o.gptq_block);
-                cu::Model gd = cu::to_device(base, f.gpu.stream());
+                cu::DeviceFactors gd = cu::to_device(base, f.gpu.stream());
                 const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, passes, o.gptq_block);
-                const blr::Model gh = cu::to_host(gd, f.gpu.stream());
+                const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
                 EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
                     << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes "
                     << passes << ": " << ng << " vs " << ngd << " flips";
@@ -261,9 +261,9 @@ TEST(CudaKnots, GptqVMatchesCpu) {
                 EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " passes " << passes;
             }
             // without feedback the search is the same per column
-            blr::Model g0 = base;
+            blr::Factors g0 = base;
             cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
-            cu::Model g0d = cu::to_device(base, f.gpu.stream());
+            cu::DeviceFactors g0d = cu::to_device(base, f.gpu.stream());
             cu::gptq_v(g0d, *f.c, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
             EXPECT_GE(agreement(cu::to_host(g0d, f.gpu.stream()).paths[0].sv, g0.paths[0].sv),
                       0.99);
@@ -276,7 +276,7 @@ TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {
     for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 160}}) {
         Fixture f(m, n, 61 + m);
         const Options o;
-        const Encoded cpu_enc = cpu::encode_tensor(f.s.w, *f.ic, o);
+        const Encoded cpu_enc = cpu::encode_tensor(f.s.w, *f.input_ctx, o);
         Profile prof;
         const Encoded gpu_enc = cu::encode_tensor(f.s.w, *f.icd, o, &prof, f.gpu);
         EXPECT_NO_THROW(blr::validate(gpu_enc.payload, "gpu payload", m, n));
@@ -348,8 +348,8 @@ TEST(CudaEncodeMany, SamePayloadsAsOneAtATime) {
     cu::Gpu gpu;
     for (size_t j = 0; j < jobs.size(); ++j) {
         const ManyInput& in = inputs[jobs[j].input];
-        const cu::InputContext ic(gpu, *in.h_fit, *in.h_sel, o.rho);
-        const Encoded one = cu::encode_tensor(*jobs[j].w, ic, o, nullptr, gpu);
+        const cu::InputContext input_ctx(gpu, *in.h_fit, *in.h_sel, o.rho);
+        const Encoded one = cu::encode_tensor(*jobs[j].w, input_ctx, o, nullptr, gpu);
         EXPECT_EQ(many[j].enc.payload, one.payload) << jobs[j].name;
         EXPECT_EQ(many[j].device, 0);
     }

@@ -28,12 +28,12 @@ double rel_diff(const MatD& a, const MatD& b) {
 
 struct Fixture {
     SyntheticLayer s;
-    std::unique_ptr<InputContext> ic;
+    std::unique_ptr<InputContext> input_ctx;
     std::unique_ptr<TensorContext> tc;
     Fixture(int64_t m, int64_t n, uint64_t seed, double rho = 0.03) {
         s = synthetic_layer(m, n, seed);
-        ic = std::make_unique<InputContext>(s.h_fit, s.h_sel, rho);
-        tc = std::make_unique<TensorContext>(s.w, *ic);
+        input_ctx = std::make_unique<InputContext>(s.h_fit, s.h_sel, rho);
+        tc = std::make_unique<TensorContext>(s.w, *input_ctx);
     }
 };
 
@@ -47,22 +47,24 @@ Options small_options() {
 
 TEST(Context, UcIsTheUpperCholeskyFactorOfPermutedInverse) {
     Fixture f(24, 64, 1);
-    const auto& ic = *f.ic;
-    const int64_t n = ic.n;
+    const auto& input_ctx = *f.input_ctx;
+    const int64_t n = input_ctx.n;
     MatD hp(n, n);
     for (int64_t i = 0; i < n; ++i)
-        for (int64_t j = 0; j < n; ++j) hp(i, j) = ic.h(ic.perm[i], ic.perm[j]);
+        for (int64_t j = 0; j < n; ++j)
+            hp(i, j) = input_ctx.h(input_ctx.perm[i], input_ctx.perm[j]);
     for (int64_t i = 1; i < n; ++i)
-        EXPECT_GE(ic.h(ic.perm[i - 1], ic.perm[i - 1]), ic.h(ic.perm[i], ic.perm[i]));
+        EXPECT_GE(input_ctx.h(input_ctx.perm[i - 1], input_ctx.perm[i - 1]),
+                  input_ctx.h(input_ctx.perm[i], input_ctx.perm[i]));
     for (int64_t i = 0; i < n; ++i) {
-        EXPECT_GT(ic.uc(i, i), 0);
-        for (int64_t j = 0; j < i; ++j) EXPECT_EQ(ic.uc(i, j), 0.0);
+        EXPECT_GT(input_ctx.uc(i, i), 0);
+        for (int64_t j = 0; j < i; ++j) EXPECT_EQ(input_ctx.uc(i, j), 0.0);
     }
     // Hp · (Ucᵀ Uc) = I
-    const MatD prod = la::gemm(hp, false, la::gemm(ic.uc, true, ic.uc, false), false);
+    const MatD prod = la::gemm(hp, false, la::gemm(input_ctx.uc, true, input_ctx.uc, false), false);
     EXPECT_LT(rel_diff(prod, MatD::identity(n)), 1e-9);
     // L Lᵀ = H
-    EXPECT_LT(rel_diff(la::gemm(ic.l(), false, ic.l(), true), ic.h), 1e-12);
+    EXPECT_LT(rel_diff(la::gemm(input_ctx.l(), false, input_ctx.l(), true), input_ctx.h), 1e-12);
 }
 
 TEST(Context, RejectsBadGrams) {
@@ -91,9 +93,9 @@ TEST(Latents, EqualTruncatedSvdOfWhitenedWeight) {
     for (auto [m, n] : {std::pair{40, 96}, std::pair{96, 40}}) {
         Fixture f(m, n, 3);
         const int64_t r = 12;
-        auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.ic, r);
+        auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.input_ctx, r);
         const MatD got = la::gemm(up, false, vp, true);
-        MatD wl = la::gemm(f.s.w, false, f.ic->l(), false);
+        MatD wl = la::gemm(f.s.w, false, f.input_ctx->l(), false);
         const int64_t k = std::min(m, n);
         MatD u(m, k), vt(k, n);
         VecD sv(k), superb(k);
@@ -108,12 +110,12 @@ TEST(Latents, EqualTruncatedSvdOfWhitenedWeight) {
                 for (int64_t q = 0; q < r; ++q) s += u(i, q) * sv[q] * vt(q, j);
                 xr(i, j) = s;
             }
-        MatD linv = f.ic->l();
+        MatD linv = f.input_ctx->l();
         la::tri_inv(linv, false);
         const MatD want = la::gemm(xr, false, linv, false);
         EXPECT_LT(rel_diff(got, want), 1e-8) << m << "x" << n;
         // balanced: ‖U_p[:,k]‖ = ‖L V_p[:,k]‖ (both √σ_k)
-        const MatD lv = la::gemm(f.ic->l(), true, vp, false);
+        const MatD lv = la::gemm(f.input_ctx->l(), true, vp, false);
         for (int64_t q = 0; q < r; ++q) {
             double nu = 0, nv = 0;
             for (int64_t i = 0; i < m; ++i) nu += up(i, q) * up(i, q);
@@ -136,8 +138,8 @@ TEST(Polar, NewtonSchulzMatchesEigenRoute) {
 
 TEST(Itq, NeverLowersItsObjective) {
     Fixture f(60, 90, 5);
-    auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.ic, 16);
-    auto [wu, wv] = itq_weights(up, vp, *f.ic);
+    auto [up, vp] = latents(f.s.w, &f.tc->wh, *f.input_ctx, 16);
+    auto [wu, wv] = itq_weights(up, vp, *f.input_ctx);
     const ItqResult res = itq(up, vp, wu, wv, 30, /*eig_polar=*/true);
     for (size_t i = 1; i < res.objective.size(); ++i)
         EXPECT_GE(res.objective[i], res.objective[i - 1] * (1 - 1e-12)) << "iteration " << i;
@@ -160,11 +162,11 @@ TEST(Svid, RankOneFitOfPositiveMatrixIsExactWhenRankOne) {
 // minimiser leaves no first-order term: the best step along any direction
 // gains at most a rounding-level fraction of the error.
 template <class Get>
-void expect_block_minimum(const blr::Model& md, const TensorContext& c, Get get, uint64_t seed) {
+void expect_block_minimum(const blr::Factors& md, const TensorContext& c, Get get, uint64_t seed) {
     Rng rng(seed);
     const double f0 = err(md, c, Metric::h);
     for (int trial = 0; trial < 3; ++trial) {
-        blr::Model a = md, b = md;
+        blr::Factors a = md, b = md;
         VecD& va = get(a);
         VecD& vb = get(b);
         double scale = 0;
@@ -189,7 +191,7 @@ TEST(Als, EachBlockIsTheExactMinimiserAndNeverRaisesTheError) {
         Options o = small_options();
         o.als_init_sweeps = 0;
         o.als_joint_sweeps = 0;
-        blr::Model md = build_init(*f.tc, 10, paths, o);
+        blr::Factors md = build_init(*f.tc, 10, paths, o);
         double e = err(md, *f.tc, Metric::h);
         for (int sweep = 0; sweep < 2; ++sweep) {
             als_l(md, *f.tc);
@@ -197,13 +199,13 @@ TEST(Als, EachBlockIsTheExactMinimiserAndNeverRaisesTheError) {
             EXPECT_LE(el, e * (1 + 1e-10));
             for (int p = 0; p < paths; ++p)
                 expect_block_minimum(
-                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].l; }, 11);
+                    md, *f.tc, [p](blr::Factors& x) -> VecD& { return x.paths[p].l; }, 11);
             als_h(md, *f.tc);
             const double eh = err(md, *f.tc, Metric::h);
             EXPECT_LE(eh, el * (1 + 1e-10));
             for (int p = 0; p < paths; ++p)
                 expect_block_minimum(
-                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].h; }, 12);
+                    md, *f.tc, [p](blr::Factors& x) -> VecD& { return x.paths[p].h; }, 12);
             double eg = eh;
             for (int p = 0; p < paths; ++p) {
                 als_g(md, *f.tc, p);
@@ -211,7 +213,7 @@ TEST(Als, EachBlockIsTheExactMinimiserAndNeverRaisesTheError) {
                 EXPECT_LE(e2, eg * (1 + 1e-10));
                 eg = e2;
                 expect_block_minimum(
-                    md, *f.tc, [p](blr::Model& x) -> VecD& { return x.paths[p].g; }, 13);
+                    md, *f.tc, [p](blr::Factors& x) -> VecD& { return x.paths[p].g; }, 13);
             }
             e = eg;
         }
@@ -221,12 +223,13 @@ TEST(Als, EachBlockIsTheExactMinimiserAndNeverRaisesTheError) {
 TEST(ErrorExpansion, EqualsDenseTrace) {
     for (int paths : {1, 2}) {
         Fixture f(30, 50, 17);
-        blr::Model md = build_init(*f.tc, 8, paths, small_options());
+        blr::Factors md = build_init(*f.tc, 8, paths, small_options());
         const MatD what = md.dense();
-        const double a = err(md, *f.tc, Metric::h), b = err_dense(f.s.w, what, f.ic->h);
+        const double a = err(md, *f.tc, Metric::h), b = err_dense(f.s.w, what, f.input_ctx->h);
         EXPECT_NEAR(a, b, 1e-9 * b);
-        EXPECT_NEAR(err(md, *f.tc, Metric::fit), err_dense(f.s.w, what, f.ic->h_fit), 1e-9 * b);
-        const double s = err_dense(f.s.w, what, f.ic->h_sel);
+        EXPECT_NEAR(err(md, *f.tc, Metric::fit), err_dense(f.s.w, what, f.input_ctx->h_fit),
+                    1e-9 * b);
+        const double s = err_dense(f.s.w, what, f.input_ctx->h_sel);
         EXPECT_NEAR(err(md, *f.tc, Metric::sel), s, 1e-9 * s);
     }
 }
@@ -234,7 +237,7 @@ TEST(ErrorExpansion, EqualsDenseTrace) {
 TEST(FlipU, NeverRaisesTheError) {
     for (int paths : {1, 2}) {
         Fixture f(64, 96, 19 + paths);
-        blr::Model md = build_init(*f.tc, 12, paths, small_options());
+        blr::Factors md = build_init(*f.tc, 12, paths, small_options());
         for (int p = 0; p < paths; ++p) {
             const double before = err(md, *f.tc, Metric::h);
             const int64_t flips = flip_u(md, *f.tc, p, 1e-12, 16);
@@ -252,8 +255,8 @@ TEST(GptqV, ErrorFeedbackBeatsTheSameSearchWithout) {
     int wins = 0;
     for (uint64_t seed : {23, 24, 25}) {
         Fixture f(64, 128, seed);
-        blr::Model md = build_init(*f.tc, 16, 1, small_options());
-        blr::Model with = md, without = md;
+        blr::Factors md = build_init(*f.tc, 16, 1, small_options());
+        blr::Factors with = md, without = md;
         gptq_v(with, *f.tc, 0, 1e-12, 16, 32, true);
         gptq_v(without, *f.tc, 0, 1e-12, 16, 32, false);
         const double ew = err(with, *f.tc, Metric::h), eo = err(without, *f.tc, Metric::h);
@@ -265,8 +268,8 @@ TEST(GptqV, ErrorFeedbackBeatsTheSameSearchWithout) {
 
 TEST(GptqV, BlockSizeDoesNotChangeTheResult) {
     Fixture f(40, 100, 29);
-    blr::Model md = build_init(*f.tc, 10, 2, small_options());
-    blr::Model a = md, b = md;
+    blr::Factors md = build_init(*f.tc, 10, 2, small_options());
+    blr::Factors a = md, b = md;
     gptq_v(a, *f.tc, 1, 1e-12, 16, 7, true);
     gptq_v(b, *f.tc, 1, 1e-12, 16, 128, true);
     EXPECT_EQ(a.paths[1].sv.vec(), b.paths[1].sv.vec());
@@ -283,7 +286,7 @@ TEST(GptqV, PassLimitOfTheEncoderBoundsEveryColumnSearch) {
         Options o = small_options();
         if (run == 1) o.gptq_passes = 1;
         Profile prof;
-        encode_tensor(f.s.w, *f.ic, o, &prof);
+        encode_tensor(f.s.w, *f.input_ctx, o, &prof);
         for (const auto& e : prof.entries()) {
             if (e.stage == "gptq_v") calls[run] = e.calls;
             if (e.stage == "gptq_v.passes") passes[run] = e.count;
@@ -297,9 +300,9 @@ TEST(GptqV, PassLimitOfTheEncoderBoundsEveryColumnSearch) {
 TEST(Refine, NeverRaisesTheErrorAndKnotsHelp) {
     Fixture f(64, 128, 31);
     Options o = small_options();
-    blr::Model md = build_init(*f.tc, 14, 2, o);
+    blr::Factors md = build_init(*f.tc, 14, 2, o);
     const double before = err(md, *f.tc, Metric::h);
-    const blr::Model out = refine(md, *f.tc, o);
+    const blr::Factors out = refine(md, *f.tc, o);
     EXPECT_LT(err(out, *f.tc, Metric::h), before);
 }
 
@@ -307,7 +310,7 @@ TEST(Encode, SelectionPicksTheLowerHeldOutError) {
     Fixture f(48, 96, 37);
     Options o = small_options();
     o.bpw = 1.5;
-    const Encoded e = encode_tensor(f.s.w, *f.ic, o);
+    const Encoded e = encode_tensor(f.s.w, *f.input_ctx, o);
     ASSERT_GT(e.err_p1_sel, 0);
     ASSERT_GT(e.err_p2_sel, 0);
     EXPECT_EQ(e.paths, e.err_p1_sel <= e.err_p2_sel ? 1 : 2);
@@ -316,11 +319,11 @@ TEST(Encode, SelectionPicksTheLowerHeldOutError) {
     EXPECT_EQ(e.rank, blr::rank_for(48, 96, 1.5, e.paths));
     // the stored errors are those of the payload's dense matrix
     const MatD dq = blr::dequant(e.payload).cast<double>();
-    const double sel = std::sqrt(err_dense(f.s.w, dq, f.ic->h_sel) / f.tc->a_sel);
+    const double sel = std::sqrt(err_dense(f.s.w, dq, f.input_ctx->h_sel) / f.tc->a_sel);
     EXPECT_NEAR(e.err_sel, sel, 1e-5 * sel);
     for (auto [choice, p] : {std::pair{PathsChoice::one, 1}, std::pair{PathsChoice::two, 2}}) {
         o.paths = choice;
-        EXPECT_EQ(encode_tensor(f.s.w, *f.ic, o).paths, p);
+        EXPECT_EQ(encode_tensor(f.s.w, *f.input_ctx, o).paths, p);
     }
 }
 
@@ -330,7 +333,7 @@ TEST(Encode, NvgBeatsTheBaselinesAtEqualBits) {
     o.bpw = 1.0;
     auto run = [&](Method m) {
         o.method = m;
-        return encode_tensor(f.s.w, *f.ic, o);
+        return encode_tensor(f.s.w, *f.input_ctx, o);
     };
     const Encoded nvg = run(Method::nvg), nok = run(Method::nvg_noknots), sv = run(Method::svid),
                   rs = run(Method::rtn_sign);
@@ -349,7 +352,7 @@ TEST(Encode, BudgetBelowOneRankOnePathGivesRankOneAndSaysSo) {
     ASSERT_LT(blr::rank_for(16, 32, o.bpw, 1), 1);
     for (Method m : {Method::nvg, Method::svid}) {
         o.method = m;
-        const Encoded e = encode_tensor(f.s.w, *f.ic, o);
+        const Encoded e = encode_tensor(f.s.w, *f.input_ctx, o);
         EXPECT_EQ(e.rank, 1);
         EXPECT_EQ(e.paths, 1);
         EXPECT_GT(e.bpw, o.bpw);

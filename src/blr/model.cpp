@@ -13,7 +13,7 @@ namespace cortiq::blr {
 
 static_assert(std::endian::native == std::endian::little, "cortiq assumes a little-endian host");
 
-MatD Model::hsl(size_t p) const {
+MatD Factors::left(size_t p) const {
     const Path& q = paths[p];
     MatD o(m, r);
     for (int64_t i = 0; i < m; ++i)
@@ -21,7 +21,7 @@ MatD Model::hsl(size_t p) const {
     return o;
 }
 
-MatD Model::gs(size_t p) const {
+MatD Factors::right(size_t p) const {
     const Path& q = paths[p];
     MatD o(n, r);
     for (int64_t j = 0; j < n; ++j)
@@ -29,10 +29,10 @@ MatD Model::gs(size_t p) const {
     return o;
 }
 
-MatD Model::dense() const {
+MatD Factors::dense() const {
     MatD w(m, n);
     for (size_t p = 0; p < paths.size(); ++p)
-        la::gemm_into(1.0, hsl(p), false, gs(p), true, 1.0, w);
+        la::gemm_into(1.0, left(p), false, right(p), true, 1.0, w);
     return w;
 }
 
@@ -136,7 +136,7 @@ struct PayloadView {
 
 }  // namespace
 
-std::vector<uint8_t> pack(const Model& model, Model* stored) {
+std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
     const uint64_t m = model.m, n = model.n, r = model.r, np = model.paths.size();
     CORTIQ_ASSERT(np >= 1 && np <= 2 && r >= 1, "pack: {} paths, rank {}", np, r);
     std::vector<uint8_t> out(payload_bytes(m, n, r, np), 0);
@@ -284,11 +284,11 @@ Info info(std::span<const uint8_t> bytes) {
     return {hd.m, hd.n, hd.r, hd.paths, hd.version};
 }
 
-Model unpack(std::span<const uint8_t> bytes) {
+Factors unpack(std::span<const uint8_t> bytes) {
     const Info in = info(bytes);
     const PayloadView v = PayloadView::of(bytes);
     const uint64_t m = in.m, n = in.n, r = in.r;
-    Model md;
+    Factors md;
     md.m = in.m;
     md.n = in.n;
     md.r = in.r;
@@ -315,7 +315,7 @@ MatF dequant(std::span<const uint8_t> bytes) {
     return unpack(bytes).dense().cast<float>();
 }
 
-void write_scales(std::span<uint8_t> bytes, const Model& model) {
+void write_scales(std::span<uint8_t> bytes, const Factors& model) {
     const Info in = info(bytes);
     CORTIQ_CHECK(in.m == model.m && in.n == model.n && in.r == model.r &&
                      in.paths == static_cast<int>(model.paths.size()),

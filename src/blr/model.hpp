@@ -20,14 +20,14 @@ struct Path {
     MatD sv;  // n × r, entries ±1
 };
 
-struct Model {
+struct Factors {
     int64_t m = 0, n = 0, r = 0;
     std::vector<Path> paths;
 
     // diag(h) S_U diag(ℓ) (m × r) and diag(g) S_V (n × r) of path p.
-    MatD hsl(size_t p) const;
-    MatD gs(size_t p) const;
-    MatD dense() const;  // Σ_p hsl_p gs_pᵀ
+    MatD left(size_t p) const;
+    MatD right(size_t p) const;
+    MatD dense() const;  // Σ_p left_p right_pᵀ
 };
 
 // The stored bits of a (version 2) payload: 8 × its bytes, header and
@@ -44,7 +44,7 @@ int64_t rank_for(int64_t m, int64_t n, double bpw, int paths);
 // the three vectors share one geometric-mean magnitude, round them to f16 and
 // write the payload. `stored` (optional) receives the model with the stored,
 // f16-rounded scales.
-std::vector<uint8_t> pack(const Model& model, Model* stored = nullptr);
+std::vector<uint8_t> pack(const Factors& model, Factors* stored = nullptr);
 
 // Throws cortiq::Error with a message naming what is wrong (`what` is put in
 // front, e.g. the tensor name). expect_m/expect_n < 0: not checked.
@@ -58,11 +58,11 @@ struct Info {
 };
 Info info(std::span<const uint8_t> bytes);  // validates first
 
-Model unpack(std::span<const uint8_t> bytes);  // validates first
-MatF dequant(std::span<const uint8_t> bytes);  // validates first
+Factors unpack(std::span<const uint8_t> bytes);  // validates first
+MatF dequant(std::span<const uint8_t> bytes);    // validates first
 
 // Scales are editable after encoding (SPEC §8): rewrite the f16 scales of a
 // payload in place from a model with the same shape and signs.
-void write_scales(std::span<uint8_t> bytes, const Model& model);
+void write_scales(std::span<uint8_t> bytes, const Factors& model);
 
 }  // namespace cortiq::blr

@@ -34,7 +34,7 @@ void set_bit(std::vector<uint64_t>& w, uint64_t b) {
 
 // Version 1 payloads and sign payloads are rewritten into the version-2 stream
 // through the float64 model (slow, but only for files of the first format).
-PackedWeight from_model(const Model& md) {
+PackedWeight from_model(const Factors& md) {
     PackedWeight pw;
     pw.m = md.m;
     pw.n = md.n;

@@ -3,7 +3,6 @@
 #include <optional>
 
 #include "core/error.hpp"
-#include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
 
@@ -13,14 +12,8 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
                                  const model::Model* original)
     : m_(m), original_(original) {
     if (device == model::Device::gpu) {
-        gpu_ = std::make_unique<model::GpuModel>(m);
-        gpu_->calib_load(0, cs.fit);
-        gpu_->calib_load(1, cs.sel);
-        if (original_) {
-            gpu_original_ = std::make_unique<model::GpuModel>(*original_);
-            gpu_original_->calib_load(0, cs.fit);
-            gpu_original_->calib_load(1, cs.sel);
-        }
+        gpu_ = std::make_unique<GpuStates>(m, cs);
+        if (original_) gpu_original_ = std::make_unique<GpuStates>(*original_, cs);
         return;
     }
     for (const auto& w : cs.fit) xs_[0].push_back(m.embed(w));
@@ -34,7 +27,7 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
 SequentialCalib::~SequentialCalib() = default;
 
 std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view input) {
-    if (gpu_) return {gpu_->calib_gram(0, layer, input), gpu_->calib_gram(1, layer, input)};
+    if (gpu_) return {gpu_->gram(0, layer, input), gpu_->gram(1, layer, input)};
     std::array<MatD, 2> h;
     for (size_t set = 0; set < 2; ++set) {
         std::optional<GramAccumulator> acc;  // sized by the first block that reaches the input
@@ -58,8 +51,8 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
 std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_view input) {
     CORTIQ_ASSERT(original_, "cross_grams needs the original model");
     if (gpu_)
-        return {gpu_->calib_cross_gram(0, layer, input, *gpu_original_),
-                gpu_->calib_cross_gram(1, layer, input, *gpu_original_)};
+        return {gpu_->cross_gram(0, layer, input, *gpu_original_),
+                gpu_->cross_gram(1, layer, input, *gpu_original_)};
     std::array<MatD, 2> c;
     for (size_t set = 0; set < 2; ++set) {
         std::optional<CrossGramAccumulator> acc;
@@ -94,7 +87,7 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
 }
 
 std::pair<MatD, MatD> SequentialCalib::head_grams() {
-    if (gpu_) return {gpu_->calib_gram(0, 0, "lm_head"), gpu_->calib_gram(1, 0, "lm_head")};
+    if (gpu_) return {gpu_->gram(0, 0, "lm_head"), gpu_->gram(1, 0, "lm_head")};
     const auto& cfg = m_.config();
     const int64_t hidden = cfg.hidden_size;
     std::array<MatD, 2> h;
@@ -118,11 +111,11 @@ void SequentialCalib::weight_changed(int64_t layer, std::string_view name) {
 
 void SequentialCalib::advance(int64_t layer) {
     if (gpu_) {
-        gpu_->calib_advance(0, layer);
-        gpu_->calib_advance(1, layer);
+        gpu_->advance(0, layer);
+        gpu_->advance(1, layer);
         if (gpu_original_) {
-            gpu_original_->calib_advance(0, layer);
-            gpu_original_->calib_advance(1, layer);
+            gpu_original_->advance(0, layer);
+            gpu_original_->advance(1, layer);
         }
         return;
     }

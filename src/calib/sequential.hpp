@@ -3,7 +3,7 @@
 // as its linear layers are replaced by their compressed versions, and the
 // float64 Grams of each linear layer's input read from them — on the device
 // that runs the forward pass (CPU: model::Model::block with a hook; GPU:
-// model::GpuModel's calibration calls, the states never leaving the device).
+// calib::GpuStates, the states never leaving the device).
 #pragma once
 
 #include <array>
@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "calib/calib.hpp"
+#include "calib/gpu_states.hpp"
 #include "core/matrix.hpp"
 #include "model/runtime.hpp"
 
 namespace cortiq::model {
 class Model;
-class GpuModel;
 }  // namespace cortiq::model
 
 namespace cortiq::calib {
@@ -53,10 +53,10 @@ class SequentialCalib {
   private:
     model::Model& m_;
     const model::Model* original_;
-    std::array<std::vector<MatF>, 2> xs_;            // CPU: hidden states of fit, held-out windows
-    std::array<std::vector<MatF>, 2> xo_;            // CPU: the original model's
-    std::unique_ptr<model::GpuModel> gpu_;           // GPU: the model and the states on the device
-    std::unique_ptr<model::GpuModel> gpu_original_;  // GPU: the original model and its states
+    std::array<std::vector<MatF>, 2> xs_;      // CPU: hidden states of fit, held-out windows
+    std::array<std::vector<MatF>, 2> xo_;      // CPU: the original model's
+    std::unique_ptr<GpuStates> gpu_;           // GPU: the model and the states on the device
+    std::unique_ptr<GpuStates> gpu_original_;  // GPU: the original model and its states
 };
 
 }  // namespace cortiq::calib

@@ -110,11 +110,11 @@ BenchReport run_bench(const BenchInput& in, const Options& base, const std::vect
     rep.bpw = base.bpw;
     if (device == Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
-    std::unique_ptr<cpu::InputContext> ic;
+    std::unique_ptr<cpu::InputContext> input_ctx;
     Profile ctx_prof;
     if (device == Device::cpu) {
         ScopedStage st(&ctx_prof, "context");
-        ic = std::make_unique<cpu::InputContext>(in.h_fit, in.h_sel, base.rho, in.source);
+        input_ctx = std::make_unique<cpu::InputContext>(in.h_fit, in.h_sel, base.rho, in.source);
     }
     for (Method m : methods) {
         Options o = base;
@@ -123,7 +123,7 @@ BenchReport run_bench(const BenchInput& in, const Options& base, const std::vect
         row.method = method_name(m);
         row.prof.merge(ctx_prof);
         if (device == Device::cpu)
-            row.enc = cpu::encode_tensor(in.w, *ic, o, &row.prof);
+            row.enc = cpu::encode_tensor(in.w, *input_ctx, o, &row.prof);
         else
             row.enc = encode_gpu(in.w, in.h_fit, in.h_sel, o, &row.prof);
         rep.rows.push_back(std::move(row));

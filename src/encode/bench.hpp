@@ -25,12 +25,6 @@ void save_bench_input(const BenchInput& in, const std::string& path);
 BenchInput bench_input_from_checkpoint(const std::string& model, const std::string& tensor,
                                        uint64_t seed);
 
-// A decoder linear layer with the Grams of its input recorded from the float
-// model over `calib_paths` (defined with the quantize pipeline).
-BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
-                                const std::vector<std::string>& calib_paths, int64_t samples,
-                                int64_t seqlen);
-
 struct BenchRow {
     std::string method;
     Encoded enc;

@@ -5,12 +5,6 @@
 
 namespace cortiq::encode {
 
-bool gpu_available() {
-    return false;
-}
-std::string gpu_unavailable_reason() {
-    return "this cortiq was built without CUDA";
-}
 Encoded encode_gpu(const MatD&, const MatD&, const MatD&, const Options&, Profile*) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }

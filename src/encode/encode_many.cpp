@@ -1,5 +1,5 @@
 // encode_many: argument checks, the CPU path (the float64 encoder, jobs in
-// sequence) and the hand-off to the GPU scheduler (encode/cuda/many.cpp).
+// sequence) and the hand-off to the GPU scheduler (encode/cuda/scheduler.cpp).
 #include "encode/encode_many.hpp"
 
 #include <memory>
@@ -8,7 +8,7 @@
 #include "encode/cpu/stages.hpp"
 #include "encode/dispatch.hpp"
 #ifdef CORTIQ_HAVE_CUDA
-#include "encode/cuda/many.hpp"
+#include "encode/cuda/scheduler.hpp"
 #endif
 
 namespace cortiq::encode {
@@ -46,15 +46,16 @@ std::vector<ManyResult> encode_many_cpu(const std::vector<ManyInput>& inputs,
         const ManyJob& jb = jobs[j];
         ManyResult& res = out[j];
         Profile* prof = opt.profile ? &res.prof : nullptr;
-        auto& ic = ctx[jb.input];
-        if (!ic) {
+        auto& input_ctx = ctx[jb.input];
+        if (!input_ctx) {
             ScopedStage st(prof, "context");
             const ManyInput& in = inputs[jb.input];
-            ic = std::make_unique<cpu::InputContext>(*in.h_fit, *in.h_sel, jb.options.rho, in.name);
+            input_ctx =
+                std::make_unique<cpu::InputContext>(*in.h_fit, *in.h_sel, jb.options.rho, in.name);
         }
-        res.enc = cpu::encode_tensor(*jb.w, *ic, jb.options, prof);
+        res.enc = cpu::encode_tensor(*jb.w, *input_ctx, jb.options, prof);
         res.device = -1;
-        if (--remaining[jb.input] == 0) ic.reset();
+        if (--remaining[jb.input] == 0) input_ctx.reset();
         if (opt.on_done) opt.on_done(j, res);
     }
     return out;

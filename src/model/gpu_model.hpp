@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -17,6 +18,10 @@
 #include "core/matrix.hpp"
 #include "model/linear.hpp"
 #include "model/runtime.hpp"
+
+namespace cortiq::cuda {
+class Gpu;  // core/cuda/device.hpp
+}
 
 namespace cortiq::model {
 
@@ -42,20 +47,24 @@ class GpuModel final : public Runtime {
     int64_t device_bytes() const override;  // weights + workspace + KV cache now held
     int64_t weight_bytes() const override;  // the weights' device memory
 
-    // ── sequential calibration (quantize --device gpu; model/cuda/calib.cpp) ──
-    // Set 0 and set 1 (fit and held-out windows, each of one length) become
-    // hidden states on the device, the token embeddings to begin with.
-    void calib_load(int set, const std::vector<std::vector<int32_t>>& windows);
-    // (1/T) Σ x xᵀ in float64 over the set's rows x of `input` of block
-    // `layer` (a LinearInputHook input name) with the weights as they are now;
-    // input "lm_head": the final RMSNorm of the hidden states (layer ignored).
-    MatD calib_gram(int set, int64_t layer, std::string_view input);
-    // (1/T) Σ x_o x_cᵀ in float64 over the set's rows: x_o the input as
-    // `original` (another GpuModel on this GPU, the same windows loaded as the
-    // same set) computes it, x_c as this model does; not for "lm_head".
-    MatD calib_cross_gram(int set, int64_t layer, std::string_view input, GpuModel& original);
-    // The set's hidden states through block `layer`.
-    void calib_advance(int set, int64_t layer);
+    // ── hooks for the calibration on the device (calib/gpu_states.hpp) ──────
+    // Pointers are to float32 row-major rows on this model's device; a
+    // workspace pointer stays valid until the next call.
+    // A linear layer's input as run_block meets it (a LinearInputHook name).
+    using DeviceInputHook =
+        std::function<void(std::string_view input, const float* x, int64_t rows, int64_t cols)>;
+    cortiq::cuda::Gpu& gpu();    // the stream and handles the model runs on
+    int64_t batch_rows() const;  // token rows per batch that keep the GEMMs large
+    // The embeddings of `tokens` (checked) into out (tokens.size() × hidden).
+    void embed_into(std::span<const int32_t> tokens, float* out);
+    float* work_rows(int64_t rows);  // a workspace of rows × hidden
+    // Block `layer` on `batch` sequences of T rows at x, in place. With
+    // `stop_after` (an input name): returns right after `hook` saw that
+    // input (x then holds a partial sum).
+    void run_block(int64_t layer, int64_t batch, int64_t T, float* x,
+                   const DeviceInputHook* hook = nullptr, std::string_view stop_after = {});
+    // The final RMSNorm of `rows` rows at x, in a workspace.
+    const float* final_norm_rows(const float* x, int64_t rows);
     // Replaces a linear layer's weight ("self_attn.q_proj", ...; same shape,
     // bias kept) by w's dense form, e.g. once it is compressed.
     void set_linear(int64_t layer, std::string_view name, const LinearWeights& w);

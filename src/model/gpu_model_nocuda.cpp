@@ -47,16 +47,23 @@ int64_t GpuModel::device_bytes() const {
 int64_t GpuModel::weight_bytes() const {
     no_gpu();
 }
-void GpuModel::calib_load(int, const std::vector<std::vector<int32_t>>&) {
+cortiq::cuda::Gpu& GpuModel::gpu() {
     no_gpu();
 }
-MatD GpuModel::calib_gram(int, int64_t, std::string_view) {
+int64_t GpuModel::batch_rows() const {
     no_gpu();
 }
-MatD GpuModel::calib_cross_gram(int, int64_t, std::string_view, GpuModel&) {
+void GpuModel::embed_into(std::span<const int32_t>, float*) {
     no_gpu();
 }
-void GpuModel::calib_advance(int, int64_t) {
+float* GpuModel::work_rows(int64_t) {
+    no_gpu();
+}
+void GpuModel::run_block(int64_t, int64_t, int64_t, float*, const DeviceInputHook*,
+                         std::string_view) {
+    no_gpu();
+}
+const float* GpuModel::final_norm_rows(const float*, int64_t) {
     no_gpu();
 }
 void GpuModel::set_linear(int64_t, std::string_view, const LinearWeights&) {

@@ -1,6 +1,5 @@
 #include "model/runtime.hpp"
 
-#include "encode/dispatch.hpp"
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
@@ -11,15 +10,6 @@ Device parse_device(std::string_view s) {
     if (s == "cpu") return Device::cpu;
     if (s == "gpu") return Device::gpu;
     CORTIQ_FAIL("--device must be cpu or gpu, got '{}'", s);
-}
-
-// One CUDA build, one notion of "a GPU is usable": the encoder's.
-bool gpu_available() {
-    return encode::gpu_available();
-}
-
-std::string gpu_unavailable_reason() {
-    return encode::gpu_unavailable_reason();
 }
 
 namespace {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/gpu.hpp"
 #include "core/matrix.hpp"
 #include "io/config.hpp"
 
@@ -23,9 +24,9 @@ enum class Device { cpu, gpu };
 Device parse_device(std::string_view s);
 
 // True when this build has CUDA and a GPU is visible; else why not, in one
-// line ("this cortiq was built without CUDA", "no CUDA device visible ...").
-bool gpu_available();
-std::string gpu_unavailable_reason();
+// line (core/gpu.hpp).
+using cortiq::gpu_available;
+using cortiq::gpu_unavailable_reason;
 
 class Runtime {
   public:

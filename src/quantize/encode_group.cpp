@@ -30,12 +30,12 @@ std::vector<encode::Encoded> encode_group(
         for (size_t i = 0; i < jobs.size(); ++i) out[i] = std::move(res[i].enc);
         return out;
     }
-    const encode::cpu::InputContext ic(h_fit, h_sel, base.rho, what);
+    const encode::cpu::InputContext input_ctx(h_fit, h_sel, base.rho, what);
     for (size_t i = 0; i < jobs.size(); ++i) {
         encode::Options o = base;
         o.bpw = jobs[i].bpw;
         try {
-            out[i] = encode::cpu::encode_tensor(jobs[i].w, ic, o);
+            out[i] = encode::cpu::encode_tensor(jobs[i].w, input_ctx, o);
         } catch (const Error& e) {
             CORTIQ_FAIL("{}: {}", jobs[i].name, e.what());
         }

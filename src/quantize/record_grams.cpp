@@ -1,20 +1,21 @@
 // Grams of one linear layer's input recorded from the float model over a text
 // (for `cortiq bench --from-model M --tensor T --calib TEXT`).
+#include "quantize/record_grams.hpp"
+
 #include <fmt/format.h>
 
 #include <regex>
 
 #include "calib/calib.hpp"
-#include "encode/bench.hpp"
 #include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 
-namespace cortiq::encode {
+namespace cortiq::quant {
 
-BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
-                                const std::vector<std::string>& calib_paths, int64_t samples,
-                                int64_t seqlen) {
+encode::BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
+                                        const std::vector<std::string>& calib_paths,
+                                        int64_t samples, int64_t seqlen) {
     static const std::regex re(R"(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.weight)");
     std::smatch mt;
     CORTIQ_CHECK(std::regex_match(tensor, mt, re),
@@ -67,4 +68,4 @@ BenchInput bench_input_recorded(const std::string& model_dir, const std::string&
                         cs.fit.size(), cs.sel.size(), seqlen)};
 }
 
-}  // namespace cortiq::encode
+}  // namespace cortiq::quant

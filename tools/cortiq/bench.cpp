@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "core/parallel.hpp"
+#include "quantize/record_grams.hpp"
 
 namespace cortiq::cli {
 
@@ -31,7 +32,7 @@ void run(const BenchArgs& a) {
     if (!a.weight.empty())
         in = encode::bench_input_file(a.weight);
     else if (!a.from_model.empty() && !a.calib.empty())
-        in = encode::bench_input_recorded(a.from_model, a.tensor, a.calib, a.samples, a.seqlen);
+        in = quant::bench_input_recorded(a.from_model, a.tensor, a.calib, a.samples, a.seqlen);
     else if (!a.from_model.empty())
         in = encode::bench_input_from_checkpoint(a.from_model, a.tensor, a.seed);
     else

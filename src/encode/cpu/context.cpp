@@ -62,14 +62,14 @@ const MatD& InputContext::l() const {
     return l_;
 }
 
-TensorContext::TensorContext(const MatD& w_, const InputContext& ic_) : w(w_), ic(ic_) {
-    CORTIQ_CHECK(w.cols() == ic.n, "weight is {}x{} but its input Gram is {}-wide", w.rows(),
-                 w.cols(), ic.n);
+TensorContext::TensorContext(const MatD& w_, const InputContext& ic_) : w(w_), input_ctx(ic_) {
+    CORTIQ_CHECK(w.cols() == input_ctx.n, "weight is {}x{} but its input Gram is {}-wide", w.rows(),
+                 w.cols(), input_ctx.n);
     for (double v : w.vec()) CORTIQ_CHECK(std::isfinite(v), "weight has non-finite values");
-    wh = la::gemm(w, false, ic.h, false);
-    wh_sel = la::gemm(w, false, ic.h_sel, false);
+    wh = la::gemm(w, false, input_ctx.h, false);
+    wh_sel = la::gemm(w, false, input_ctx.h_sel, false);
     wh_fit = wh;
-    for (int64_t k = 0; k < w.size(); ++k) wh_fit.data()[k] -= ic.c_fit * w.data()[k];
+    for (int64_t k = 0; k < w.size(); ++k) wh_fit.data()[k] -= input_ctx.c_fit * w.data()[k];
     a_h = la::frob_dot(w, wh);
     a_fit = la::frob_dot(w, wh_fit);
     a_sel = la::frob_dot(w, wh_sel);

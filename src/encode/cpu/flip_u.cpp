@@ -1,8 +1,8 @@
 // Stage 7, output side (SPEC §3.7): exact single-bit flips of every row of
 // S_U,p. With t_i the row's target (W minus the other paths), the row's error
 // in the H metric is, up to a constant,
-//   f(s) = h² sᵀ Q s − 2 h sᵀ b,   Q = diag(ℓ) (gsᵀ H gs) diag(ℓ),
-//   b = ℓ ∘ (gsᵀ H t_iᵀ),
+//   f(s) = h² sᵀ Q s − 2 h sᵀ b,   Q = diag(ℓ) (rightᵀ H right) diag(ℓ),
+//   b = ℓ ∘ (rightᵀ H t_iᵀ),
 // and flipping bit k changes it by Δ = 4h² (Q_kk − s_k (Qs)_k) + 4h s_k b_k.
 #include <cmath>
 
@@ -12,21 +12,21 @@
 
 namespace cortiq::encode::cpu {
 
-int64_t flip_u(blr::Model& md, const TensorContext& c, size_t p, double tol, int passes) {
+int64_t flip_u(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes) {
     ScopedStage st(c.prof, "flip_u");
-    const int64_t m = md.m, r = md.r;
-    blr::Path& path = md.paths[p];
-    const MatD gs = md.gs(p);
-    const MatD hgs = la::gemm(c.ic.h, false, gs, false);
-    MatD qm = la::gemm(gs, true, hgs, false);  // K
+    const int64_t m = factors.m, r = factors.r;
+    blr::Path& path = factors.paths[p];
+    const MatD right = factors.right(p);
+    const MatD h_right = la::gemm(c.input_ctx.h, false, right, false);
+    MatD qm = la::gemm(right, true, h_right, false);  // K
     for (int64_t k = 0; k < r; ++k)
         for (int64_t k2 = 0; k2 < r; ++k2) qm(k, k2) *= path.l[k] * path.l[k2];
-    // T H gs = W H gs − Σ_{q≠p} hsl_q (gs_qᵀ H gs)
-    MatD thg = la::gemm(c.wh, false, gs, false);
-    for (size_t q = 0; q < md.paths.size(); ++q) {
+    // T H right = W H right − Σ_{q≠p} left_q (right_qᵀ H right)
+    MatD thg = la::gemm(c.wh, false, right, false);
+    for (size_t q = 0; q < factors.paths.size(); ++q) {
         if (q == p) continue;
-        la::gemm_into(-1.0, md.hsl(q), false, la::gemm(md.gs(q), true, hgs, false), false, 1.0,
-                      thg);
+        la::gemm_into(-1.0, factors.left(q), false,
+                      la::gemm(factors.right(q), true, h_right, false), false, 1.0, thg);
     }
     const MatD qs0 = la::gemm(path.su, false, qm, false);  // rows: Q s_i
     std::vector<int64_t> flips(m, 0);

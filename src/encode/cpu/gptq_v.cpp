@@ -1,5 +1,5 @@
 // Stage 7, input side (SPEC §3.7): the columns of S_V,p in act order, as in
-// GPTQ. Column j of path p is g_j M s_j (M = hsl_p, s_j the j-th row of S_V,p);
+// GPTQ. Column j of path p is g_j M s_j (M = left_p, s_j the j-th row of S_V,p);
 // against its target t_j the best g_j for given signs is sᵀb / sᵀKs (b = Mᵀt_j,
 // K = MᵀM), leaving the error ‖t_j‖² − (sᵀb)² / sᵀKs, which a greedy flip
 // search from the current signs minimises. The column's error e_j reaches the
@@ -52,20 +52,21 @@ int64_t column_search(double* s, const double* b, const MatD& k, double tol, int
 
 }  // namespace
 
-int64_t gptq_v(blr::Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
-               bool feedback) {
+int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
+               int block, bool feedback) {
     ScopedStage st(c.prof, "gptq_v");
-    const int64_t n = md.n, r = md.r;
-    const auto& perm = c.ic.perm;
-    const MatD& uc = c.ic.uc;
-    blr::Path& path = md.paths[p];
-    const MatD mm = md.hsl(p);
+    const int64_t n = factors.n, r = factors.r;
+    const auto& perm = c.input_ctx.perm;
+    const MatD& uc = c.input_ctx.uc;
+    blr::Path& path = factors.paths[p];
+    const MatD mm = factors.left(p);
     const MatD k = la::gemm(mm, true, mm, false);
     // Mᵀ t_j for every column, up front: (W − Σ_{q≠p} Ŵ_q)ᵀ M.
     MatD bn = la::gemm(c.w, true, mm, false);
-    for (size_t q = 0; q < md.paths.size(); ++q) {
+    for (size_t q = 0; q < factors.paths.size(); ++q) {
         if (q == p) continue;
-        la::gemm_into(-1.0, md.gs(q), false, la::gemm(md.hsl(q), true, mm, false), false, 1.0, bn);
+        la::gemm_into(-1.0, factors.right(q), false, la::gemm(factors.left(q), true, mm, false),
+                      false, 1.0, bn);
     }
     MatD b(n, r), s(n, r), e(n, r);
     VecD g(n);

@@ -9,12 +9,12 @@
 
 namespace cortiq::encode::cpu {
 
-std::pair<VecD, VecD> itq_weights(const MatD& up, const MatD& vp, const InputContext& ic) {
+std::pair<VecD, VecD> itq_weights(const MatD& up, const MatD& vp, const InputContext& input_ctx) {
     VecD wu(up.rows()), wv(vp.rows());
     for (int64_t i = 0; i < up.rows(); ++i)
         wu[i] = std::sqrt(la::dot(up.row(i), up.row(i), up.cols()));
     for (int64_t j = 0; j < vp.rows(); ++j)
-        wv[j] = std::sqrt(la::dot(vp.row(j), vp.row(j), vp.cols())) * ic.sqd[j];
+        wv[j] = std::sqrt(la::dot(vp.row(j), vp.row(j), vp.cols())) * input_ctx.sqd[j];
     return {wu, wv};
 }
 

@@ -11,7 +11,7 @@
 
 namespace cortiq::encode::cpu {
 
-RtnSign rtn_sign(const MatD& w, const InputContext& ic, int sweeps) {
+RtnSign rtn_sign(const MatD& w, const InputContext& input_ctx, int sweeps) {
     const int64_t m = w.rows(), n = w.cols();
     MatD s(m, n);
     for (int64_t k = 0; k < w.size(); ++k) s.data()[k] = w.data()[k] >= 0 ? 1.0 : -1.0;
@@ -23,13 +23,13 @@ RtnSign rtn_sign(const MatD& w, const InputContext& ic, int sweeps) {
         for (int64_t j = 0; j < n; ++j) a += std::abs(w(i, j));
         out.h[i] = a / static_cast<double>(n);
     }
-    const MatD wh = la::gemm(w, false, ic.h, false);
+    const MatD wh = la::gemm(w, false, input_ctx.h, false);
     for (int sw = 0; sw < sweeps; ++sw) {
         // h_i = (s_i∘g)ᵀ H w_i / (s_i∘g)ᵀ H (s_i∘g)
         MatD sg = s;
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) sg(i, j) *= out.g[j];
-        const MatD sgh = la::gemm(sg, false, ic.h, false);
+        const MatD sgh = la::gemm(sg, false, input_ctx.h, false);
         parallel_for(0, m, [&](int64_t i) {
             const double den = la::dot(sgh.row(i), sg.row(i), n);
             if (den > 0) out.h[i] = la::dot(sgh.row(i), w.row(i), n) / den;
@@ -39,7 +39,7 @@ RtnSign rtn_sign(const MatD& w, const InputContext& ic, int sweeps) {
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) hs(i, j) *= out.h[i];
         MatD sys = la::syrk(hs, true);
-        for (int64_t k = 0; k < sys.size(); ++k) sys.data()[k] *= ic.h.data()[k];
+        for (int64_t k = 0; k < sys.size(); ++k) sys.data()[k] *= input_ctx.h.data()[k];
         VecD rhs(n, 0.0);
         for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) rhs[j] += hs(i, j) * wh(i, j);
@@ -53,13 +53,14 @@ RtnSign rtn_sign(const MatD& w, const InputContext& ic, int sweeps) {
     return out;
 }
 
-Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o, Profile* prof) {
+Encoded encode_rtn_sign(const MatD& w, const InputContext& input_ctx, const Options& o,
+                        Profile* prof) {
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t m = w.rows(), n = w.cols();
     RtnSign rs;
     {
         ScopedStage st(prof, "rtn-sign");
-        rs = rtn_sign(w, ic);
+        rs = rtn_sign(w, input_ctx);
     }
     Encoded out;
     out.paths = 0;
@@ -73,8 +74,8 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
     MatD s(m, n);
     for (int64_t k = 0; k < w.size(); ++k) s.data()[k] = w.data()[k] >= 0 ? 1.0 : -1.0;
     out.payload = blr::pack_sign(s, rs.h, rs.g);
-    out.err_fit = rel(ic.h_fit);
-    out.err_sel = rel(ic.h_sel);
+    out.err_fit = rel(input_ctx.h_fit);
+    out.err_sel = rel(input_ctx.h_sel);
     out.line = fmt::format("rtn-sign | stored fit {:.4f} sel {:.4f}", out.err_fit, out.err_sel);
     out.seconds = seconds_since(t0);
     return out;

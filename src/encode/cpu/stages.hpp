@@ -42,9 +42,9 @@ class InputContext {
 
 // Per-tensor products reused by every stage.
 struct TensorContext {
-    TensorContext(const MatD& w, const InputContext& ic);
+    TensorContext(const MatD& w, const InputContext& input_ctx);
     const MatD& w;
-    const InputContext& ic;
+    const InputContext& input_ctx;
     MatD wh, wh_fit, wh_sel;   // W·X for the three metrics
     double a_h, a_fit, a_sel;  // tr(W X Wᵀ)
     Profile* prof = nullptr;
@@ -53,17 +53,21 @@ struct TensorContext {
 enum class Metric { h, fit, sel };
 
 // err_X = tr(E X Eᵀ) by the factor-sized expansion (SPEC §2).
-double err(const blr::Model& md, const TensorContext& c, Metric x);
+double err(const blr::Factors& factors, const TensorContext& c, Metric x);
 // sqrt(err_X / tr(W X Wᵀ))
-double rel_err(const blr::Model& md, const TensorContext& c, Metric x);
+double rel_err(const blr::Factors& factors, const TensorContext& c, Metric x);
 // The same error computed densely from E = W − Ŵ (for tests and baselines).
 double err_dense(const MatD& w, const MatD& w_hat, const MatD& x);
 
 // ── stage 2: whitened latents ────────────────────────────────────────────────
 // Rank-r factors minimising ‖(T − U_p V_pᵀ) L‖_F; th = T·H (needed when m ≤ n).
 // whiten = false: the plain (unwhitened) SVD, H = I (the svid baseline).
-std::pair<MatD, MatD> latents(const MatD& t, const MatD* th, const InputContext& ic, int64_t r,
-                              bool whiten = true);
+std::pair<MatD, MatD> latents(const MatD& t, const MatD* th, const InputContext& input_ctx,
+                              int64_t r, bool whiten = true);
+
+// Stage 6's target: the residual W − Ŵ_1 of path 1 and, with `with_h`, its
+// product with H (empty otherwise).
+std::pair<MatD, MatD> residual(const TensorContext& c, const blr::Factors& f, bool with_h);
 
 // ── stage 3: ITQ gauge ───────────────────────────────────────────────────────
 // Weighted ITQ objective Σ_i w²_i ‖x̂_i R‖₁ over normalised rows x̂_i of [U_p; V_p].
@@ -75,7 +79,7 @@ struct ItqResult {
 ItqResult itq(const MatD& up, const MatD& vp, const VecD& wu, const VecD& wv, int iters,
               bool eig_polar = false);
 // Row weights of SPEC §3.3: ‖U_p row‖ and ‖V_p row‖·sqrt(H_jj).
-std::pair<VecD, VecD> itq_weights(const MatD& up, const MatD& vp, const InputContext& ic);
+std::pair<VecD, VecD> itq_weights(const MatD& up, const MatD& vp, const InputContext& input_ctx);
 
 // ── stage 4: SVID ────────────────────────────────────────────────────────────
 // Non-negative rank-1 fit of a non-negative matrix: M ≈ left rightᵀ.
@@ -83,25 +87,31 @@ std::pair<VecD, VecD> rank1_pos(const MatD& mabs);
 blr::Path svid(const MatD& u, const MatD& v);
 
 // ── stage 5: exact block least squares in the H metric ───────────────────────
-void als_l(blr::Model& md, const TensorContext& c);
-void als_h(blr::Model& md, const TensorContext& c);
-void als_g(blr::Model& md, const TensorContext& c, size_t p);
-void als(blr::Model& md, const TensorContext& c, int sweeps);
+void als_l(blr::Factors& factors, const TensorContext& c);
+void als_h(blr::Factors& factors, const TensorContext& c);
+void als_g(blr::Factors& factors, const TensorContext& c, size_t p);
+void als(blr::Factors& factors, const TensorContext& c, int sweeps);
 
 // ── stage 7: discrete knots ──────────────────────────────────────────────────
 // Output side: exact single-bit flips of every row of S_U,p. Returns the flips.
-int64_t flip_u(blr::Model& md, const TensorContext& c, size_t p, double tol, int passes);
+int64_t flip_u(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes);
 // Input side: columns of S_V,p in act order with error feedback through Uc,
 // carried in the latent space. feedback = false: the same search without it.
-int64_t gptq_v(blr::Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
-               bool feedback = true);
+int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
+               int block, bool feedback = true);
 
-// ── stages 2–6: initial model; 7: refinement ─────────────────────────────────
-blr::Model build_init(const TensorContext& c, int64_t r, int paths, const Options& o);
-blr::Model refine(blr::Model md, const TensorContext& c, const Options& o);
+// ── stage 9: pack ───────────────────────────────────────────────────────────
+// The payload of f (scales rebalanced, f16), its size, and the fit and
+// held-out errors with the stored scales, into `out`.
+void pack(const TensorContext& c, const blr::Factors& f, Encoded& out);
+
+// ── the driver over these stages (encode/driver.hpp; encode.cpp) ─────────────
+// stages 2–6: initial factors; 7: refinement
+blr::Factors build_init(const TensorContext& c, int64_t r, int paths, const Options& o);
+blr::Factors refine(blr::Factors factors, const TensorContext& c, const Options& o);
 
 // ── stages 8–9: whole tensor ─────────────────────────────────────────────────
-Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o,
+Encoded encode_tensor(const MatD& w, const InputContext& input_ctx, const Options& o,
                       Profile* prof = nullptr);
 
 // ── baselines in the same code path ──────────────────────────────────────────
@@ -110,8 +120,8 @@ struct RtnSign {
     VecD h, g;
     MatD w_hat;
 };
-RtnSign rtn_sign(const MatD& w, const InputContext& ic, int sweeps = 6);
-Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
+RtnSign rtn_sign(const MatD& w, const InputContext& input_ctx, int sweeps = 6);
+Encoded encode_rtn_sign(const MatD& w, const InputContext& input_ctx, const Options& o,
                         Profile* prof = nullptr);
 
 }  // namespace cortiq::encode::cpu

@@ -36,35 +36,36 @@ __global__ void k_hsolve(int np, int64_t m, const float* rh0, const float* rh1, 
     }
 }
 
-// K_pq = B_pᵀ H B_q = gs_pᵀ (H gs_q), r × r, for p ≤ q.
+// K_pq = B_pᵀ H B_q = right_pᵀ (H right_q), r × r, for p ≤ q.
 struct KBlocks {
     std::vector<DMat> k;  // index p * np + q
     size_t np = 0;
     const DMat& at(size_t p, size_t q) const { return k[p * np + q]; }
 };
 
-KBlocks k_blocks(const Model& md, const TensorContext& c) {
+KBlocks k_blocks(const DeviceFactors& factors, const TensorContext& c) {
     KBlocks kb;
-    kb.np = md.paths.size();
+    kb.np = factors.paths.size();
     kb.k.resize(kb.np * kb.np);
     for (size_t p = 0; p < kb.np; ++p) {
-        const DMat gs = md.gs(c.stream(), p);
+        const DMat right = factors.right(c.stream(), p);
         for (size_t q = p; q < kb.np; ++q)
-            kb.k[p * kb.np + q] = mm(c.gpu, gs, true, md.hg(c, q), false, c.big(md.n));
+            kb.k[p * kb.np + q] =
+                mm(c.gpu, right, true, factors.h_right(c, q), false, c.big(factors.n));
     }
     return kb;
 }
 
-void solve_l(Model& md, const TensorContext& c, const KBlocks& kb) {
+void solve_l(DeviceFactors& factors, const TensorContext& c, const KBlocks& kb) {
     const cudaStream_t st = c.stream();
-    const size_t np = md.paths.size();
-    const int64_t r = md.r, m = md.m, pr = static_cast<int64_t>(np) * r;
+    const size_t np = factors.paths.size();
+    const int64_t r = factors.r, m = factors.m, pr = static_cast<int64_t>(np) * r;
     std::vector<DMat> a(np);
-    for (size_t p = 0; p < np; ++p) a[p] = md.hs(st, p);
+    for (size_t p = 0; p < np; ++p) a[p] = factors.left_h(st, p);
     // rhs[(p,k)] = Σ_i A_p(i,k) (W H B_p)(i,k)
     DVec rhs(pr, st);
     for (size_t p = 0; p < np; ++p)
-        coldot(st, a[p].data(), md.whg(c, p).data(), m, r, rhs.get() + p * r);
+        coldot(st, a[p].data(), factors.wh_right(c, p).data(), m, r, rhs.get() + p * r);
     // S[(p,k),(q,k')] = (A_pᵀ A_q)(k,k') · (B_pᵀ H B_q)(k,k'); the solver reads the
     // column-major lower triangle = row-major upper: blocks p ≤ q (and both
     // triangles of the diagonal blocks).
@@ -82,20 +83,20 @@ void solve_l(Model& md, const TensorContext& c, const KBlocks& kb) {
     DVec x(pr, st);
     solve_spd(c.gpu, pr, build, rhs.get(), x.get(), kRidge);
     for (size_t p = 0; p < np; ++p)
-        CUDA_CHECK(cudaMemcpyAsync(md.paths[p].l.get(), x.get() + p * r, r * sizeof(float),
+        CUDA_CHECK(cudaMemcpyAsync(factors.paths[p].l.get(), x.get() + p * r, r * sizeof(float),
                                    cudaMemcpyDeviceToDevice, st));
 }
 
-void solve_h(Model& md, const TensorContext& c, const KBlocks& kb) {
+void solve_h(DeviceFactors& factors, const TensorContext& c, const KBlocks& kb) {
     const cudaStream_t st = c.stream();
-    const size_t np = md.paths.size();
-    const int64_t m = md.m, r = md.r;
+    const size_t np = factors.paths.size();
+    const int64_t m = factors.m, r = factors.r;
     std::vector<DMat> sl(np);
-    for (size_t p = 0; p < np; ++p) sl[p] = md.sl(st, p);
+    for (size_t p = 0; p < np; ++p) sl[p] = factors.left_l(st, p);
     DVec rh[2], gm[3];  // rh_p; g00, g01, g11
     for (size_t p = 0; p < np; ++p) {
         rh[p] = DVec(m, st);
-        rowdot(st, md.whg(c, p).data(), sl[p].data(), m, r, rh[p].get());
+        rowdot(st, factors.wh_right(c, p).data(), sl[p].data(), m, r, rh[p].get());
     }
     for (size_t p = 0; p < np; ++p)
         for (size_t q = p; q < np; ++q) {
@@ -104,61 +105,61 @@ void solve_h(Model& md, const TensorContext& c, const KBlocks& kb) {
             out = DVec(m, st);
             rowdot(st, slk.data(), sl[q].data(), m, r, out.get());
         }
-    float* h1 = np == 2 ? md.paths[1].h.get() : nullptr;
+    float* h1 = np == 2 ? factors.paths[1].h.get() : nullptr;
     k_hsolve<<<static_cast<unsigned>((m + 255) / 256), 256, 0, st>>>(
         static_cast<int>(np), m, rh[0].get(), np == 2 ? rh[1].get() : nullptr, gm[0].get(),
-        np == 2 ? gm[1].get() : nullptr, np == 2 ? gm[2].get() : nullptr, md.paths[0].h.get(), h1,
-        kRidge);
+        np == 2 ? gm[1].get() : nullptr, np == 2 ? gm[2].get() : nullptr, factors.paths[0].h.get(),
+        h1, kRidge);
     CUDA_LAUNCH_CHECK();
 }
 
 }  // namespace
 
-void als_l(Model& md, const TensorContext& c) {
-    solve_l(md, c, k_blocks(md, c));
+void als_l(DeviceFactors& factors, const TensorContext& c) {
+    solve_l(factors, c, k_blocks(factors, c));
 }
 
-void als_h(Model& md, const TensorContext& c) {
-    solve_h(md, c, k_blocks(md, c));
+void als_h(DeviceFactors& factors, const TensorContext& c) {
+    solve_h(factors, c, k_blocks(factors, c));
 }
 
-// g of path p: the n × n system (S_V K S_Vᵀ) ∘ H with K = MᵀM (M = hsl_p) and
+// g of path p: the n × n system (S_V K S_Vᵀ) ∘ H with K = MᵀM (M = left_p) and
 // rhs_j = s_jᵀ [(W − Σ_{q≠p} Ŵ_q) H]ᵀ M.
-void als_g(Model& md, const TensorContext& c, size_t p) {
+void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
     const cudaStream_t st = c.stream();
-    const int64_t n = md.n, r = md.r;
-    const DMat mm_p = md.hsl(st, p);
-    DMat y = mm(c.gpu, c.d.wh, true, mm_p, false, c.big(md.m));  // H Wᵀ M
-    for (size_t q = 0; q < md.paths.size(); ++q) {
+    const int64_t n = factors.n, r = factors.r;
+    const DMat mm_p = factors.left(st, p);
+    DMat y = mm(c.gpu, c.d.wh, true, mm_p, false, c.big(factors.m));  // H Wᵀ M
+    for (size_t q = 0; q < factors.paths.size(); ++q) {
         if (q == p) continue;
-        const DMat t = mm(c.gpu, md.hsl(st, q), true, mm_p, false, c.big(md.m));
-        mm_into(c.gpu, -1.f, md.hg(c, q), false, t, false, 1.f, y, c.big(r));
+        const DMat t = mm(c.gpu, factors.left(st, q), true, mm_p, false, c.big(factors.m));
+        mm_into(c.gpu, -1.f, factors.h_right(c, q), false, t, false, 1.f, y, c.big(r));
     }
-    const DMat& sv = md.paths[p].sv;
+    const DMat& sv = factors.paths[p].sv;
     DVec rhs(n, st);
     rowdot(st, sv.data(), y.data(), n, r, rhs.get());
     y = DMat();
-    const DMat k = mm(c.gpu, mm_p, true, mm_p, false, c.big(md.m));
+    const DMat k = mm(c.gpu, mm_p, true, mm_p, false, c.big(factors.m));
     const DMat svk = mm(c.gpu, sv, false, k, false, c.big(r), kExactA);
     auto build = [&](float* sys) {
         gemm(c.gpu, false, true, n, n, r, 1.f, svk.data(), r, sv.data(), r, 0.f, sys, n, c.big(r),
              kExactB);
-        hadamard_inplace(st, sys, c.ic.h.data(), n);
+        hadamard_inplace(st, sys, c.input_ctx.h.data(), n);
     };
     DVec g(n, st);
     solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge);
-    md.paths[p].g = std::move(g);
-    md.paths[p].invalidate();
+    factors.paths[p].g = std::move(g);
+    factors.paths[p].invalidate();
 }
 
-void als(Model& md, const TensorContext& c, int sweeps) {
+void als(DeviceFactors& factors, const TensorContext& c, int sweeps) {
     StageTimer st(c, "als");
     for (int s = 0; s < sweeps; ++s) {
         // ℓ and h share the blocks K_pq (g and S_V do not change between them).
-        const KBlocks kb = k_blocks(md, c);
-        solve_l(md, c, kb);
-        solve_h(md, c, kb);
-        for (size_t p = 0; p < md.paths.size(); ++p) als_g(md, c, p);
+        const KBlocks kb = k_blocks(factors, c);
+        solve_l(factors, c, kb);
+        solve_h(factors, c, kb);
+        for (size_t p = 0; p < factors.paths.size(); ++p) als_g(factors, c, p);
     }
 }
 

@@ -115,17 +115,18 @@ size_t InputContext::bytes() const {
     return (l_ ? 4 : 3) * nn;
 }
 
-TensorData::TensorData(Gpu& gpu, const MatD& w_, const InputContext& ic, const Tuning& tuning) {
-    CORTIQ_CHECK(w_.cols() == ic.n, "weight is {}x{} but its input Gram is {}-wide", w_.rows(),
-                 w_.cols(), ic.n);
+TensorData::TensorData(Gpu& gpu, const MatD& w_, const InputContext& input_ctx,
+                       const Tuning& tuning) {
+    CORTIQ_CHECK(w_.cols() == input_ctx.n, "weight is {}x{} but its input Gram is {}-wide",
+                 w_.rows(), w_.cols(), input_ctx.n);
     for (double v : w_.vec()) CORTIQ_CHECK(std::isfinite(v), "weight has non-finite values");
     m = w_.rows();
     n = w_.cols();
     const cudaStream_t st = gpu.stream();
     w = upload(w_, st);
     const Prec p = n >= tuning.x3_min_k ? Prec::tf32x3 : Prec::fp32;
-    wh = mm(gpu, w, false, ic.h, false, p);
-    wh_sel = mm(gpu, w, false, ic.h_sel, false, p);
+    wh = mm(gpu, w, false, input_ctx.h, false, p);
+    wh_sel = mm(gpu, w, false, input_ctx.h_sel, false, p);
     SumBatch sb(st);
     sb.dot(w.data(), wh.data(), m * n);
     sb.dot(w.data(), wh_sel.data(), m * n);
@@ -134,7 +135,7 @@ TensorData::TensorData(Gpu& gpu, const MatD& w_, const InputContext& ic, const T
     a_h = v[0];
     a_sel = v[1];
     w2 = v[2];
-    a_fit = a_h - ic.c_fit * w2;
+    a_fit = a_h - input_ctx.c_fit * w2;
 }
 
 }  // namespace cortiq::encode::cuda

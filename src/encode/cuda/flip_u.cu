@@ -69,23 +69,23 @@ __global__ void k_flip_u(float* su, float* qs, const float* thg, const float* q,
 
 }  // namespace
 
-int64_t flip_u(Model& md, const TensorContext& c, size_t p, double tol, int passes) {
+int64_t flip_u(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes) {
     StageTimer timer(c, "flip_u");
     const cudaStream_t st = c.stream();
-    const int64_t m = md.m, r = md.r;
-    Path& path = md.paths[p];
-    const DMat gs = md.gs(st, p);
-    const DMat& hgs = md.hg(c, p);
-    const DMat k = mm(c.gpu, gs, true, hgs, false, c.big(md.n));  // K = gsᵀ H gs
+    const int64_t m = factors.m, r = factors.r;
+    Path& path = factors.paths[p];
+    const DMat right = factors.right(st, p);
+    const DMat& h_right = factors.h_right(c, p);
+    const DMat k = mm(c.gpu, right, true, h_right, false, c.big(factors.n));  // K = rightᵀ H right
     DMat qm(r, r, st);
     DVec qdiag(r, st);
-    q_matrix(st, k.data(), path.l.get(), qm.data(), qdiag.get(), r);
-    // T H gs = W H gs − Σ_{q≠p} hsl_q (gs_qᵀ H gs)
-    DMat thg = md.whg(c, p).clone(st);
-    for (size_t q = 0; q < md.paths.size(); ++q) {
+    row_error_matrix(st, k.data(), path.l.get(), qm.data(), qdiag.get(), r);
+    // T H right = W H right − Σ_{q≠p} left_q (right_qᵀ H right)
+    DMat thg = factors.wh_right(c, p).clone(st);
+    for (size_t q = 0; q < factors.paths.size(); ++q) {
         if (q == p) continue;
-        const DMat kq = mm(c.gpu, md.gs(st, q), true, hgs, false, c.big(md.n));
-        mm_into(c.gpu, -1.f, md.hsl(st, q), false, kq, false, 1.f, thg, c.big(r));
+        const DMat kq = mm(c.gpu, factors.right(st, q), true, h_right, false, c.big(factors.n));
+        mm_into(c.gpu, -1.f, factors.left(st, q), false, kq, false, 1.f, thg, c.big(r));
     }
     DMat qs = mm(c.gpu, path.su, false, qm, false, c.big(r), kExactA);  // rows: Q s_i
     DeviceBuffer<unsigned long long> flips(1, st);

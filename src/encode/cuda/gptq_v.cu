@@ -24,11 +24,11 @@ int64_t gptq_v_max_rank() {
     return 16384;  // 4 r floats of shared memory per block (227 KiB on sm_90)
 }
 
-int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
-               bool feedback) {
+int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
+               int block, bool feedback) {
     StageTimer timer(c, "gptq_v");
     const cudaStream_t st = c.stream();
-    const int64_t n = md.n, r = md.r;
+    const int64_t n = factors.n, r = factors.r;
     // the lazy kernel up to its rank (its owners hold 8 chunks each), else batched
     GptqPlan l;
     bool lazy = c.tuning.gptq_kernel == GptqKernel::lazy;
@@ -41,22 +41,22 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
                  "gptq_v: rank {} is above the device column search's limit ({} bytes of shared "
                  "memory per block); use the CPU encoder",
                  r, c.gpu.smem_optin());
-    Path& path = md.paths[p];
-    const DMat mm_p = md.hsl(st, p);
-    const DMat k = mm(c.gpu, mm_p, true, mm_p, false, c.big(md.m));
+    Path& path = factors.paths[p];
+    const DMat mm_p = factors.left(st, p);
+    const DMat k = mm(c.gpu, mm_p, true, mm_p, false, c.big(factors.m));
     DVec kd(r, st);
     diag_of(st, k.data(), kd.get(), r);
     // Mᵀ t_j for every column: (W − Σ_{q≠p} Ŵ_q)ᵀ M
-    DMat bn = mm(c.gpu, c.d.w, true, mm_p, false, c.big(md.m));
-    for (size_t q = 0; q < md.paths.size(); ++q) {
+    DMat bn = mm(c.gpu, c.d.w, true, mm_p, false, c.big(factors.m));
+    for (size_t q = 0; q < factors.paths.size(); ++q) {
         if (q == p) continue;
-        const DMat t = mm(c.gpu, md.hsl(st, q), true, mm_p, false, c.big(md.m));
-        mm_into(c.gpu, -1.f, md.gs(st, q), false, t, false, 1.f, bn, c.big(r));
+        const DMat t = mm(c.gpu, factors.left(st, q), true, mm_p, false, c.big(factors.m));
+        mm_into(c.gpu, -1.f, factors.right(st, q), false, t, false, 1.f, bn, c.big(r));
     }
     DMat b(n, r, st), s(n, r, st);
-    permute_rows(st, bn.data(), b.data(), c.ic.perm_d.get(), n, r, false);
+    permute_rows(st, bn.data(), b.data(), c.input_ctx.perm_d.get(), n, r, false);
     bn = DMat();
-    permute_rows(st, path.sv.data(), s.data(), c.ic.perm_d.get(), n, r, false);
+    permute_rows(st, path.sv.data(), s.data(), c.input_ctx.perm_d.get(), n, r, false);
     const DMat ks0 = mm(c.gpu, s, false, k, false, c.big(r), kExactA);
     // the lazy kernel reads K with rows and columns zero-padded to chunks of 32
     const int64_t rp = (r + 31) / 32 * 32;
@@ -73,25 +73,25 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
     constexpr int kCounts = 6;
     DeviceBuffer<unsigned long long> counts(kCounts, st);
     CUDA_CHECK(cudaMemsetAsync(counts.get(), 0, kCounts * sizeof(unsigned long long), st));
-    GptqArgs a{b.data(),
-               s.data(),
-               ks0.data(),
-               lazy ? kpad.data() : k.data(),
-               kd.get(),
-               c.ic.uc.data(),
-               e.data(),
-               gv.get(),
-               n,
-               r,
-               0,
-               0,
-               flip_tol_f32(tol),
-               passes,
-               feedback ? 1 : 0,
-               counts.get(),
-               counts.get() + 1,
-               lazy ? rp : r,
-               counts.get() + 2};
+    GptqArgs a{.b = b.data(),
+               .s = s.data(),
+               .ks0 = ks0.data(),
+               .k = lazy ? kpad.data() : k.data(),
+               .kd = kd.get(),
+               .uc = c.input_ctx.uc.data(),
+               .e = e.data(),
+               .g = gv.get(),
+               .n = n,
+               .r = r,
+               .j0 = 0,
+               .j1 = 0,
+               .tol = flip_tol_f32(tol),
+               .passes = passes,
+               .feedback = feedback ? 1 : 0,
+               .flips = counts.get(),
+               .passes_run = counts.get() + 1,
+               .ldk = lazy ? rp : r,
+               .stats = counts.get() + 2};
     if (lazy)
         prepare_lazy(l);
     else
@@ -106,11 +106,11 @@ int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int pass
             launch_batched(c.gpu, a, l);
         if (!feedback || j1 >= n) continue;
         // trailing update: B[j1:] −= Uc[j0:j1, j1:]ᵀ E[j0:j1]
-        gemm(c.gpu, true, false, n - j1, r, j1 - j0, -1.f, c.ic.uc.data() + j0 * n + j1, n,
+        gemm(c.gpu, true, false, n - j1, r, j1 - j0, -1.f, c.input_ctx.uc.data() + j0 * n + j1, n,
              e.data() + j0 * r, r, 1.f, b.data() + j1 * r, r);
     }
-    permute_rows(st, s.data(), path.sv.data(), c.ic.perm_d.get(), n, r, true);
-    scatter(st, gv.get(), path.g.get(), c.ic.perm_d.get(), n);
+    permute_rows(st, s.data(), path.sv.data(), c.input_ctx.perm_d.get(), n, r, true);
+    scatter(st, gv.get(), path.g.get(), c.input_ctx.perm_d.get(), n);
     path.invalidate();
     unsigned long long total[kCounts] = {};
     CUDA_CHECK(cudaMemcpyAsync(total, counts.get(), sizeof total, cudaMemcpyDeviceToHost, st));

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "encode/cuda/common.hpp"
+#include "encode/cuda/ops.hpp"
 
 namespace cortiq::encode::cuda {
 

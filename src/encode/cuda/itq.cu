@@ -15,7 +15,8 @@ std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const 
     rowdot(st, vp.data(), vp.data(), vp.rows, vp.cols, nv.get());
     VecD wu = download(nu, st), wv = download(nv, st);
     for (auto& v : wu) v = std::sqrt(std::max(v, 0.0));
-    for (size_t j = 0; j < wv.size(); ++j) wv[j] = std::sqrt(std::max(wv[j], 0.0)) * c.ic.sqd[j];
+    for (size_t j = 0; j < wv.size(); ++j)
+        wv[j] = std::sqrt(std::max(wv[j], 0.0)) * c.input_ctx.sqd[j];
     return {wu, wv};
 }
 

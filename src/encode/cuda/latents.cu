@@ -23,7 +23,7 @@ std::pair<VecD, DMat> left_factors(const TensorContext& c, const DMat& t, const 
     if (m <= n) {
         // G = T H Tᵀ (m × m): its eigenvectors are the left singular vectors of T L.
         DMat t_h;
-        if (whiten && !th) t_h = mm(g, t, false, c.ic.h, false, c.big(n));
+        if (whiten && !th) t_h = mm(g, t, false, c.input_ctx.h, false, c.big(n));
         const DMat& left = !whiten ? t : th ? *th : t_h;
         DeviceBuffer<double> gram(m * m, st);
         {
@@ -38,7 +38,7 @@ std::pair<VecD, DMat> left_factors(const TensorContext& c, const DMat& t, const 
     }
     // (T L)ᵀ (T L) (n × n): right singular vectors V_r; U_r = T L V_r / σ.
     DMat tl_own;
-    if (whiten) tl_own = mm(g, t, false, c.ic.l(c.gpu), false, c.big(n));
+    if (whiten) tl_own = mm(g, t, false, c.input_ctx.l(c.gpu), false, c.big(n));
     const DMat& tl = whiten ? tl_own : t;
     DeviceBuffer<double> gram(n * n, st);
     {
@@ -97,6 +97,18 @@ std::pair<DMat, DMat> latents(const TensorContext& c, const DMat& t, const DMat*
     DMat vp = mm(c.gpu, t, true, ur, false, c.big(m));
     scale_rc_inplace(st, vp.data(), nullptr, isq_d.get(), n, r);
     return {std::move(up), std::move(vp)};
+}
+
+std::pair<DMat, DMat> residual(const TensorContext& c, const DeviceFactors& f, bool with_h) {
+    const cudaStream_t st = c.stream();
+    const DMat left = f.left(st, 0);
+    DMat res = c.d.w.clone(st), res_h;
+    mm_into(c.gpu, -1.f, left, false, f.right(st, 0), true, 1.f, res, c.big(f.r));
+    if (with_h) {
+        res_h = c.d.wh.clone(st);
+        mm_into(c.gpu, -1.f, left, false, f.h_right(c, 0), true, 1.f, res_h, c.big(f.r));
+    }
+    return {std::move(res), std::move(res_h)};
 }
 
 }  // namespace cortiq::encode::cuda

@@ -134,7 +134,8 @@ __global__ void k_scatter(const float* src, float* dst, const int* perm, int64_t
     for (int64_t j = gtid(); j < n; j += gstride()) dst[perm[j]] = src[j];
 }
 
-__global__ void k_q_matrix(const float* k, const float* l, float* q, float* qdiag, int64_t r) {
+__global__ void k_row_error_matrix(const float* k, const float* l, float* q, float* qdiag,
+                                   int64_t r) {
     for (int64_t idx = gtid(); idx < r * r; idx += gstride()) {
         const int64_t a = idx / r, b = idx - a * r;
         const float v = l[a] * k[idx] * l[b];
@@ -397,9 +398,10 @@ void scatter(cudaStream_t st, const float* src, float* dst, const int* perm, int
     CUDA_LAUNCH_CHECK();
 }
 
-void q_matrix(cudaStream_t st, const float* k, const float* l, float* q, float* qdiag, int64_t r) {
+void row_error_matrix(cudaStream_t st, const float* k, const float* l, float* q, float* qdiag,
+                      int64_t r) {
     if (r == 0) return;
-    k_q_matrix<<<grid_for(r * r), kThreads, 0, st>>>(k, l, q, qdiag, r);
+    k_row_error_matrix<<<grid_for(r * r), kThreads, 0, st>>>(k, l, q, qdiag, r);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -9,9 +9,22 @@
 #include <utility>
 #include <vector>
 
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 
 namespace cortiq::encode::cuda {
+
+// The CUDA base (core/cuda/device.hpp), by the names the encoder uses.
+using cortiq::cuda::device_free_bytes;
+using cortiq::cuda::device_total_bytes;
+using cortiq::cuda::DeviceBuffer;
+using cortiq::cuda::DMat;
+using cortiq::cuda::download;
+using cortiq::cuda::download_f;
+using cortiq::cuda::DVec;
+using cortiq::cuda::fail_call;
+using cortiq::cuda::Gpu;
+using cortiq::cuda::upload;
+using cortiq::cuda::upload_f;
 
 // ── element-wise ─────────────────────────────────────────────────────────────
 // out(i,k) = s(i,k) · rows[i] · cols[k]   (rows / cols may be null: 1)
@@ -44,7 +57,8 @@ void permute_rows(cudaStream_t st, const float* src, float* dst, const int* perm
 // dst[perm[j]] = src[j]
 void scatter(cudaStream_t st, const float* src, float* dst, const int* perm, int64_t n);
 // Q = diag(l) K diag(l), qdiag = diag(Q)
-void q_matrix(cudaStream_t st, const float* k, const float* l, float* q, float* qdiag, int64_t r);
+void row_error_matrix(cudaStream_t st, const float* k, const float* l, float* q, float* qdiag,
+                      int64_t r);
 void diag_of(cudaStream_t st, const float* a, float* d, int64_t n);
 // eigenvectors of a k×k column-major solver output (ascending, `count` of them)
 // to a k×r row-major float32 matrix, the largest first: out(i,c) = ev[(count-1-c)·k + i]

@@ -12,13 +12,13 @@
 
 namespace cortiq::encode::cuda {
 
-Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o, Profile* prof,
-                        Gpu& gpu) {
+Encoded encode_rtn_sign(const MatD& w, const InputContext& input_ctx, const Options& o,
+                        Profile* prof, Gpu& gpu) {
     (void)o;
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t m = w.rows(), n = w.cols();
     const cudaStream_t st = gpu.stream();
-    const TensorData td(gpu, w, ic);
+    const TensorData td(gpu, w, input_ctx);
     double rel_fit = 0, rel_sel = 0;
     {
         StageTimer timer(gpu, prof, "rtn-sign");
@@ -36,7 +36,7 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
         for (int sw = 0; sw < 6; ++sw) {
             // h_i = (s_i∘g)ᵀ H w_i / (s_i∘g)ᵀ H (s_i∘g)
             scale_rc(st, sg.data(), s.data(), nullptr, g_d.get(), m, n);
-            const DMat sgh = mm(gpu, sg, false, ic.h, false);
+            const DMat sgh = mm(gpu, sg, false, input_ctx.h, false);
             rowdot(st, sgh.data(), td.w.data(), m, n, num.get());
             rowdot(st, sgh.data(), sg.data(), m, n, den.get());
             const VecD nu = download(num, st), de = download(den, st);
@@ -48,7 +48,7 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
             coldot(st, hs.data(), td.wh.data(), m, n, rhs.get());
             auto build = [&](float* sys) {
                 gemm(gpu, true, false, n, n, m, 1.f, hs.data(), n, hs.data(), n, 0.f, sys, n);
-                hadamard_inplace(st, sys, ic.h.data(), n);
+                hadamard_inplace(st, sys, input_ctx.h.data(), n);
             };
             solve_spd(gpu, n, build, rhs.get(), g_d.get(), 1e-10);
             g = download(g_d, st);
@@ -59,14 +59,14 @@ Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o,
         g_d = upload(g, st);
         DMat e(m, n, st);
         residual_rc(st, td.w.data(), s.data(), h_d.get(), g_d.get(), e.data(), m, n);
-        const DMat eh = mm(gpu, e, false, ic.h, false);
-        const DMat es = mm(gpu, e, false, ic.h_sel, false);
+        const DMat eh = mm(gpu, e, false, input_ctx.h, false);
+        const DMat es = mm(gpu, e, false, input_ctx.h_sel, false);
         SumBatch sb(st);
         sb.dot(e.data(), eh.data(), m * n);
         sb.dot(e.data(), e.data(), m * n);
         sb.dot(e.data(), es.data(), m * n);
         const auto v = sb.read();
-        const double err_fit = std::max(v[0] - ic.c_fit * v[1], 0.0);
+        const double err_fit = std::max(v[0] - input_ctx.c_fit * v[1], 0.0);
         rel_fit = std::sqrt(err_fit / std::max(td.a_fit, 1e-300));
         rel_sel = std::sqrt(std::max(v[2], 0.0) / std::max(td.a_sel, 1e-300));
     }

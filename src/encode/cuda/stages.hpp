@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "blr/model.hpp"
+#include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
 #include "core/profile.hpp"
-#include "encode/cuda/common.hpp"
 #include "encode/cuda/ops.hpp"
 #include "encode/options.hpp"
 
@@ -97,7 +97,7 @@ class InputContext {
 
 // Per-tensor device data, shared read-only by the candidates' streams.
 struct TensorData {
-    TensorData(Gpu& gpu, const MatD& w, const InputContext& ic, const Tuning& tuning = {});
+    TensorData(Gpu& gpu, const MatD& w, const InputContext& input_ctx, const Tuning& tuning = {});
     int64_t m = 0, n = 0;
     DMat w, wh, wh_sel;                            // W, W·H, W·H_sel
     double a_h = 0, a_fit = 0, a_sel = 0, w2 = 0;  // tr(W X Wᵀ), ‖W‖²_F
@@ -113,10 +113,10 @@ struct EigCache {
 
 // One thread's view of a tensor: data, input, its Gpu and profile.
 struct TensorContext {
-    TensorContext(const TensorData& d, const InputContext& ic, Gpu& gpu, Profile* prof = nullptr,
-                  Tuning tuning = {});
+    TensorContext(const TensorData& d, const InputContext& input_ctx, Gpu& gpu,
+                  Profile* prof = nullptr, Tuning tuning = {});
     const TensorData& d;
-    const InputContext& ic;
+    const InputContext& input_ctx;
     Gpu& gpu;
     Profile* prof = nullptr;
     Tuning tuning;
@@ -147,39 +147,40 @@ class StageTimer {
 struct Path {
     DVec h, l, g;  // m, r, n scales
     DMat su, sv;   // m × r, n × r, entries ±1
-    // H·gs and W H·gs, valid while g and sv are unchanged (see invalidate).
-    mutable std::optional<DMat> hg, whg;
+    // H·right and W H·right, valid while g and sv are unchanged (see invalidate).
+    mutable std::optional<DMat> h_right, wh_right;
     void invalidate() {
-        hg.reset();
-        whg.reset();
+        h_right.reset();
+        wh_right.reset();
     }
 };
 
-struct Model {
+struct DeviceFactors {
     int64_t m = 0, n = 0, r = 0;
     std::vector<Path> paths;
 
-    Model clone(cudaStream_t st) const;
-    void rebind(cudaStream_t st);               // future frees on `st` (after a hand-over)
-    DMat hsl(cudaStream_t st, size_t p) const;  // diag(h) S_U diag(ℓ)
-    DMat hs(cudaStream_t st, size_t p) const;   // diag(h) S_U
-    DMat sl(cudaStream_t st, size_t p) const;   // S_U diag(ℓ)
-    DMat gs(cudaStream_t st, size_t p) const;   // diag(g) S_V
-    const DMat& hg(const TensorContext& c, size_t p) const;   // H·gs (cached)
-    const DMat& whg(const TensorContext& c, size_t p) const;  // W H·gs (cached)
+    DeviceFactors clone(cudaStream_t st) const;
+    void rebind(cudaStream_t st);  // future frees on `st` (after a hand-over)
+    // Ŵ_p = left(p) right(p)ᵀ
+    DMat left(cudaStream_t st, size_t p) const;                    // diag(h) S_U diag(ℓ)
+    DMat left_h(cudaStream_t st, size_t p) const;                  // diag(h) S_U
+    DMat left_l(cudaStream_t st, size_t p) const;                  // S_U diag(ℓ)
+    DMat right(cudaStream_t st, size_t p) const;                   // diag(g) S_V
+    const DMat& h_right(const TensorContext& c, size_t p) const;   // H·right (cached)
+    const DMat& wh_right(const TensorContext& c, size_t p) const;  // W H·right (cached)
 };
 
 // Hooks for tests and the pack step: the same signs and scales on either side.
-Model to_device(const blr::Model& md, cudaStream_t st);
-blr::Model to_host(const Model& md, cudaStream_t st);
+DeviceFactors to_device(const blr::Factors& factors, cudaStream_t st);
+blr::Factors to_host(const DeviceFactors& factors, cudaStream_t st);
 MatD download(const DMat& a, cudaStream_t st);
 DMat upload(const MatD& a, cudaStream_t st);
 
 enum class Metric { h, fit, sel };
 
 // err_X = tr(E X Eᵀ) by the factor-sized expansion (SPEC §2).
-double err(const Model& md, const TensorContext& c, Metric x);
-double rel_err(const Model& md, const TensorContext& c, Metric x);
+double err(const DeviceFactors& factors, const TensorContext& c, Metric x);
+double rel_err(const DeviceFactors& factors, const TensorContext& c, Metric x);
 
 // ── stage 2: whitened latents ────────────────────────────────────────────────
 // t: the target (m × n); th = t·H (used when m ≤ n; null: computed).
@@ -188,6 +189,10 @@ std::pair<DMat, DMat> latents(const TensorContext& c, const DMat& t, const DMat*
                               bool whiten = true, bool use_cache = false);
 // Fills an EigCache with W's top-r_max eigenpairs (for both candidates).
 EigCache latents_cache(const TensorContext& c, int64_t r_max);
+
+// Stage 6's target: the residual W − Ŵ_1 of path 1 and, with `with_h`, its
+// product with H (empty otherwise).
+std::pair<DMat, DMat> residual(const TensorContext& c, const DeviceFactors& f, bool with_h);
 
 // ── stage 3: ITQ gauge ───────────────────────────────────────────────────────
 struct ItqResult {
@@ -207,31 +212,37 @@ std::pair<VecD, VecD> rank1_pos(const Gpu& g, const DMat& mabs);
 Path svid(const Gpu& g, const DMat& u, const DMat& v);
 
 // ── stage 5: exact block least squares in the H metric ───────────────────────
-void als_l(Model& md, const TensorContext& c);
-void als_h(Model& md, const TensorContext& c);
-void als_g(Model& md, const TensorContext& c, size_t p);
-void als(Model& md, const TensorContext& c, int sweeps);
+void als_l(DeviceFactors& factors, const TensorContext& c);
+void als_h(DeviceFactors& factors, const TensorContext& c);
+void als_g(DeviceFactors& factors, const TensorContext& c, size_t p);
+void als(DeviceFactors& factors, const TensorContext& c, int sweeps);
 
 // ── stage 7: discrete knots ──────────────────────────────────────────────────
-int64_t flip_u(Model& md, const TensorContext& c, size_t p, double tol, int passes);
-int64_t gptq_v(Model& md, const TensorContext& c, size_t p, double tol, int passes, int block,
-               bool feedback = true);
+int64_t flip_u(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes);
+int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
+               int block, bool feedback = true);
 // The largest rank the device column search supports.
 int64_t gptq_v_max_rank();
 
-// ── stages 2–6 and 7 ─────────────────────────────────────────────────────────
-Model build_init(const TensorContext& c, int64_t r, int paths, const Options& o);
-Model refine(Model md, const TensorContext& c, const Options& o);
+// ── stage 9: pack ───────────────────────────────────────────────────────────
+// The payload of f (packed on the host), its size, and the fit and held-out
+// errors with the stored scales, into `out`.
+void pack(const TensorContext& c, const DeviceFactors& f, Encoded& out);
+
+// ── the driver over these stages (encode/driver.hpp; encode.cu) ──────────────
+// stages 2–6: initial factors; 7: refinement
+DeviceFactors build_init(const TensorContext& c, int64_t r, int paths, const Options& o);
+DeviceFactors refine(DeviceFactors factors, const TensorContext& c, const Options& o);
 
 // ── stages 8–9: whole tensor ─────────────────────────────────────────────────
 // `helper` (optional): a second Gpu of the same device for the P = 1 candidate
 // (one is made when tuning.parallel_candidates and none is given).
-Encoded encode_tensor(const MatD& w, const InputContext& ic, const Options& o, Profile* prof,
+Encoded encode_tensor(const MatD& w, const InputContext& input_ctx, const Options& o, Profile* prof,
                       Gpu& gpu, const Tuning& tuning = {}, Gpu* helper = nullptr);
 
 // rtn-sign baseline on the device.
-Encoded encode_rtn_sign(const MatD& w, const InputContext& ic, const Options& o, Profile* prof,
-                        Gpu& gpu);
+Encoded encode_rtn_sign(const MatD& w, const InputContext& input_ctx, const Options& o,
+                        Profile* prof, Gpu& gpu);
 
 // ── device memory ────────────────────────────────────────────────────────────
 // Peak device bytes to encode an m × n tensor (context: also its input context).

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "core/matrix.hpp"
-#include "encode/cuda/common.hpp"
+#include "encode/cuda/ops.hpp"
 #include "encode/synthetic.hpp"
 
 namespace cortiq::encode::cuda {

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cuda/device.hpp"
 #include "core/error.hpp"
-#include "encode/cuda/common.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/reduce.cuh"
 

@@ -3,7 +3,7 @@
 // accumulate into the residual stream with beta = 1.
 #include <algorithm>
 
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 
 namespace cortiq::model::cuda {

@@ -9,7 +9,7 @@
 
 namespace cortiq::model::cuda {
 
-namespace ec = encode::cuda;
+namespace ec = cortiq::cuda;
 
 namespace {
 
@@ -45,40 +45,47 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// t[i, k] = scale_k · Σ_j s(k,j) · xg[i, j] for R rows i, one warp per row k
-// of S. Lane L takes 32 consecutive columns at a time: one 32-bit word of
-// bits (the warp's 32 words are one coalesced 128-byte load) against 32
-// values of xg (8 float4 loads, from L1: every warp reads all of xg).
+// t[i, k] = scale_k · Σ_j s(k,j) · g_j x[i, j] for R rows i, one warp per row
+// k of S. The block first puts xg = g ∘ x in shared memory (R × cols). For
+// each 1024 columns the warp loads the row's 32 words of bits at once (one
+// coalesced 128-byte load); lane L then takes columns 128q + 4L .. + 3 for
+// q = 0..7 (float4 reads by consecutive lanes: no bank conflicts), their four
+// bits fetched from the lane that loaded that word.
 template <int R>
-__global__ void dot_decode(Rows s, const float* __restrict__ xg, const __half* __restrict__ scale,
-                           float* __restrict__ t, int64_t ldt) {
-    const int lane = threadIdx.x & 31;
+__global__ void dot_decode(Rows s, const float* __restrict__ x, const __half* __restrict__ g,
+                           const __half* __restrict__ scale, float* __restrict__ t, int64_t ldt) {
+    extern __shared__ float4 xg4[];
+    float* xg = reinterpret_cast<float*>(xg4);
     const int cols = static_cast<int>(s.cols);
-    const bool vec4 = (cols & 3) == 0;  // rows of xg 16-byte aligned
+    const int padded = (cols + 1023) / 1024 * 1024;  // zero tail: no bounds in the loop
+    for (int i = threadIdx.x; i < R * padded; i += blockDim.x) {
+        const int r = i / padded, j = i % padded;
+        xg[i] = j < cols ? x[r * cols + j] * __half2float(g[j]) : 0.0f;
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31;
     const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
     for (int64_t k = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); k < s.rows; k += warps) {
         const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        for (int c = 32 * lane; c < cols; c += 1024) {
-            const uint32_t word = bits32(s.words, base + c);
-            if (vec4 && c + 32 <= cols) {
+        for (int c0 = 0; c0 < cols; c0 += 1024) {
+            // bits past the row's end belong to the next row: masked here
+            const int left = cols - c0 - 32 * lane;
+            uint32_t mine = left > 0 ? bits32(s.words, base + c0 + 32 * lane) : 0u;
+            if (left > 0 && left < 32) mine &= (1u << left) - 1u;
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const uint32_t word = __shfl_sync(0xffffffffu, mine, 4 * q + (lane >> 3));
+                const uint32_t nib = word >> (4 * (lane & 7));
+                const int j = c0 + 128 * q + 4 * lane;
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const float4* x4 = reinterpret_cast<const float4*>(xg + r * cols + c);
-#pragma unroll
-                    for (int q = 0; q < 8; ++q) {
-                        const float4 v = __ldg(x4 + q);
-                        acc[r] += flip(v.x, (word >> (4 * q)) & 1u) + flip(v.y, (word >> (4 * q + 1)) & 1u) +
-                                  flip(v.z, (word >> (4 * q + 2)) & 1u) + flip(v.w, (word >> (4 * q + 3)) & 1u);
-                    }
+                    const float4 v = xg4[(r * padded + j) >> 2];
+                    acc[r] += (flip(v.x, nib & 1u) + flip(v.y, (nib >> 1) & 1u)) +
+                              (flip(v.z, (nib >> 2) & 1u) + flip(v.w, (nib >> 3) & 1u));
                 }
-            } else {
-                const int e = min(32, cols - c);
-                for (int b = 0; b < e; ++b)
-#pragma unroll
-                    for (int r = 0; r < R; ++r) acc[r] += flip(__ldg(xg + r * cols + c + b), (word >> b) & 1u);
             }
         }
 #pragma unroll
@@ -89,42 +96,56 @@ __global__ void dot_decode(Rows s, const float* __restrict__ xg, const __half* _
     }
 }
 
-// u[i, j] += Σ_{k in chunk} s(k,j) t[i,k] for R rows i. A block of 8 warps
-// owns 1024 consecutive columns (lane L: 32 of them, one word of bits per k,
-// coalesced across the warp) and one chunk of k, which its warps share
-// round-robin; the warps' sums meet in shared memory, the chunks in u
-// (atomics; u starts at zero).
+// y[i, j] += h_j · Σ_k s(k,j) t[i,k] for R rows i. A warp owns 256
+// consecutive columns (lane L: 8 of them, one byte of bits per k; the warp's
+// 32 bytes are one sector), its block's 8 warps share them and split the
+// block's chunk of k round-robin; the warps' sums meet in shared memory and
+// the chunks in y (atomics: y was set to β·y + bias before).
 template <int R>
 __global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restrict__ t,
-                                                   float* __restrict__ u, int64_t kchunk) {
-    __shared__ float part[8][1024];
+                                                   const __half* __restrict__ h,
+                                                   float* __restrict__ y, int64_t kchunk) {
+    __shared__ float part[8][R * 256 + 8];
+    __shared__ float tk[R * 1024];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t k0 = blockIdx.y * kchunk, k1 = min(s.rows, k0 + kchunk);
-    const int64_t c0 = blockIdx.x * int64_t{1024} + 32 * lane;
-    const bool live = c0 < s.cols;
-    for (int r = 0; r < R; ++r) {
-        float acc[32];
+    const int64_t j0 = blockIdx.x * int64_t{256} + 8 * lane;
+    const int64_t left = s.cols - j0;  // columns of this lane's byte that exist
+    float acc[R][8];
 #pragma unroll
-        for (int b = 0; b < 32; ++b) acc[b] = 0.0f;
-        if (live)
-            for (int64_t k = k0 + warp; k < k1; k += 8) {
-                const uint32_t word = bits32(s.words, s.first + static_cast<uint64_t>(k) * s.stride + c0);
-                const float tk = __ldg(t + r * s.rows + k);
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-                for (int b = 0; b < 32; ++b) acc[b] += flip(tk, (word >> b) & 1u);
+        for (int b = 0; b < 8; ++b) acc[r][b] = 0.0f;
+    for (int64_t kb = k0; kb < k1; kb += 1024) {  // t of up to 1024 latents in shared memory
+        const int64_t kn = min(int64_t{1024}, k1 - kb);
+        __syncthreads();
+        for (int i = threadIdx.x; i < R * kn; i += 256) tk[i] = t[(i / kn) * s.rows + kb + i % kn];
+        __syncthreads();
+        if (left > 0)
+            for (int64_t k = warp; k < kn; k += 8) {
+                const uint64_t b = s.first + static_cast<uint64_t>(kb + k) * s.stride + j0;
+                const uint32_t byte = (bits32(s.words, b)) & 0xffu;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float v = tk[r * kn + k];
+#pragma unroll
+                    for (int q = 0; q < 8; ++q) acc[r][q] += flip(v, (byte >> q) & 1u);
+                }
             }
+    }
 #pragma unroll
-        for (int b = 0; b < 32; ++b) part[warp][(32 * lane + b) ^ (lane & 31)] = acc[b];
-        __syncthreads();
-        for (int i = threadIdx.x; i < 1024; i += 256) {
-            const int64_t j = blockIdx.x * int64_t{1024} + i;
-            const int slot = i ^ ((i >> 5) & 31);
-            float v = 0.0f;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-            for (int w = 0; w < 8; ++w) v += part[w][slot];
-            if (j < s.cols) atomicAdd(u + r * s.cols + j, v);
-        }
-        __syncthreads();
+        for (int q = 0; q < 8; ++q) part[warp][r * 256 + 8 * lane + q] = acc[r][q];
+    __syncthreads();
+    for (int i = threadIdx.x; i < R * 256; i += 256) {
+        const int r = i / 256, c = i % 256;
+        const int64_t j = blockIdx.x * int64_t{256} + c;
+        if (j >= s.cols) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 8; ++w) v += part[w][i];
+        atomicAdd(y + r * s.cols + j, v * __half2float(h[j]));
     }
 }
 
@@ -173,22 +194,29 @@ void ensure(ec::DVec& b, int64_t n, cudaStream_t stream) {
 }
 
 template <int R>
-void dot_decode_launch(const Rows& s, const float* xg, const __half* scale, float* t, int64_t ldt,
-                       cudaStream_t stream) {
+void dot_decode_launch(const Rows& s, const float* x, const __half* g, const __half* scale,
+                       float* t, int64_t ldt, cudaStream_t stream) {
+    const size_t smem = sizeof(float) * R * static_cast<size_t>((s.cols + 1023) / 1024 * 1024);
+    static const bool opted_in = [] {  // once per process (device 0's limit)
+        CUDA_CHECK(cudaFuncSetAttribute(dot_decode<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        200 * 1024));
+        return true;
+    }();
+    (void)opted_in;
     const int64_t blocks = std::clamp<int64_t>((s.rows + 7) / 8, 1, 4096);
-    dot_decode<R><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(s, xg, scale, t, ldt);
+    dot_decode<R><<<static_cast<unsigned>(blocks), 256, smem, stream>>>(s, x, g, scale, t, ldt);
     CUDA_LAUNCH_CHECK();
 }
 
 template <int R>
-void axpy_decode_launch(const Rows& s, const float* t, float* u, int sms, cudaStream_t stream) {
-    CUDA_CHECK(cudaMemsetAsync(u, 0, sizeof(float) * R * static_cast<size_t>(s.cols), stream));
-    const int64_t col_blocks = (s.cols + 1023) / 1024;
-    // about two blocks per SM, each warp at least 4 latents
-    const int64_t splits = std::clamp<int64_t>(2 * sms / col_blocks, 1, std::max<int64_t>(1, s.rows / 32));
+void axpy_decode_launch(const Rows& s, const float* t, const __half* h, float* y, int sms,
+                        cudaStream_t stream) {
+    const int64_t col_blocks = (s.cols + 255) / 256;
+    // about four blocks per SM, each warp at least 8 latents
+    const int64_t splits = std::clamp<int64_t>(4 * sms / col_blocks, 1, std::max<int64_t>(1, s.rows / 64));
     const int64_t kchunk = (s.rows + splits - 1) / splits;
     const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>((s.rows + kchunk - 1) / kchunk));
-    axpy_decode<R><<<grid, 256, 0, stream>>>(s, t, u, kchunk);
+    axpy_decode<R><<<grid, 256, 0, stream>>>(s, t, h, y, kchunk);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -202,27 +230,45 @@ int sm_count() {
     return n;
 }
 
+// y = β·y + bias (either may be absent) before the atomics add the products.
+__global__ void init_output(float* __restrict__ y, const float* __restrict__ bias, int64_t rows,
+                            int64_t m, float beta) {
+    const int64_t n = rows * m;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        y[i] = (beta == 0.0f ? 0.0f : beta * y[i]) + (bias ? bias[i % m] : 0.0f);
+}
+
+void init_output_launch(float* y, const float* bias, int64_t rows, int64_t m, float beta,
+                        cudaStream_t stream) {
+    if (beta == 1.0f && !bias) return;  // a residual stream: nothing to do
+    if (beta == 0.0f && !bias) {
+        CUDA_CHECK(cudaMemsetAsync(y, 0, sizeof(float) * static_cast<size_t>(rows * m), stream));
+        return;
+    }
+    init_output<<<blocks_for(rows * m), 256, 0, stream>>>(y, bias, rows, m, beta);
+    CUDA_LAUNCH_CHECK();
+}
+
 template <int R>
 void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, float* y, float beta,
                  const float* bias, cudaStream_t stream) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
-    ensure(ws.xg, R * w.n, stream);
-    ensure(ws.u, R * w.m, stream);
-    if (!w.sign) ensure(ws.t, R * w.r, stream);
+    if (w.sign) {
+        ensure(ws.u, R * w.m, stream);
+        dot_decode_launch<R>(svt_of(w, 0), x, gs, nullptr, ws.u.get(), w.m, stream);
+        epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs, bias, R, w.m, beta,
+                                                          true, true);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
+    ensure(ws.t, R * w.r, stream);
+    init_output_launch(y, bias, R, w.m, beta, stream);
     for (int p = 0; p < w.paths; ++p) {
-        scale_cols<<<blocks_for(R * w.n), 256, 0, stream>>>(x, gs + p * w.n, R, w.n, ws.xg.get());
-        CUDA_LAUNCH_CHECK();
-        if (w.sign) {
-            dot_decode_launch<R>(svt_of(w, 0), ws.xg.get(), nullptr, ws.u.get(), w.m, stream);
-        } else {
-            dot_decode_launch<R>(svt_of(w, p), ws.xg.get(), ls + p * w.r, ws.t.get(), w.r, stream);
-            axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), ws.u.get(), sm_count(), stream);
-        }
-        epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias, R,
-                                                          w.m, beta, p == 0, p + 1 == w.paths);
-        CUDA_LAUNCH_CHECK();
+        dot_decode_launch<R>(svt_of(w, p), x, gs + p * w.n, ls + p * w.r, ws.t.get(), w.r, stream);
+        axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), hs + p * w.m, y, sm_count(), stream);
     }
 }
 
@@ -338,7 +384,10 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
                    const float* bias) {
     if (rows == 0) return;
-    if (rows > kDecodeRows) return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
+    // the decode kernels hold rows × n floats (n padded to 1024) in shared memory
+    const int64_t smem = 4 * rows * ((w.n + 1023) / 1024 * 1024);
+    if (rows > kDecodeRows || smem > 200 * 1024)
+        return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
     switch (rows) {
         case 1:
             return decode_path<1>(w, ws, x, y, beta, bias, stream);

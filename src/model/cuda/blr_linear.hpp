@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "blr/packed.hpp"
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 
 namespace cortiq::model::cuda {
 
@@ -22,14 +22,14 @@ struct DevicePacked {
     int64_t m = 0, n = 0, r = 0;
     int paths = 0;
     bool sign = false;
-    encode::cuda::DeviceBuffer<uint32_t> bits;  // the sign stream + a 64-bit guard
-    encode::cuda::DeviceBuffer<uint16_t> h, l, g;  // f16 scales, paths × (m | r | n)
+    cortiq::cuda::DeviceBuffer<uint32_t> bits;  // the sign stream + a 64-bit guard
+    cortiq::cuda::DeviceBuffer<uint16_t> h, l, g;  // f16 scales, paths × (m | r | n)
     int64_t bytes() const { return 4 * bits.size() + 2 * (h.size() + l.size() + g.size()); }
 };
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
-    encode::cuda::DVec xg, t, u, tile;
+    cortiq::cuda::DVec xg, t, u, tile;
 };
 
 DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream);

@@ -1,5 +1,5 @@
 // Embedding gather: one block per token row.
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 
 namespace cortiq::model::cuda {

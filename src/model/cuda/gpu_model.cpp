@@ -86,4 +86,65 @@ int64_t GpuModel::weight_bytes() const {
     return impl_->w.bytes;
 }
 
+// ── hooks for the calibration on the device ──────────────────────────────────
+
+cortiq::cuda::Gpu& GpuModel::gpu() {
+    return impl_->gpu;
+}
+
+int64_t GpuModel::batch_rows() const {
+    return kBatchRows;
+}
+
+void GpuModel::embed_into(std::span<const int32_t> tokens, float* out) {
+    Impl& g = *impl_;
+    g.load_tokens(tokens);  // checks the ids, sizes the workspace
+    cuda::embed(g.ws.tokens.get(), g.w.embed.get(), static_cast<int64_t>(tokens.size()),
+                g.cfg.hidden_size, out, g.stream());
+}
+
+float* GpuModel::work_rows(int64_t rows) {
+    impl_->ensure_work(rows);
+    return impl_->ws.x.get();
+}
+
+void GpuModel::run_block(int64_t layer, int64_t batch, int64_t T, float* x,
+                         const DeviceInputHook* hook, std::string_view stop_after) {
+    Impl& g = *impl_;
+    CORTIQ_CHECK(layer >= 0 && layer < g.cfg.num_layers, "layer {} of {}", layer, g.cfg.num_layers);
+    g.ensure_rope(T);
+    g.ensure_work(batch * T);
+    g.block(static_cast<size_t>(layer), batch, T, 0, false, x, hook, stop_after);
+}
+
+const float* GpuModel::final_norm_rows(const float* x, int64_t rows) {
+    Impl& g = *impl_;
+    g.ensure_work(rows);
+    cuda::rmsnorm(x, rows, g.cfg.hidden_size, g.w.final_norm.get(),
+                  static_cast<float>(g.cfg.rms_norm_eps), g.ws.n.get(), g.stream());
+    return g.ws.n.get();
+}
+
+namespace {
+
+cuda::DeviceLinear& linear_named(cuda::DeviceLayer& l, std::string_view name) {
+    if (name == "self_attn.q_proj") return l.q;
+    if (name == "self_attn.k_proj") return l.k;
+    if (name == "self_attn.v_proj") return l.v;
+    if (name == "self_attn.o_proj") return l.o;
+    if (name == "mlp.gate_proj") return l.gate;
+    if (name == "mlp.up_proj") return l.up;
+    if (name == "mlp.down_proj") return l.down;
+    CORTIQ_FAIL("no linear layer named '{}' in a decoder block", name);
+}
+
+}  // namespace
+
+void GpuModel::set_linear(int64_t layer, std::string_view name, const LinearWeights& w) {
+    Impl& g = *impl_;
+    CORTIQ_CHECK(layer >= 0 && layer < g.cfg.num_layers, "layer {} of {}", layer, g.cfg.num_layers);
+    cuda::set_weight(linear_named(g.w.layers[static_cast<size_t>(layer)], name), w.dense(),
+                     g.stream());
+}
+
 }  // namespace cortiq::model

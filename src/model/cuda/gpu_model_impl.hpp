@@ -1,7 +1,6 @@
 // GpuModel's state (private to src/model/cuda/): the weights on the device, a
-// workspace sized for the largest batch seen, the KV cache, the calibration
-// hidden states, and the forward pass as a sequence of cuBLAS GEMMs and the
-// kernels of kernels.hpp, in the order of model/block.cpp.
+// workspace sized for the largest batch seen, the KV cache, and the forward pass as a sequence of
+// cuBLAS GEMMs and the kernels of kernels.hpp, in the order of model/block.cpp.
 #pragma once
 
 #include <algorithm>
@@ -10,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/cuda/device.hpp"
 #include "core/error.hpp"
-#include "encode/cuda/common.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/weights.hpp"
 #include "model/gpu_model.hpp"
@@ -20,7 +19,7 @@
 
 namespace cortiq::model {
 
-namespace ec = encode::cuda;
+namespace gpu_base = cortiq::cuda;  // core/cuda/device.hpp
 using cuda::DVec;
 
 // A scoring batch: about this many token rows keep the GEMMs large...
@@ -29,7 +28,7 @@ inline constexpr int64_t kBatchRows = 16384;
 inline constexpr int64_t kMaxLogitBytes = int64_t{1} << 30;
 
 struct GpuModel::Impl {
-    ec::Gpu gpu;  // first member: destroyed last, after every buffer freed on its stream
+    gpu_base::Gpu gpu;  // first member: destroyed last, after every buffer freed on its stream
     io::ModelConfig cfg;
     std::vector<float> inv_freq;
     cuda::DeviceWeights w;
@@ -41,9 +40,9 @@ struct GpuModel::Impl {
     // Activations of up to `rows` token rows.
     struct Work {
         int64_t rows = 0;
-        ec::DeviceBuffer<int32_t> tokens;
+        gpu_base::DeviceBuffer<int32_t> tokens;
         DVec x, n, q, k, v, attn, gate, up, logits;
-        ec::DeviceBuffer<double> nll;
+        gpu_base::DeviceBuffer<double> nll;
     } ws;
 
     // Keys and values (after RoPE) of positions [0, length), per layer
@@ -52,14 +51,6 @@ struct GpuModel::Impl {
         int64_t capacity = 0, length = 0;
         std::vector<DVec> k, v;
     } cache;
-
-    // Calibration (model/cuda/calib.cpp): the hidden states of two sets of
-    // equal-length token windows (fit and held out), windows × T × hidden.
-    struct CalibSet {
-        int64_t windows = 0, T = 0;
-        DVec x;
-    };
-    std::array<CalibSet, 2> calib;
 
     explicit Impl(const Model& m)
         : cfg(m.config()),
@@ -84,8 +75,8 @@ struct GpuModel::Impl {
         if (positions <= rope_rows) return;
         const int64_t n = std::max({positions, 2 * rope_rows, int64_t{512}});
         const RopeTable t = rope_table(inv_freq, 0, n);
-        rope_cos = ec::upload_f(t.cos, stream());
-        rope_sin = ec::upload_f(t.sin, stream());
+        rope_cos = gpu_base::upload_f(t.cos, stream());
+        rope_sin = gpu_base::upload_f(t.sin, stream());
         rope_rows = n;
     }
 
@@ -94,7 +85,7 @@ struct GpuModel::Impl {
         const io::ModelConfig& c = cfg;
         ws = Work{};  // free the old buffers first
         const cudaStream_t st = stream();
-        ws.tokens = ec::DeviceBuffer<int32_t>(rows, st);
+        ws.tokens = gpu_base::DeviceBuffer<int32_t>(rows, st);
         ws.x = DVec(rows * c.hidden_size, st);
         ws.n = DVec(rows * c.hidden_size, st);
         ws.q = DVec(rows * c.q_dim(), st);
@@ -104,7 +95,7 @@ struct GpuModel::Impl {
         ws.gate = DVec(rows * c.intermediate_size, st);
         ws.up = DVec(rows * c.intermediate_size, st);
         ws.logits = DVec(rows * c.vocab_size, st);
-        ws.nll = ec::DeviceBuffer<double>(rows, st);
+        ws.nll = gpu_base::DeviceBuffer<double>(rows, st);
         ws.rows = rows;
     }
 
@@ -124,8 +115,7 @@ struct GpuModel::Impl {
 
     // A linear layer's input as the calibration sees it (input: a
     // LinearInputHook name), a device pointer valid during the call.
-    using DeviceHook =
-        std::function<void(std::string_view input, const float* x, int64_t rows, int64_t cols)>;
+    using DeviceHook = GpuModel::DeviceInputHook;
 
     // Block l on x (batch sequences of T rows at positions pos0.., updated in
     // place to the block's output). With `stop_after` (an input name): returns
@@ -197,7 +187,7 @@ struct GpuModel::Impl {
 
     MatF download_logits(int64_t rows) {
         const int64_t V = cfg.vocab_size;
-        return MatF(rows, V, ec::download_f(ws.logits.get(), rows * V, stream()));
+        return MatF(rows, V, gpu_base::download_f(ws.logits.get(), rows * V, stream()));
     }
 };
 

@@ -2,7 +2,7 @@
 // the device, only one double per row does. One block per row: max, then
 // Σ exp(l − max) in float per thread and float64 across threads (as
 // model::logsumexp_rows sums float chunks in double).
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/reduce.cuh"
 

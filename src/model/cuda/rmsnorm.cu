@@ -1,6 +1,6 @@
 // RMSNorm, one warp per row: the sum of squares in float64 as on the CPU
 // (model::rmsnorm), so the norm itself adds no rounding difference.
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/reduce.cuh"
 

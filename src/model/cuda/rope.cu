@@ -2,7 +2,7 @@
 // linear scaling and the float32 angle rounding are the CPU's exactly.
 #include <algorithm>
 
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 
 namespace cortiq::model::cuda {

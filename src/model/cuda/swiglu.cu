@@ -2,7 +2,7 @@
 // down_proj's input).
 #include <algorithm>
 
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 
 namespace cortiq::model::cuda {

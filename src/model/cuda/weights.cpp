@@ -11,7 +11,7 @@ namespace {
 
 DVec upload(const std::vector<float>& v, cudaStream_t stream, int64_t& bytes) {
     bytes += static_cast<int64_t>(v.size() * sizeof(float));
-    return encode::cuda::upload_f(v, stream);
+    return cortiq::cuda::upload_f(v, stream);
 }
 
 DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,

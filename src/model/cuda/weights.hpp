@@ -7,8 +7,8 @@
 
 #include <memory>
 
+#include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
-#include "encode/cuda/common.hpp"
 #include "model/cuda/blr_linear.hpp"
 
 namespace cortiq::model {
@@ -17,7 +17,7 @@ class Model;
 
 namespace cortiq::model::cuda {
 
-using encode::cuda::DVec;
+using cortiq::cuda::DVec;
 
 struct DeviceLinear {
     DVec own;                  // m × n row-major (empty when w points into another buffer)

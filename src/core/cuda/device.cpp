@@ -1,6 +1,6 @@
 // The RAII layer's out-of-line parts: error messages, the per-thread Gpu,
 // memory queries and small host ↔ device copies.
-#include "encode/cuda/common.hpp"
+#include "core/cuda/device.hpp"
 
 #include <fmt/format.h>
 
@@ -9,7 +9,7 @@
 
 #include "core/error.hpp"
 
-namespace cortiq::encode::cuda {
+namespace cortiq::cuda {
 
 void fail_call(const char* lib, const char* expr, const char* file, int line,
                const std::string& detail) {
@@ -175,4 +175,4 @@ std::vector<double> download(const DVec& v, cudaStream_t stream) {
     return std::vector<double>(f.begin(), f.end());
 }
 
-}  // namespace cortiq::encode::cuda
+}  // namespace cortiq::cuda

@@ -1,7 +1,8 @@
-// The CUDA encoder's small RAII layer: checked calls (CUDA_CHECK, CUBLAS_CHECK,
-// CUSOLVER_CHECK throw cortiq::Error with file and line), device buffers that
-// free themselves (stream-ordered, from the device's memory pool), and one
-// `Gpu` per host thread: a stream with its cuBLAS and cuSOLVER handles.
+// The CUDA base every GPU layer builds on (the encoder, the runtime, the
+// calibration): checked calls (CUDA_CHECK, CUBLAS_CHECK, CUSOLVER_CHECK throw
+// cortiq::Error with file and line), device buffers that free themselves
+// (stream-ordered, from the device's memory pool), and one `Gpu` per host
+// thread: a stream with its cuBLAS and cuSOLVER handles.
 #pragma once
 
 #include <cublas_v2.h>
@@ -13,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-namespace cortiq::encode::cuda {
+namespace cortiq::cuda {
 
 // Throws cortiq::Error("<lib> error at file:line: <expr>: <detail>").
 [[noreturn]] void fail_call(const char* lib, const char* expr, const char* file, int line,
@@ -21,38 +22,36 @@ namespace cortiq::encode::cuda {
 const char* cublas_status_name(cublasStatus_t s);
 const char* cusolver_status_name(cusolverStatus_t s);
 
-}  // namespace cortiq::encode::cuda
+}  // namespace cortiq::cuda
 
-#define CUDA_CHECK(expr)                                                         \
-    do {                                                                         \
-        const cudaError_t cortiq_e_ = (expr);                                    \
-        if (cortiq_e_ != cudaSuccess) [[unlikely]]                               \
-            ::cortiq::encode::cuda::fail_call("CUDA", #expr, __FILE__, __LINE__, \
-                                              cudaGetErrorString(cortiq_e_));    \
+#define CUDA_CHECK(expr)                                                 \
+    do {                                                                 \
+        const cudaError_t cortiq_e_ = (expr);                            \
+        if (cortiq_e_ != cudaSuccess) [[unlikely]]                       \
+            ::cortiq::cuda::fail_call("CUDA", #expr, __FILE__, __LINE__, \
+                                      cudaGetErrorString(cortiq_e_));    \
     } while (0)
 
-#define CUBLAS_CHECK(expr)                                              \
-    do {                                                                \
-        const cublasStatus_t cortiq_s_ = (expr);                        \
-        if (cortiq_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]            \
-            ::cortiq::encode::cuda::fail_call(                          \
-                "cuBLAS", #expr, __FILE__, __LINE__,                    \
-                ::cortiq::encode::cuda::cublas_status_name(cortiq_s_)); \
+#define CUBLAS_CHECK(expr)                                                            \
+    do {                                                                              \
+        const cublasStatus_t cortiq_s_ = (expr);                                      \
+        if (cortiq_s_ != CUBLAS_STATUS_SUCCESS) [[unlikely]]                          \
+            ::cortiq::cuda::fail_call("cuBLAS", #expr, __FILE__, __LINE__,            \
+                                      ::cortiq::cuda::cublas_status_name(cortiq_s_)); \
     } while (0)
 
-#define CUSOLVER_CHECK(expr)                                              \
-    do {                                                                  \
-        const cusolverStatus_t cortiq_s_ = (expr);                        \
-        if (cortiq_s_ != CUSOLVER_STATUS_SUCCESS) [[unlikely]]            \
-            ::cortiq::encode::cuda::fail_call(                            \
-                "cuSOLVER", #expr, __FILE__, __LINE__,                    \
-                ::cortiq::encode::cuda::cusolver_status_name(cortiq_s_)); \
+#define CUSOLVER_CHECK(expr)                                                            \
+    do {                                                                                \
+        const cusolverStatus_t cortiq_s_ = (expr);                                      \
+        if (cortiq_s_ != CUSOLVER_STATUS_SUCCESS) [[unlikely]]                          \
+            ::cortiq::cuda::fail_call("cuSOLVER", #expr, __FILE__, __LINE__,            \
+                                      ::cortiq::cuda::cusolver_status_name(cortiq_s_)); \
     } while (0)
 
 // After a kernel launch: the launch error, if any.
 #define CUDA_LAUNCH_CHECK() CUDA_CHECK(cudaGetLastError())
 
-namespace cortiq::encode::cuda {
+namespace cortiq::cuda {
 
 // A device array of T, allocated and freed in stream order on `stream` (the
 // device's default memory pool). Objects shared between streams are first
@@ -171,4 +170,4 @@ std::vector<double> download(const DVec& v, cudaStream_t stream);
 DVec upload_f(const std::vector<float>& v, cudaStream_t stream);
 std::vector<float> download_f(const float* p, int64_t n, cudaStream_t stream);
 
-}  // namespace cortiq::encode::cuda
+}  // namespace cortiq::cuda

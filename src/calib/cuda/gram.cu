@@ -1,10 +1,10 @@
 #include <algorithm>
 #include <tuple>
 
+#include "calib/cuda/gram.hpp"
 #include "core/error.hpp"
-#include "model/cuda/gram.hpp"
 
-namespace cortiq::model::cuda {
+namespace cortiq::calib::cuda {
 
 namespace {
 
@@ -97,4 +97,4 @@ MatD DeviceCrossGram::mean() const {
     return c;
 }
 
-}  // namespace cortiq::model::cuda
+}  // namespace cortiq::calib::cuda

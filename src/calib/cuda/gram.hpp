@@ -1,5 +1,5 @@
 // The Gram of a linear layer's input on the device, for calibration with the
-// GPU forward pass (quantize --device gpu): Σ x xᵀ over the rows x of every
+// GPU forward pass (quantize --device gpu; calib/gpu_states.hpp): Σ x xᵀ over the rows x of every
 // added block, in float64 (the rows are widened to double and multiplied by
 // cuBLAS DSYRK), as calib::GramAccumulator does on the host.
 #pragma once
@@ -9,10 +9,10 @@
 
 #include <cstdint>
 
+#include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
-#include "encode/cuda/common.hpp"
 
-namespace cortiq::model::cuda {
+namespace cortiq::calib::cuda {
 
 class DeviceGram {
   public:
@@ -27,8 +27,8 @@ class DeviceGram {
   private:
     int64_t n_ = 0, tokens_ = 0;
     cudaStream_t stream_ = nullptr;
-    encode::cuda::DeviceBuffer<double> sum_;      // n × n, the lower triangle (column-major)
-    encode::cuda::DeviceBuffer<double> scratch_;  // a chunk of rows widened to double
+    cortiq::cuda::DeviceBuffer<double> sum_;      // n × n, the lower triangle (column-major)
+    cortiq::cuda::DeviceBuffer<double> scratch_;  // a chunk of rows widened to double
 };
 
 // Σ a bᵀ over paired rows a (width na) and b (width nb), in float64 (DGEMM
@@ -44,8 +44,8 @@ class DeviceCrossGram {
   private:
     int64_t na_ = 0, nb_ = 0, tokens_ = 0;
     cudaStream_t stream_ = nullptr;
-    encode::cuda::DeviceBuffer<double> sum_;  // nb × na column-major = na × nb row-major
-    encode::cuda::DeviceBuffer<double> scratch_a_, scratch_b_;
+    cortiq::cuda::DeviceBuffer<double> sum_;  // nb × na column-major = na × nb row-major
+    cortiq::cuda::DeviceBuffer<double> scratch_a_, scratch_b_;
 };
 
-}  // namespace cortiq::model::cuda
+}  // namespace cortiq::calib::cuda

@@ -1,12 +1,10 @@
-// GPU availability for the CUDA encoder.
-#include "encode/dispatch.hpp"
+// Whether a GPU is usable (core/gpu.hpp), for a build with CUDA.
+#include "core/gpu.hpp"
 
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "core/error.hpp"
-
-namespace cortiq::encode {
+namespace cortiq {
 
 std::string gpu_unavailable_reason() {
     int count = 0;
@@ -20,4 +18,4 @@ bool gpu_available() {
     return gpu_unavailable_reason().empty();
 }
 
-}  // namespace cortiq::encode
+}  // namespace cortiq

@@ -3,7 +3,7 @@
 // handles; a per-device memory budget admits a tensor only when its estimate
 // fits beside the ones in flight; input contexts are built once per device and
 // freed after their input's last tensor.
-#include "encode/cuda/many.hpp"
+#include "encode/cuda/scheduler.hpp"
 
 #include <fmt/format.h>
 
@@ -172,14 +172,14 @@ class Scheduler {
                          "{:.1f} GiB for encoding (allow the CPU fallback or use --device cpu)",
                          jb.name, m, n, jb.options.bpw, static_cast<double>(need + ctx) / kGiB, d,
                          static_cast<double>(budget.capacity()) / kGiB);
-            const cpu::InputContext& ic = cpu_context(jb.input, jb.options.rho, prof);
-            res.enc = cpu::encode_tensor(*jb.w, ic, jb.options, prof);
+            const cpu::InputContext& input_ctx = cpu_context(jb.input, jb.options.rho, prof);
+            res.enc = cpu::encode_tensor(*jb.w, input_ctx, jb.options, prof);
             res.device = -1;
         } else {
-            const InputContext& ic = device_context(jb.input, d, gpu, jb.options.rho, prof);
+            const InputContext& input_ctx = device_context(jb.input, d, gpu, jb.options.rho, prof);
             budget.acquire(need);
             try {
-                res.enc = encode_tensor(*jb.w, ic, jb.options, prof, gpu, tuning, &helper);
+                res.enc = encode_tensor(*jb.w, input_ctx, jb.options, prof, gpu, tuning, &helper);
             } catch (...) {
                 gpu.sync_noexcept();
                 budget.release(need);

@@ -1,5 +1,5 @@
-// The BLR model on the device: scaled sign matrices, the per-path H·gs and
-// W H·gs caches, and the host ↔ device hooks used by pack and the tests.
+// The BLR factors on the device (DeviceFactors): scaled sign matrices, the per-path H·right and
+// W H·right caches, and the host ↔ device hooks used by pack and the tests.
 #include "core/parallel.hpp"
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
@@ -17,10 +17,10 @@ StageTimer::~StageTimer() {
 
 TensorContext::TensorContext(const TensorData& d_, const InputContext& ic_, Gpu& gpu_,
                              Profile* prof_, Tuning tuning_)
-    : d(d_), ic(ic_), gpu(gpu_), prof(prof_), tuning(tuning_) {}
+    : d(d_), input_ctx(ic_), gpu(gpu_), prof(prof_), tuning(tuning_) {}
 
-Model Model::clone(cudaStream_t st) const {
-    Model o;
+DeviceFactors DeviceFactors::clone(cudaStream_t st) const {
+    DeviceFactors o;
     o.m = m;
     o.n = n;
     o.r = r;
@@ -31,59 +31,60 @@ Model Model::clone(cudaStream_t st) const {
         q.g = p.g.clone(st);
         q.su = p.su.clone(st);
         q.sv = p.sv.clone(st);
-        if (p.hg) q.hg = p.hg->clone(st);
-        if (p.whg) q.whg = p.whg->clone(st);
+        if (p.h_right) q.h_right = p.h_right->clone(st);
+        if (p.wh_right) q.wh_right = p.wh_right->clone(st);
         o.paths.push_back(std::move(q));
     }
     return o;
 }
 
-void Model::rebind(cudaStream_t st) {
+void DeviceFactors::rebind(cudaStream_t st) {
     for (Path& p : paths) {
         p.h.rebind(st);
         p.l.rebind(st);
         p.g.rebind(st);
         p.su.rebind(st);
         p.sv.rebind(st);
-        if (p.hg) p.hg->rebind(st);
-        if (p.whg) p.whg->rebind(st);
+        if (p.h_right) p.h_right->rebind(st);
+        if (p.wh_right) p.wh_right->rebind(st);
     }
 }
 
-DMat Model::hsl(cudaStream_t st, size_t p) const {
+DMat DeviceFactors::left(cudaStream_t st, size_t p) const {
     DMat o(m, r, st);
     scale_rc(st, o.data(), paths[p].su.data(), paths[p].h.get(), paths[p].l.get(), m, r);
     return o;
 }
 
-DMat Model::hs(cudaStream_t st, size_t p) const {
+DMat DeviceFactors::left_h(cudaStream_t st, size_t p) const {
     DMat o(m, r, st);
     scale_rc(st, o.data(), paths[p].su.data(), paths[p].h.get(), nullptr, m, r);
     return o;
 }
 
-DMat Model::sl(cudaStream_t st, size_t p) const {
+DMat DeviceFactors::left_l(cudaStream_t st, size_t p) const {
     DMat o(m, r, st);
     scale_rc(st, o.data(), paths[p].su.data(), nullptr, paths[p].l.get(), m, r);
     return o;
 }
 
-DMat Model::gs(cudaStream_t st, size_t p) const {
+DMat DeviceFactors::right(cudaStream_t st, size_t p) const {
     DMat o(n, r, st);
     scale_rc(st, o.data(), paths[p].sv.data(), paths[p].g.get(), nullptr, n, r);
     return o;
 }
 
-const DMat& Model::hg(const TensorContext& c, size_t p) const {
+const DMat& DeviceFactors::h_right(const TensorContext& c, size_t p) const {
     const Path& q = paths[p];
-    if (!q.hg) q.hg = mm(c.gpu, c.ic.h, false, gs(c.stream(), p), false, c.big(n));
-    return *q.hg;
+    if (!q.h_right)
+        q.h_right = mm(c.gpu, c.input_ctx.h, false, right(c.stream(), p), false, c.big(n));
+    return *q.h_right;
 }
 
-const DMat& Model::whg(const TensorContext& c, size_t p) const {
+const DMat& DeviceFactors::wh_right(const TensorContext& c, size_t p) const {
     const Path& q = paths[p];
-    if (!q.whg) q.whg = mm(c.gpu, c.d.wh, false, gs(c.stream(), p), false, c.big(n));
-    return *q.whg;
+    if (!q.wh_right) q.wh_right = mm(c.gpu, c.d.wh, false, right(c.stream(), p), false, c.big(n));
+    return *q.wh_right;
 }
 
 DMat upload(const MatD& a, cudaStream_t st) {
@@ -111,12 +112,12 @@ MatD download(const DMat& a, cudaStream_t st) {
     return out;
 }
 
-Model to_device(const blr::Model& md, cudaStream_t st) {
-    Model o;
-    o.m = md.m;
-    o.n = md.n;
-    o.r = md.r;
-    for (const blr::Path& p : md.paths) {
+DeviceFactors to_device(const blr::Factors& factors, cudaStream_t st) {
+    DeviceFactors o;
+    o.m = factors.m;
+    o.n = factors.n;
+    o.r = factors.r;
+    for (const blr::Path& p : factors.paths) {
         Path q;
         q.h = upload(p.h, st);
         q.l = upload(p.l, st);
@@ -128,12 +129,12 @@ Model to_device(const blr::Model& md, cudaStream_t st) {
     return o;
 }
 
-blr::Model to_host(const Model& md, cudaStream_t st) {
-    blr::Model o;
-    o.m = md.m;
-    o.n = md.n;
-    o.r = md.r;
-    for (const Path& p : md.paths) {
+blr::Factors to_host(const DeviceFactors& factors, cudaStream_t st) {
+    blr::Factors o;
+    o.m = factors.m;
+    o.n = factors.n;
+    o.r = factors.r;
+    for (const Path& p : factors.paths) {
         blr::Path q;
         q.h = download(p.h, st);
         q.l = download(p.l, st);

@@ -1,0 +1,47 @@
+// The GPU side of sequential calibration (calib/sequential.hpp): a model on
+// the device with the hidden states of the fit and held-out windows, which
+// never leave it; Grams of a linear layer's input in float64. No CUDA types
+// here (calib/cuda/gpu_states.cpp); without CUDA the constructor throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "calib/calib.hpp"
+#include "core/matrix.hpp"
+#include "model/linear.hpp"
+
+namespace cortiq::model {
+class Model;
+}
+
+namespace cortiq::calib {
+
+class GpuStates {
+  public:
+    // Uploads m to the current device and embeds the windows of cs (set 0:
+    // fit, set 1: held out).
+    GpuStates(const model::Model& m, const CalibSet& cs);
+    ~GpuStates();
+    GpuStates(const GpuStates&) = delete;
+    GpuStates& operator=(const GpuStates&) = delete;
+
+    // (1/T) Σ x xᵀ over the set's rows x of `input` of block `layer` (a
+    // LinearInputHook input name) with the weights as they are now; input
+    // "lm_head": the final RMSNorm of the hidden states (layer ignored).
+    MatD gram(int set, int64_t layer, std::string_view input);
+    // (1/T) Σ x_o x_cᵀ over the set's rows: x_o the input as `original` (the
+    // same windows, on the same GPU) computes it, x_c as this model does.
+    MatD cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original);
+    // The set's hidden states through block `layer`.
+    void advance(int set, int64_t layer);
+    // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
+    void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
+
+  private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cortiq::calib

@@ -1,0 +1,29 @@
+// Without the CUDA backend there is no GPU calibration: one clear error.
+#ifndef CORTIQ_HAVE_CUDA
+#include "calib/gpu_states.hpp"
+#include "core/error.hpp"
+#include "core/gpu.hpp"
+
+namespace cortiq::calib {
+
+struct GpuStates::Impl {};
+
+GpuStates::GpuStates(const model::Model&, const CalibSet&) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+GpuStates::~GpuStates() = default;
+MatD GpuStates::gram(int, int64_t, std::string_view) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+MatD GpuStates::cross_gram(int, int64_t, std::string_view, GpuStates&) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+void GpuStates::advance(int, int64_t) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+
+}  // namespace cortiq::calib
+#endif

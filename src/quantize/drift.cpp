@@ -1,0 +1,33 @@
+// --match original: the drift-corrected target and how much of it to keep
+// (quantize.hpp).
+#include <algorithm>
+
+#include "linalg/blas.hpp"
+#include "quantize/quantize.hpp"
+
+namespace cortiq::quant {
+
+MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
+    const int64_t n = w.cols();
+    CORTIQ_CHECK(cross.rows() == n && cross.cols() == n && h_fit.rows() == n,
+                 "drift target: weight of {} inputs, cross Gram {}x{}, Gram {}x{}", n, cross.rows(),
+                 cross.cols(), h_fit.rows(), h_fit.cols());
+    MatD a = h_fit, c = cross;
+    for (int64_t i = 0; i < n; ++i) {
+        a(i, i) += damping;
+        c(i, i) += damping;
+    }
+    // W_tᵀ = A⁻¹ (W (C + cI))ᵀ, A symmetric
+    return la::solve_spd(a, la::gemm(w, false, c, false).transposed()).transposed();
+}
+
+double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel) {
+    MatD diff = cross_sel;
+    for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_sel.data()[i];
+    const double num = la::frob_dot(la::gemm(w, false, diff, false), d);
+    const double den = la::frob_dot(la::gemm(d, false, h_sel, false), d);
+    if (!(den > 0)) return 0.0;  // no correction (D = 0) or no held-out signal
+    return std::clamp(num / den, 0.0, 1.0);
+}
+
+}  // namespace cortiq::quant

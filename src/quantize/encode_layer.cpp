@@ -1,0 +1,87 @@
+// A step of quantize(): one decoder layer. For each of its inputs in turn
+// (q/k/v, o, gate/up, down): the Grams with everything before it compressed,
+// the tensors that read it encoded and put in place (the next input then sees
+// them); the layer's payloads journalled. A journalled layer is put in place
+// from the journal instead.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "blr/sign.hpp"
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+namespace {
+
+// The payload becomes the layer's weight, for the model and its states.
+void install(Run& run, int64_t layer, const std::string& linear,
+             const std::vector<uint8_t>& bytes) {
+    const std::string name = tensor_name(layer, linear);
+    auto& lin = run.model.linear(layer, linear);
+    blr::validate_any(bytes, name, lin.out_features(), lin.in_features());
+    lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
+    run.states.weight_changed(layer, linear);
+    run.payloads[name] = bytes;
+}
+
+void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
+    for (const auto& [name, bytes] : old.payloads) {
+        const std::string lin = name.substr(name.find('.', 13) + 1);  // after "model.layers.N."
+        install(run, layer, lin.substr(0, lin.size() - 7), bytes);    // drop ".weight"
+    }
+    int64_t work = 0;
+    for (const auto& r : old.reports) {
+        run.report.tensors.push_back(r);
+        work += r.m * r.n;
+    }
+    run.bar.advance(work, fmt::format("layer {} resumed", layer));
+    ++run.report.resumed_layers;
+}
+
+}  // namespace
+
+void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
+    const QuantizeOptions& o = run.o;
+    if (auto old = run.journal.load(layer)) return resume_layer(run, layer, *old);
+    LayerRecord rec;
+    for (const auto& g : input_groups()) {
+        std::vector<GroupJob> jobs;
+        for (const char* lin : g.linears) {
+            const auto it = work.budget.find(tensor_name(layer, lin));
+            if (it == work.budget.end()) continue;
+            jobs.push_back(
+                {lin, run.model.linear(layer, lin).w->dense().cast<double>(), it->second});
+        }
+        if (jobs.empty()) continue;
+        const std::string what =
+            fmt::format("{} (layer {} input of {})", o.model_dir, layer, g.input);
+        const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto enc =
+            encode_group(jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, what,
+                         [&](size_t i, const encode::Encoded& e) {
+                             const std::string name = tensor_name(layer, jobs[i].name);
+                             const double alpha = grams.drift_alpha[i];
+                             if (o.verbose)
+                                 run.bar.print(fmt::format(
+                                     "{:<40} {}{}", name, e.line,
+                                     alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : ""));
+                             run.bar.advance(jobs[i].w.size(), name);
+                         });
+        run.report.encode_seconds += seconds_since(t0);
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            const std::string name = tensor_name(layer, jobs[i].name);
+            install(run, layer, jobs[i].name, enc[i].payload);
+            TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
+            r.drift_alpha = grams.drift_alpha[i];
+            rec.payloads.emplace_back(name, enc[i].payload);
+            rec.reports.push_back(r);
+            run.report.tensors.push_back(r);
+        }
+    }
+    run.journal.save(layer, rec);
+    CORTIQ_CHECK(layer != o.interrupt_after_layer, "interrupted after layer {} (test hook)", layer);
+}
+
+}  // namespace cortiq::quant

@@ -1,0 +1,80 @@
+// Step 1 of quantize(): check the output, load the model, its checkpoint and
+// tokenizer, cut the calibration windows and record the run's settings.
+#include <filesystem>
+
+#include "core/gpu.hpp"
+#include "io/hash.hpp"
+#include "io/text_file.hpp"
+#include "io/tokenizer.hpp"
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> checkpoint_files(const io::Checkpoint& ck) {
+    std::vector<std::string> files;
+    for (const auto& s : ck.shards()) files.push_back(s.path());
+    return files;
+}
+
+}  // namespace
+
+void check_output(const QuantizeOptions& o) {
+    CORTIQ_CHECK(!o.out_path.empty(), "-o OUT.safetensors is required");
+    CORTIQ_CHECK(o.force || !fs::exists(o.out_path), "{} exists (pass --force to overwrite it)",
+                 o.out_path);
+    const fs::path parent = fs::absolute(o.out_path).parent_path();
+    CORTIQ_CHECK(fs::is_directory(parent), "output folder {} does not exist", parent.string());
+}
+
+Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
+    if (o.device == encode::Device::gpu)
+        CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
+    Inputs in{model::Model::load(o.model_dir), io::Checkpoint::open(o.model_dir), {}, {}};
+    const auto& cfg = in.model.config();
+    const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
+    CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
+    std::vector<std::string> calib_texts;
+    for (const auto& p : o.calib_paths)
+        calib_texts.push_back(io::read_text_file(p, "calibration text"));
+    calib::CalibOptions co = o.calib;
+    if (co.seqlen <= 0)
+        co.seqlen = std::min<int64_t>(
+            512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);
+    in.calib = calib::make_calib_set(tok, calib_texts, co, o.calib_paths);
+    // one file: its name and hash, as before; several: comma-separated lists
+    std::string calib_names, calib_hashes;
+    for (size_t i = 0; i < calib_texts.size(); ++i) {
+        if (i) {
+            calib_names += ',';
+            calib_hashes += ',';
+        }
+        calib_names += fs::path(o.calib_paths[i]).filename().string();
+        calib_hashes += io::sha256_text(calib_texts[i]);
+    }
+    in.settings = {
+        {"format_version", kFormatVersion},
+        {"source", fs::path(o.model_dir).filename().string()},
+        {"source_sha256", io::sha256_files(checkpoint_files(in.checkpoint))},
+        {"method", encode::method_name(o.enc.method)},
+        {"plan", plan.describe()},
+        {"paths", o.enc.paths == encode::PathsChoice::automatic ? "auto"
+                  : o.enc.paths == encode::PathsChoice::one     ? "1"
+                                                                : "2"},
+        {"rho", o.enc.rho},
+        {"gptq_passes", o.enc.gptq_passes},
+        {"match", o.match_original ? "original" : "layer"},
+        {"calib", calib_names},
+        {"calib_sha256", calib_hashes},
+        {"samples_fit", in.calib.fit.size()},
+        {"samples_sel", in.calib.sel.size()},
+        {"seqlen", co.seqlen},
+        {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
+    };
+    return in;
+}
+
+}  // namespace cortiq::quant

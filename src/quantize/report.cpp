@@ -1,0 +1,105 @@
+// The reports of a quantize run: per tensor and for the whole run (the
+// summary line, the --json summary, the journal's records).
+#include <fmt/format.h>
+
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+TensorReport report_of(const std::string& name, const GroupJob& job, const encode::Encoded& e,
+                       encode::Method method) {
+    TensorReport r;
+    r.name = name;
+    r.method = encode::method_name(method);
+    r.line = e.line;
+    r.m = job.w.rows();
+    r.n = job.w.cols();
+    r.rank = e.rank;
+    r.bits = e.bits;
+    r.paths = e.paths;
+    r.bpw_target = job.bpw;
+    r.bpw = e.bpw;
+    r.err_fit = e.err_fit;
+    r.err_sel = e.err_sel;
+    r.seconds = e.seconds;
+    return r;
+}
+
+double ratio(int64_t a, int64_t b) {
+    return b ? static_cast<double>(a) / b : 0.0;
+}
+
+nlohmann::json TensorReport::to_json(bool with_seconds) const {
+    nlohmann::json j = {{"method", method}, {"shape", {m, n}},    {"bpw_target", bpw_target},
+                        {"bits", bits},     {"bpw", bpw},         {"rank", rank},
+                        {"paths", paths},   {"err_fit", err_fit}, {"err_sel", err_sel},
+                        {"line", line}};
+    if (drift_alpha >= 0) j["drift_alpha"] = drift_alpha;
+    if (with_seconds) j["seconds"] = seconds;
+    return j;
+}
+
+TensorReport TensorReport::from_json(const std::string& name, const nlohmann::json& j) {
+    TensorReport r;
+    r.name = name;
+    r.method = j.at("method").get<std::string>();
+    r.m = j.at("shape").at(0).get<int64_t>();
+    r.n = j.at("shape").at(1).get<int64_t>();
+    r.bpw_target = j.at("bpw_target").get<double>();
+    r.bits = j.at("bits").get<int64_t>();
+    r.bpw = j.at("bpw").get<double>();
+    r.rank = j.at("rank").get<int64_t>();
+    r.paths = j.at("paths").get<int>();
+    r.err_fit = j.at("err_fit").get<double>();
+    r.err_sel = j.at("err_sel").get<double>();
+    r.line = j.value("line", "");
+    r.drift_alpha = j.value("drift_alpha", -1.0);
+    r.seconds = j.value("seconds", 0.0);
+    return r;
+}
+
+nlohmann::json QuantizeReport::to_json() const {
+    nlohmann::json j;
+    j["out"] = out_path;
+    j["seconds"] = seconds;
+    j["encode_seconds"] = encode_seconds;
+    j["calib_seconds"] = calib_seconds;
+    j["resumed_layers"] = resumed_layers;
+    j["resumed_head"] = resumed_head;
+    j["linear_includes_head"] = head_params > 0;
+    j["linear_params"] = linear_params;
+    j["linear_bits"] = linear_bits;
+    j["linear_bpw"] = ratio(linear_bits, linear_params);
+    j["head_params"] = head_params;
+    j["head_bits"] = head_bits;
+    j["decoder_linear_bpw"] = ratio(linear_bits - head_bits, linear_params - head_params);
+    j["total_params"] = total_params;
+    j["file_bytes"] = file_bytes;
+    j["file_bits_per_param"] = total_params ? 8.0 * file_bytes / total_params : 0.0;
+    nlohmann::json t = nlohmann::json::object();
+    for (const auto& r : tensors) t[r.name] = r.to_json(true);
+    j["tensors"] = t;
+    return j;
+}
+
+std::string QuantizeReport::summary() const {
+    return fmt::format(
+        "{}: {} tensors encoded, linear layers{} {:.4f} bpw ({} params, {:.2f} MB of codes{}); "
+        "file {:.2f} MB = {:.3f} bits per parameter; {:.1f}s (calibration {:.1f}s, encoding "
+        "{:.1f}s){}{}",
+        out_path, tensors.size(), head_params ? " incl. lm_head" : "",
+        ratio(linear_bits, linear_params), linear_params, linear_bits / 8e6,
+        head_params ? fmt::format("; lm_head {:.4f} bpw{}", ratio(head_bits, head_params),
+                                  linear_params > head_params
+                                      ? fmt::format(", decoder layers {:.4f} bpw",
+                                                    ratio(linear_bits - head_bits,
+                                                          linear_params - head_params))
+                                      : "")
+                    : "",
+        file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
+        calib_seconds, encode_seconds,
+        resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
+        resumed_head ? ", lm_head resumed" : "");
+}
+
+}  // namespace cortiq::quant

@@ -1,0 +1,102 @@
+// The steps of quantize() (quantize.cpp), in the order it runs them:
+//   load_and_check → plan_work → per decoder layer: encode_layer (for each
+//   input: calibrate_input, then the encoder) → encode_head → write_output.
+// Internal to src/quantize.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "calib/calib.hpp"
+#include "calib/sequential.hpp"
+#include "core/progress.hpp"
+#include "io/safetensors.hpp"
+#include "model/llama.hpp"
+#include "quantize/encode_group.hpp"
+#include "quantize/journal.hpp"
+#include "quantize/plan.hpp"
+#include "quantize/quantize.hpp"
+
+namespace cortiq::quant {
+
+inline constexpr int kFormatVersion = 1;
+inline constexpr const char* kHead = "lm_head.weight";
+inline constexpr int64_t kHeadKey = -1;  // the head's journal entry
+
+// "model.layers.{layer}.{linear}.weight"
+std::string tensor_name(int64_t layer, const std::string& linear);
+
+// The four inputs of a decoder block and the linear layers that read each.
+struct InputGroup {
+    const char* input;  // hook name
+    std::vector<const char*> linears;
+};
+const std::vector<InputGroup>& input_groups();
+
+// ── load and check (load.cpp) ─────────────────────────────────────────────────
+// The output path is free (or --force), its folder exists, a GPU is there
+// when asked for.
+void check_output(const QuantizeOptions& o);
+struct Inputs {
+    model::Model model;
+    io::Checkpoint checkpoint;
+    calib::CalibSet calib;
+    // The run's settings: the output's metadata and the journal's key.
+    nlohmann::json settings;
+};
+Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
+
+// ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
+struct WorkPlan {
+    std::map<std::string, double> budget;  // decoder tensor name → bpw
+    std::optional<double> head_bpw;        // --include-head
+    int64_t weights = 0;                   // weights to encode (the progress ETA)
+};
+WorkPlan plan_work(const Plan& plan, const model::Model& m);
+
+// What the layer and head steps share.
+struct Run {
+    const QuantizeOptions& o;
+    model::Model& model;
+    calib::SequentialCalib& states;
+    Progress& bar;
+    const Journal& journal;
+    QuantizeReport& report;
+    std::map<std::string, std::vector<uint8_t>> payloads;  // tensor name → BLR payload
+};
+
+// ── calibrate one input of a layer (calibrate_input.cpp) ─────────────────────
+struct InputGrams {
+    MatD h_fit, h_sel;
+    std::vector<double> drift_alpha;  // per job (--match original), else -1
+};
+// The Grams of `input` of block `layer` with everything before it compressed;
+// with --match original each job's target moved towards the original outputs.
+InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
+                           const std::string& what);
+
+// ── encode one decoder layer (encode_layer.cpp) ──────────────────────────────
+// From the journal when it holds the layer, else calibrated, encoded, put in
+// place and journalled.
+void encode_layer(Run& run, int64_t layer, const WorkPlan& work);
+
+// ── encode the head (encode_head.cpp) ────────────────────────────────────────
+void encode_head(Run& run, const io::Checkpoint& ck, double bpw);
+
+// ── write (write.cpp) ─────────────────────────────────────────────────────────
+// Every source tensor in name order, its payload instead where encoded; fills
+// the report's totals.
+void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
+                  const nlohmann::json& settings,
+                  const std::map<std::string, std::vector<uint8_t>>& payloads,
+                  QuantizeReport& report);
+
+TensorReport report_of(const std::string& name, const GroupJob& job, const encode::Encoded& e,
+                       encode::Method method);
+double ratio(int64_t a, int64_t b);
+
+}  // namespace cortiq::quant
