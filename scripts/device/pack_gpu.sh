@@ -3,7 +3,8 @@
 # build/ (built with the CUDA backend, sm_90) and their libraries into
 # .carry/gpu, writes .carry/gpu/env.sh (sourced by the device scripts), and
 # copies the shared models and texts the GPU tests read into .carry.
-#   bash scripts/device/pack_gpu.sh [MODELS...]   (default: stories260K tiny-llama-6m)
+#   bash scripts/device/pack_gpu.sh [MODELS...]
+#   (default: the three shared models, which the GPU tests read)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data=../shared/data
@@ -11,13 +12,19 @@ bins=(build/tools/cortiq/cortiq build/tests/test_cuda_encoder build/tests/test_f
       build/tests/test_calib_gpu build/tests/test_blr_linear_gpu build/bench/bench_blr_gpu
       build/bench/bench_blr_cpu build/bench/bench_encode_gpu)
 bash ../shared/tools/device-pack.sh .carry/gpu "${bins[@]}" > /dev/null
+# the binaries travel compressed too (the tree that travels is capped at 64 MiB)
+tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu bin && rm -rf .carry/gpu/bin
 cat > .carry/gpu/env.sh <<'ENV'
+[ -d .carry/gpu/bin ] || tar -xJf .carry/gpu/bin.tar.xz -C .carry/gpu
 mkdir -p /tmp/lib && tar -xJf .carry/gpu/lib.tar.xz -C /tmp/lib
 export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 ENV
 mkdir -p .carry/models .carry/text
-for m in "${@:-stories260K tiny-llama-6m}"; do
+rm -rf .carry/models
+mkdir -p .carry/models
+for m in "${@:-stories260K tiny-llama-6m tiny-qwen3-6m}"; do
   for x in $m; do rm -rf ".carry/models/$x"; cp -r "$data/models/$x" .carry/models/; done
 done
-cp -f "$data"/text/tinystories-valid.txt "$data"/text/tinystories-calib.txt .carry/text/
+cp -f "$data"/text/tinystories-valid.txt "$data"/text/tinystories-calib.txt \
+  "$data"/text/austen-heldout.txt .carry/text/
 du -sh .carry

@@ -45,62 +45,78 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-// t[i, k] = scale_k · Σ_j s(k,j) · g_j x[i, j] for R rows i, one warp per row
-// k of S. The block first puts xg = g ∘ x in shared memory (R × cols). For
-// each 1024 columns the warp loads the row's 32 words of bits at once (one
-// coalesced 128-byte load); lane L then takes columns 128q + 4L .. + 3 for
-// q = 0..7 (float4 reads by consecutive lanes: no bank conflicts), their four
-// bits fetched from the lane that loaded that word.
+// t[i, k] = scale_k · Σ_j s(k,j) · xg[i, j] for R rows i (xg = g ∘ x, padded
+// with zeros to a multiple of 1024 columns). A block of 4 warps takes one row
+// k of S; warp w takes the 1024-column spans it ≡ w (mod 4). For each span the
+// warp loads the row's 32 words of bits at once (one coalesced 128-byte
+// load); lane L then takes columns 128q + 4L .. + 3 (coalesced float4 reads
+// of xg, from L1: every row reads all of xg), their four bits fetched from
+// the lane that loaded that word. Bits past a row's end belong to the next
+// row; they meet the zeros of xg.
 template <int R>
-__global__ void dot_decode(Rows s, const float* __restrict__ x, const __half* __restrict__ g,
-                           const __half* __restrict__ scale, float* __restrict__ t, int64_t ldt) {
-    extern __shared__ float4 xg4[];
-    float* xg = reinterpret_cast<float*>(xg4);
-    const int cols = static_cast<int>(s.cols);
-    const int padded = (cols + 1023) / 1024 * 1024;  // zero tail: no bounds in the loop
-    for (int i = threadIdx.x; i < R * padded; i += blockDim.x) {
-        const int r = i / padded, j = i % padded;
-        xg[i] = j < cols ? x[r * cols + j] * __half2float(g[j]) : 0.0f;
-    }
-    __syncthreads();
-    const int lane = threadIdx.x & 31;
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * (blockDim.x >> 5);
-    for (int64_t k = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); k < s.rows; k += warps) {
+__global__ void __launch_bounds__(128) dot_decode(Rows s, const float* __restrict__ xg,
+                                                  int64_t ld_xg, const __half* __restrict__ scale,
+                                                  float* __restrict__ t, int64_t ldt) {
+    __shared__ float red[4][R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int cols = static_cast<int>(s.cols), iters = (cols + 1023) / 1024;
+    for (int64_t k = blockIdx.x; k < s.rows; k += gridDim.x) {
         const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-        for (int c0 = 0; c0 < cols; c0 += 1024) {
-            // bits past the row's end belong to the next row: masked here
-            const int left = cols - c0 - 32 * lane;
-            uint32_t mine = left > 0 ? bits32(s.words, base + c0 + 32 * lane) : 0u;
-            if (left > 0 && left < 32) mine &= (1u << left) - 1u;
+        for (int it = warp; it < iters; it += 4) {
+            const int c = 1024 * it + 32 * lane;
+            const uint32_t mine = c < cols ? bits32(s.words, base + c) : 0u;
+            float4 v[R][8];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int q = 0; q < 8; ++q)
+                    v[r][q] = __ldg(reinterpret_cast<const float4*>(xg + r * ld_xg + 1024 * it +
+                                                                     128 * q + 4 * lane));
 #pragma unroll
             for (int q = 0; q < 8; ++q) {
-                const uint32_t word = __shfl_sync(0xffffffffu, mine, 4 * q + (lane >> 3));
-                const uint32_t nib = word >> (4 * (lane & 7));
-                const int j = c0 + 128 * q + 4 * lane;
+                const uint32_t nib = __shfl_sync(0xffffffffu, mine, 4 * q + (lane >> 3)) >>
+                                     (4 * (lane & 7));
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const float4 v = xg4[(r * padded + j) >> 2];
-                    acc[r] += (flip(v.x, nib & 1u) + flip(v.y, (nib >> 1) & 1u)) +
-                              (flip(v.z, (nib >> 2) & 1u) + flip(v.w, (nib >> 3) & 1u));
-                }
+                for (int r = 0; r < R; ++r)
+                    acc[r] += (flip(v[r][q].x, nib & 1u) + flip(v[r][q].y, (nib >> 1) & 1u)) +
+                              (flip(v[r][q].z, (nib >> 2) & 1u) + flip(v[r][q].w, (nib >> 3) & 1u));
             }
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-            const float v = warp_sum(acc[r]);
-            if (lane == 0) t[r * ldt + k] = scale ? v * __half2float(scale[k]) : v;
+            const float w = warp_sum(acc[r]);
+            if (lane == 0) red[warp][r] = w;
         }
+        __syncthreads();
+        if (threadIdx.x < R) {
+            const int r = threadIdx.x;
+            const float v = (red[0][r] + red[1][r]) + (red[2][r] + red[3][r]);
+            t[r * ldt + k] = scale ? v * __half2float(scale[k]) : v;
+        }
+        __syncthreads();
+    }
+}
+
+// xg[i, j] = x[i, j] · g_j for j < cols, 0 for cols ≤ j < ld (R rows).
+__global__ void stage_xg(const float* __restrict__ x, const __half* __restrict__ g, int64_t rows,
+                         int64_t cols, int64_t ld, float* __restrict__ xg) {
+    const int64_t n = rows * ld;
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t r = i / ld, j = i - r * ld;
+        xg[i] = j < cols ? x[r * cols + j] * __half2float(g[j]) : 0.0f;
     }
 }
 
 // y[i, j] += h_j · Σ_k s(k,j) t[i,k] for R rows i. A warp owns 256
 // consecutive columns (lane L: 8 of them, one byte of bits per k; the warp's
 // 32 bytes are one sector), its block's 8 warps share them and split the
-// block's chunk of k round-robin; the warps' sums meet in shared memory and
-// the chunks in y (atomics: y was set to β·y + bias before).
+// block's chunk of k round-robin, loading 8 latents' bytes before using any;
+// the warps' sums meet in shared memory and the chunks in y (atomics: y was
+// set to β·y + bias before).
 template <int R>
 __global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restrict__ t,
                                                    const __half* __restrict__ h,
@@ -110,28 +126,36 @@ __global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restri
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t k0 = blockIdx.y * kchunk, k1 = min(s.rows, k0 + kchunk);
     const int64_t j0 = blockIdx.x * int64_t{256} + 8 * lane;
-    const int64_t left = s.cols - j0;  // columns of this lane's byte that exist
+    const bool live = j0 < s.cols;
     float acc[R][8];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int b = 0; b < 8; ++b) acc[r][b] = 0.0f;
     for (int64_t kb = k0; kb < k1; kb += 1024) {  // t of up to 1024 latents in shared memory
-        const int64_t kn = min(int64_t{1024}, k1 - kb);
+        const int kn = static_cast<int>(min(int64_t{1024}, k1 - kb));
         __syncthreads();
         for (int i = threadIdx.x; i < R * kn; i += 256) tk[i] = t[(i / kn) * s.rows + kb + i % kn];
         __syncthreads();
-        if (left > 0)
-            for (int64_t k = warp; k < kn; k += 8) {
-                const uint64_t b = s.first + static_cast<uint64_t>(kb + k) * s.stride + j0;
-                const uint32_t byte = (bits32(s.words, b)) & 0xffu;
+        if (!live) continue;
+        for (int k = warp; k < kn; k += 64) {
+            uint32_t bytes[8];
+            float tv[8][R];
 #pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const float v = tk[r * kn + k];
+            for (int u = 0; u < 8; ++u) {
+                const int ku = k + 8 * u;
+                const bool in = ku < kn;
+                bytes[u] = in ? bits32(s.words, s.first + static_cast<uint64_t>(kb + ku) * s.stride + j0) : 0u;
 #pragma unroll
-                    for (int q = 0; q < 8; ++q) acc[r][q] += flip(v, (byte >> q) & 1u);
-                }
+                for (int r = 0; r < R; ++r) tv[u][r] = in ? tk[r * kn + ku] : 0.0f;
             }
+#pragma unroll
+            for (int u = 0; u < 8; ++u)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+#pragma unroll
+                    for (int q = 0; q < 8; ++q) acc[r][q] += flip(tv[u][r], (bytes[u] >> q) & 1u);
+        }
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -193,18 +217,16 @@ void ensure(ec::DVec& b, int64_t n, cudaStream_t stream) {
     if (b.size() < n) b = ec::DVec(n, stream);
 }
 
+// xg = g ∘ x staged once (R × n padded to 1024), then the rows of S.
 template <int R>
 void dot_decode_launch(const Rows& s, const float* x, const __half* g, const __half* scale,
-                       float* t, int64_t ldt, cudaStream_t stream) {
-    const size_t smem = sizeof(float) * R * static_cast<size_t>((s.cols + 1023) / 1024 * 1024);
-    static const bool opted_in = [] {  // once per process (device 0's limit)
-        CUDA_CHECK(cudaFuncSetAttribute(dot_decode<R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        200 * 1024));
-        return true;
-    }();
-    (void)opted_in;
-    const int64_t blocks = std::clamp<int64_t>((s.rows + 7) / 8, 1, 4096);
-    dot_decode<R><<<static_cast<unsigned>(blocks), 256, smem, stream>>>(s, x, g, scale, t, ldt);
+                       float* t, int64_t ldt, ec::DVec& xg, cudaStream_t stream) {
+    const int64_t ld = (s.cols + 1023) / 1024 * 1024;
+    ensure(xg, R * ld, stream);
+    stage_xg<<<blocks_for(R * ld), 256, 0, stream>>>(x, g, R, s.cols, ld, xg.get());
+    CUDA_LAUNCH_CHECK();
+    const int64_t blocks = std::clamp<int64_t>(s.rows, 1, 65535);
+    dot_decode<R><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(s, xg.get(), ld, scale, t, ldt);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -258,7 +280,7 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, float
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
     if (w.sign) {
         ensure(ws.u, R * w.m, stream);
-        dot_decode_launch<R>(svt_of(w, 0), x, gs, nullptr, ws.u.get(), w.m, stream);
+        dot_decode_launch<R>(svt_of(w, 0), x, gs, nullptr, ws.u.get(), w.m, ws.xg, stream);
         epilogue<<<blocks_for(R * w.m), 256, 0, stream>>>(y, ws.u.get(), hs, bias, R, w.m, beta,
                                                           true, true);
         CUDA_LAUNCH_CHECK();
@@ -267,7 +289,8 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, float
     ensure(ws.t, R * w.r, stream);
     init_output_launch(y, bias, R, w.m, beta, stream);
     for (int p = 0; p < w.paths; ++p) {
-        dot_decode_launch<R>(svt_of(w, p), x, gs + p * w.n, ls + p * w.r, ws.t.get(), w.r, stream);
+        dot_decode_launch<R>(svt_of(w, p), x, gs + p * w.n, ls + p * w.r, ws.t.get(), w.r, ws.xg,
+                             stream);
         axpy_decode_launch<R>(sut_of(w, p), ws.t.get(), hs + p * w.m, y, sm_count(), stream);
     }
 }
@@ -384,9 +407,7 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
                    const float* bias) {
     if (rows == 0) return;
-    // the decode kernels hold rows × n floats (n padded to 1024) in shared memory
-    const int64_t smem = 4 * rows * ((w.n + 1023) / 1024 * 1024);
-    if (rows > kDecodeRows || smem > 200 * 1024)
+    if (rows > kDecodeRows)
         return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
     switch (rows) {
         case 1:
