@@ -26,7 +26,7 @@
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "model/blr_linear.hpp"
-#include "random_packed.hpp"
+#include "bench_common.hpp"
 
 using namespace cortiq;
 
@@ -72,16 +72,6 @@ void lut_dot(const blr::SignRows& s, const float* x, float* out, std::vector<flo
     }, 64);
 }
 
-std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& s) {
-    std::vector<std::pair<int64_t, int64_t>> out;
-    std::stringstream ss(s);
-    for (std::string tok; std::getline(ss, tok, ',');) {
-        const auto x = tok.find('x');
-        CORTIQ_CHECK(x != std::string::npos, "shape '{}' is not MxN", tok);
-        out.emplace_back(std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1)));
-    }
-    return out;
-}
 
 std::vector<double> parse_list(const std::string& s) {
     std::vector<double> out;
@@ -114,7 +104,7 @@ int main(int argc, char** argv) try {
                tokens, tokens);
     fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     Rng rng(1);
-    for (auto [m, n] : parse_shapes(shapes)) {
+    for (auto [m, n] : bench::parse_shapes(shapes)) {
         MatF w(m, n);
         for (auto& v : w.vec()) v = static_cast<float>(rng.normal());
         std::vector<float> x(static_cast<size_t>(n)), y(static_cast<size_t>(m));

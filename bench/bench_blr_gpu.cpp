@@ -23,7 +23,7 @@
 
 #include "core/cuda/device.hpp"
 #include "model/cuda/blr_linear.hpp"
-#include "random_packed.hpp"
+#include "bench_common.hpp"
 
 using namespace cortiq;
 namespace ec = cortiq::cuda;
@@ -79,16 +79,6 @@ ec::DVec fill_float(int64_t n, cudaStream_t st) {
     return b;
 }
 
-std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& s) {
-    std::vector<std::pair<int64_t, int64_t>> out;
-    std::stringstream ss(s);
-    for (std::string tok; std::getline(ss, tok, ',');) {
-        const auto x = tok.find('x');
-        CORTIQ_CHECK(x != std::string::npos, "shape '{}' is not MxN", tok);
-        out.emplace_back(std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1)));
-    }
-    return out;
-}
 
 void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
                  int64_t tokens, int reps) {
@@ -98,7 +88,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
                tokens, tokens);
     mc::PackedScratch ws;
-    for (auto [m, n] : parse_shapes(shapes)) {
+    for (auto [m, n] : bench::parse_shapes(shapes)) {
         const auto w16 = fill_half(m * n, st), x16 = fill_half(tokens * n, st);
         auto y16 = fill_half(tokens * m, st);
         const double t16 =

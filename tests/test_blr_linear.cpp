@@ -14,6 +14,7 @@
 #include "blr/sign_kernels.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 #include "model/blr_linear.hpp"
 
@@ -22,23 +23,7 @@ using namespace cortiq;
 namespace {
 
 blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
-    Rng rng(seed);
-    blr::Factors md;
-    md.m = m;
-    md.n = n;
-    md.r = r;
-    for (int p = 0; p < paths; ++p) {
-        blr::Path q;
-        q.su = MatD(m, r);
-        q.sv = MatD(n, r);
-        for (auto& v : q.su.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        for (auto& v : q.sv.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        for (int64_t i = 0; i < m; ++i) q.h.push_back(0.01 * std::exp(0.5 * rng.normal()));
-        for (int64_t k = 0; k < r; ++k) q.l.push_back(3.0 * std::exp(0.5 * rng.normal()));
-        for (int64_t j = 0; j < n; ++j) q.g.push_back(0.5 * std::exp(0.5 * rng.normal()));
-        md.paths.push_back(q);
-    }
-    return md;
+    return test::random_factors(m, n, r, paths, seed);
 }
 
 // ‖x·Wᵀ − y‖ / ‖x·Wᵀ‖ with the product in float64.
@@ -117,29 +102,7 @@ TEST(BlrLinear, SignPayloadsRunPacked) {
 TEST(BlrLinear, Version1PayloadsRunPacked) {
     const blr::Factors md = random_model(45, 77, 11, 2, 3);
     // a v1 payload: the v2 one's signs and scales in the v1 layout, via unpack
-    const blr::Factors stored = blr::unpack(blr::pack(md));
-    const uint64_t m = 45, n = 77, r = 11;
-    std::vector<uint8_t> v1(blr::v1::payload_bytes(m, n, r, 2), 0);
-    const blr::Header hd{blr::kMagic, blr::kVersion1, 2, 45, 77, 11, 1, 2, 0};
-    std::memcpy(v1.data(), &hd, sizeof hd);
-    for (uint64_t p = 0; p < 2; ++p) {
-        uint8_t* base = v1.data() + 32 + p * blr::v1::path_bytes(m, n, r);
-        const auto& q = stored.paths[p];
-        auto put = [&](double v, uint64_t off) {
-            const uint16_t x = float_to_half(static_cast<float>(v));
-            std::memcpy(base + off, &x, 2);
-        };
-        for (uint64_t i = 0; i < m; ++i) put(q.h[i], 2 * i);
-        for (uint64_t k = 0; k < r; ++k) put(q.l[k], 2 * (m + k));
-        for (uint64_t j = 0; j < n; ++j) put(q.g[j], 2 * (m + r + j));
-        for (uint64_t i = 0; i < m; ++i)
-            for (uint64_t k = 0; k < r; ++k)
-                if (q.su(i, k) < 0) base[blr::v1::off_su(m, n, r) + 8 * i + k / 8] |= 1 << (k % 8);
-        for (uint64_t k = 0; k < r; ++k)
-            for (uint64_t j = 0; j < n; ++j)
-                if (q.sv(j, k) < 0)
-                    base[blr::v1::off_svt(m, n, r) + 16 * k + j / 8] |= 1 << (j % 8);
-    }
+    const auto v1 = test::pack_v1(blr::unpack(blr::pack(md)));
     ASSERT_EQ(blr::info(v1).version, 1);
     EXPECT_EQ(blr::dequant(v1).vec(), blr::dequant(blr::pack(md)).vec());
     check_payload(v1, "v1");

@@ -13,6 +13,7 @@
 #include "blr/model.hpp"
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
+#include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 #include "eval/ppl.hpp"
 #include "gpu_skip.hpp"
@@ -36,23 +37,7 @@ constexpr double kLayerTol = 1e-3;
 constexpr double kPplTol = 1e-3;
 
 blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
-    Rng rng(seed);
-    blr::Factors md;
-    md.m = m;
-    md.n = n;
-    md.r = r;
-    for (int p = 0; p < paths; ++p) {
-        blr::Path q;
-        q.su = MatD(m, r);
-        q.sv = MatD(n, r);
-        for (auto& v : q.su.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        for (auto& v : q.sv.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        for (int64_t i = 0; i < m; ++i) q.h.push_back(0.01 * std::exp(0.5 * rng.normal()));
-        for (int64_t k = 0; k < r; ++k) q.l.push_back(3.0 * std::exp(0.5 * rng.normal()));
-        for (int64_t j = 0; j < n; ++j) q.g.push_back(0.5 * std::exp(0.5 * rng.normal()));
-        md.paths.push_back(q);
-    }
-    return md;
+    return test::random_factors(m, n, r, paths, seed);
 }
 
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

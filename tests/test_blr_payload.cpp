@@ -9,6 +9,7 @@
 #include "blr/model.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 
 using namespace cortiq;
@@ -16,25 +17,7 @@ using namespace cortiq;
 namespace {
 
 blr::Factors random_model(int64_t m, int64_t n, int64_t r, int paths, uint64_t seed) {
-    Rng rng(seed);
-    blr::Factors md;
-    md.m = m;
-    md.n = n;
-    md.r = r;
-    for (int p = 0; p < paths; ++p) {
-        blr::Path q;
-        q.su = MatD(m, r);
-        q.sv = MatD(n, r);
-        for (auto& v : q.su.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        for (auto& v : q.sv.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        // scales spanning a wide range to exercise the gauge rebalance
-        for (int64_t i = 0; i < m; ++i) q.h.push_back(1e-4 * std::exp(rng.normal()));
-        for (int64_t k = 0; k < r; ++k) q.l.push_back(300.0 * std::exp(rng.normal()));
-        for (int64_t j = 0; j < n; ++j)
-            q.g.push_back((rng.uniform() < 0.1 ? -1 : 1) * 0.05 * std::exp(rng.normal()));
-        md.paths.push_back(q);
-    }
-    return md;
+    return test::random_factors(m, n, r, paths, seed, test::kWideScales);
 }
 
 }  // namespace
@@ -152,42 +135,6 @@ TEST(BlrPayload, ScalesAreEditable) {
 
 namespace {
 
-// A version-1 payload written by hand from the layout of the first format
-// (S_U by rows of r bits padded to 64, S_Vᵀ by rows of n bits padded to 64).
-std::vector<uint8_t> pack_v1(const blr::Factors& md) {
-    const uint64_t m = md.m, n = md.n, r = md.r, np = md.paths.size();
-    std::vector<uint8_t> out(blr::v1::payload_bytes(m, n, r, np), 0);
-    const blr::Header hd{blr::kMagic,
-                         blr::kVersion1,
-                         static_cast<uint16_t>(np),
-                         static_cast<uint32_t>(m),
-                         static_cast<uint32_t>(n),
-                         static_cast<uint32_t>(r),
-                         static_cast<uint32_t>(blr::words_for(r)),
-                         static_cast<uint32_t>(blr::words_for(n)),
-                         0};
-    std::memcpy(out.data(), &hd, sizeof hd);
-    for (uint64_t p = 0; p < np; ++p) {
-        const blr::Path& q = md.paths[p];
-        uint8_t* base = out.data() + 32 + p * blr::v1::path_bytes(m, n, r);
-        auto put = [&](double v, uint64_t off) {
-            const uint16_t h = float_to_half(static_cast<float>(v));
-            std::memcpy(base + off, &h, 2);
-        };
-        for (uint64_t i = 0; i < m; ++i) put(q.h[i], 2 * i);
-        for (uint64_t k = 0; k < r; ++k) put(q.l[k], 2 * (m + k));
-        for (uint64_t j = 0; j < n; ++j) put(q.g[j], 2 * (m + r + j));
-        uint8_t* su = base + blr::v1::off_su(m, n, r);
-        for (uint64_t i = 0; i < m; ++i)
-            for (uint64_t k = 0; k < r; ++k)
-                if (q.su(i, k) < 0) su[8 * (i * blr::words_for(r)) + k / 8] |= 1 << (k % 8);
-        uint8_t* svt = base + blr::v1::off_svt(m, n, r);
-        for (uint64_t k = 0; k < r; ++k)
-            for (uint64_t j = 0; j < n; ++j)
-                if (q.sv(j, k) < 0) svt[8 * (k * blr::words_for(n)) + j / 8] |= 1 << (j % 8);
-    }
-    return out;
-}
 
 }  // namespace
 
@@ -200,7 +147,7 @@ TEST(BlrPayload, Version1StillLoads) {
             for (auto& v : q.l) v = round_half(v * 1e-3);
             for (auto& v : q.g) v = round_half(v);
         }
-        const auto bytes = pack_v1(md);
+        const auto bytes = test::pack_v1(md);
         ASSERT_NO_THROW(blr::validate(bytes, "v1", m, n));
         EXPECT_EQ(blr::info(bytes).version, 1);
         const blr::Factors un = blr::unpack(bytes);

@@ -15,6 +15,7 @@
 #include "core/blas_threads.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "linalg/panel_gemm.hpp"
 
 namespace cortiq::blr {
 
@@ -151,7 +152,12 @@ __attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64
             a0 = _mm512_add_ps(a0, _mm512_mask_sub_ps(xg, static_cast<__mmask16>(w >> (16 * g)), zero, xg));
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    // (GCC 12's _mm512_reduce_add_ps warns about its own header)
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    float sum = 0.0f;
+    for (float v : lanes) sum += v;
+    return sum;
 }
 
 // 128 outputs: eight independent sums.
@@ -276,31 +282,6 @@ void expand_tile(const SignRows& s, int64_t k0, int64_t k1, std::vector<float>& 
     parallel_for(k0, k1, [&](int64_t k) { expand_row(s, k, 0, s.cols, tile.data() + (k - k0) * s.cols); });
 }
 
-// C (T × N, ldc) = beta·C + A (T × K, lda) · op(B), op(B) = Bᵀ (B: N × K) or
-// B (K × N): OpenMP over row panels of a batch (or column panels of a few
-// rows), single-threaded BLAS inside each.
-void panel_gemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, int64_t lda,
-                const float* b, float beta, float* c, int64_t ldc) {
-    const int64_t ldb = b_trans ? K : N;
-    auto tile = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, b_trans ? CblasTrans : CblasNoTrans,
-                    static_cast<int>(r1 - r0), static_cast<int>(c1 - c0), static_cast<int>(K), 1.0f,
-                    a + r0 * lda, static_cast<int>(lda), b_trans ? b + c0 * K : b + c0,
-                    static_cast<int>(ldb), beta, c + r0 * ldc + c0, static_cast<int>(ldc));
-    };
-    const int64_t nt = omp_in_parallel() ? 1 : num_threads();
-    if (nt <= 1 || T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
-    if (T >= 32 * nt) {
-        const int64_t step = ((T + 2 * nt - 1) / (2 * nt) + 7) / 8 * 8;
-        parallel_for(0, (T + step - 1) / step,
-                     [&](int64_t i) { tile(i * step, std::min(T, (i + 1) * step), 0, N); });
-    } else {
-        const int64_t step = std::max<int64_t>(64, ((N + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16);
-        parallel_for(0, (N + step - 1) / step,
-                     [&](int64_t i) { tile(0, T, i * step, std::min(N, (i + 1) * step)); });
-    }
-}
-
 }  // namespace
 
 void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
@@ -311,7 +292,7 @@ void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
         const int64_t k1 = std::min(s.rows, k0 + kb);
         expand_tile(s, k0, k1, tile);
         // out[:, k0:k1] = x · tileᵀ
-        panel_gemm(true, T, k1 - k0, s.cols, x, s.cols, tile.data(), 0.0f, out + k0, s.rows);
+        la::panel_sgemm(true, T, k1 - k0, s.cols, x, s.cols, tile.data(), 0.0f, out + k0, s.rows);
     }
 }
 
@@ -323,7 +304,7 @@ void sign_axpy_batch(const SignRows& s, const float* c, int64_t T, float* out) {
         const int64_t k1 = std::min(s.rows, k0 + kb);
         expand_tile(s, k0, k1, tile);
         // out += c[:, k0:k1] · tile
-        panel_gemm(false, T, s.cols, k1 - k0, c + k0, s.rows, tile.data(), 1.0f, out, s.cols);
+        la::panel_sgemm(false, T, s.cols, k1 - k0, c + k0, s.rows, tile.data(), 1.0f, out, s.cols);
     }
 }
 

@@ -9,6 +9,7 @@
 #include <numbers>
 
 #include "core/parallel.hpp"
+#include "linalg/panel_gemm.hpp"
 
 namespace cortiq::model {
 
@@ -230,28 +231,8 @@ MatF embed_rows(const MatF& table, std::span<const int32_t> tokens) {
 
 void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y) {
     CORTIQ_ASSERT(w.cols() == n, "{} vs {}", w.cols(), n);
-    if (rows == 0) return;
-    const int64_t m = w.rows();
-    // y[r0:r1, c0:c1] = x[r0:r1] · W[c0:c1]ᵀ
-    auto tile = [&](int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(r1 - r0),
-                    static_cast<int>(c1 - c0), static_cast<int>(n), 1.0f, x + r0 * n,
-                    static_cast<int>(n), w.data() + c0 * n, static_cast<int>(n), 0.0f,
-                    y + r0 * m + c0, static_cast<int>(m));
-    };
-    // OpenMP over tiles, single-threaded BLAS inside (see core/blas_threads.hpp):
-    // row panels for batches, column panels for a few rows (generation).
-    const int64_t nt = omp_in_parallel() ? 1 : num_threads();
-    if (nt <= 1 || rows * m * n < (int64_t{1} << 18)) return tile(0, rows, 0, m);
-    if (rows >= 32 * nt) {
-        const int64_t step = ((rows + 2 * nt - 1) / (2 * nt) + 7) / 8 * 8;
-        parallel_for(0, (rows + step - 1) / step,
-                     [&](int64_t i) { tile(i * step, std::min(rows, (i + 1) * step), 0, m); });
-    } else {
-        const int64_t step = std::max<int64_t>(64, ((m + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16);
-        parallel_for(0, (m + step - 1) / step,
-                     [&](int64_t i) { tile(0, rows, i * step, std::min(m, (i + 1) * step)); });
-    }
+    // y = x · Wᵀ
+    la::panel_sgemm(true, rows, w.rows(), n, x, n, w.data(), 0.0f, y, w.rows());
 }
 
 // Σ_j exp(l_j − mx) (all arguments ≤ 0): float lanes per chunk of 256,

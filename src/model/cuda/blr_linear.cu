@@ -312,33 +312,23 @@ void gemm_tf32(cublasHandle_t blas, cublasOperation_t op_a, int64_t M, int64_t N
                               CUBLAS_GEMM_DEFAULT));
 }
 
-// out (rows × s.rows, row-major, ld s.rows) = xg (rows × s.cols) · Sᵀ
-void dot_batch(cublasHandle_t blas, cudaStream_t stream, const Rows& s, PackedScratch& ws,
-               const float* xg, int64_t rows, float* out) {
+// With `dot`: out (rows × s.rows, ld s.rows) = in (rows × s.cols) · Sᵀ;
+// else: out (rows × s.cols) = in (rows × s.rows) · S. S goes through tiles of
+// its rows expanded to ±1.0f.
+void tiled_product(cublasHandle_t blas, cudaStream_t stream, const Rows& s, PackedScratch& ws,
+                   bool dot, const float* in, int64_t rows, float* out) {
     const int64_t kb = tile_rows(s);
     ensure(ws.tile, kb * s.cols, stream);
     for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
         const int64_t k1 = std::min(s.rows, k0 + kb);
         expand_tile<<<blocks_for((k1 - k0) * s.cols), 256, 0, stream>>>(s, k0, k1, ws.tile.get());
         CUDA_LAUNCH_CHECK();
-        // col-major: out[k0:k1, :] (kb × rows, ld s.rows) = tileᵀ (kb × cols) · xgᵀ (cols × rows)
-        gemm_tf32(blas, CUBLAS_OP_T, k1 - k0, rows, s.cols, ws.tile.get(), s.cols, xg, s.cols, 0.0f,
-                  out + k0, s.rows);
-    }
-}
-
-// out (rows × s.cols) = c (rows × s.rows) · S
-void axpy_batch(cublasHandle_t blas, cudaStream_t stream, const Rows& s, PackedScratch& ws,
-                const float* c, int64_t rows, float* out) {
-    const int64_t kb = tile_rows(s);
-    ensure(ws.tile, kb * s.cols, stream);
-    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
-        const int64_t k1 = std::min(s.rows, k0 + kb);
-        expand_tile<<<blocks_for((k1 - k0) * s.cols), 256, 0, stream>>>(s, k0, k1, ws.tile.get());
-        CUDA_LAUNCH_CHECK();
-        // col-major: outᵀ (cols × rows) += tileᵀ-as-stored (cols × kb) · c[:, k0:k1]ᵀ (kb × rows)
-        gemm_tf32(blas, CUBLAS_OP_N, s.cols, rows, k1 - k0, ws.tile.get(), s.cols, c + k0, s.rows,
-                  k0 == 0 ? 0.0f : 1.0f, out, s.cols);
+        if (dot)  // col-major: out[k0:k1, :] (kb × rows, ld s.rows) = tileᵀ · inᵀ
+            gemm_tf32(blas, CUBLAS_OP_T, k1 - k0, rows, s.cols, ws.tile.get(), s.cols, in, s.cols,
+                      0.0f, out + k0, s.rows);
+        else  // col-major: outᵀ (cols × rows) += tile-as-stored (cols × kb) · in[:, k0:k1]ᵀ
+            gemm_tf32(blas, CUBLAS_OP_N, s.cols, rows, k1 - k0, ws.tile.get(), s.cols, in + k0,
+                      s.rows, k0 == 0 ? 0.0f : 1.0f, out, s.cols);
     }
 }
 
@@ -362,14 +352,14 @@ void batch_path(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
                                                                ws.xg.get());
         CUDA_LAUNCH_CHECK();
         if (w.sign) {
-            dot_batch(blas, stream, svt_of(w, 0), ws, ws.xg.get(), rows, ws.u.get());
+            tiled_product(blas, stream, svt_of(w, 0), ws, true, ws.xg.get(), rows, ws.u.get());
         } else {
             ensure(ws.t, rows * w.r, stream);
-            dot_batch(blas, stream, svt_of(w, p), ws, ws.xg.get(), rows, ws.t.get());
+            tiled_product(blas, stream, svt_of(w, p), ws, true, ws.xg.get(), rows, ws.t.get());
             scale_rows_by<<<blocks_for(rows * w.r), 256, 0, stream>>>(ws.t.get(), ls + p * w.r,
                                                                       rows, w.r);
             CUDA_LAUNCH_CHECK();
-            axpy_batch(blas, stream, sut_of(w, p), ws, ws.t.get(), rows, ws.u.get());
+            tiled_product(blas, stream, sut_of(w, p), ws, false, ws.t.get(), rows, ws.u.get());
         }
         epilogue<<<blocks_for(rows * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias,
                                                              rows, w.m, beta, p == 0,

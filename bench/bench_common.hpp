@@ -1,9 +1,14 @@
-// A packed BLR weight with random signs and scales of one path at a bpw
-// budget (the rank rule of blr::rank_for), for the speed benchmarks: the
-// kernels' time does not depend on the values.
+// What the packed-layer benchmarks share: random packed weights and the
+// --shapes flag.
 #pragma once
 
 #include <cstdint>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
 
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
@@ -13,6 +18,9 @@
 
 namespace cortiq::bench {
 
+// A packed BLR weight with random signs and scales of one path at a bpw
+// budget (the rank rule of blr::rank_for): the kernels' time does not depend
+// on the values.
 inline blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_t seed) {
     blr::PackedWeight w;
     w.m = m;
@@ -36,6 +44,18 @@ inline blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_
     if (used % 64) w.bits[used / 64] &= (uint64_t{1} << (used % 64)) - 1;
     for (size_t i = used / 64 + (used % 64 ? 1 : 0); i < w.bits.size(); ++i) w.bits[i] = 0;
     return w;
+}
+
+// "4096x4096,4096x11008" → {(4096, 4096), (4096, 11008)}
+inline std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& s) {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+        const auto x = tok.find('x');
+        CORTIQ_CHECK(x != std::string::npos, "shape '{}' is not MxN", tok);
+        out.emplace_back(std::stoll(tok.substr(0, x)), std::stoll(tok.substr(x + 1)));
+    }
+    return out;
 }
 
 }  // namespace cortiq::bench
