@@ -26,5 +26,5 @@ for m in "${@:-stories260K tiny-llama-6m tiny-qwen3-6m}"; do
   for x in $m; do rm -rf ".carry/models/$x"; cp -r "$data/models/$x" .carry/models/; done
 done
 cp -f "$data"/text/tinystories-valid.txt "$data"/text/tinystories-calib.txt \
-  "$data"/text/austen-heldout.txt .carry/text/
+  "$data"/text/austen-heldout.txt "$data"/text/kjv-heldout.txt .carry/text/
 du -sh .carry

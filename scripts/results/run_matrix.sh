@@ -29,6 +29,9 @@ ppl_json() {  # MODEL_OR_FILE TEXT
 entry_key() {  # MODEL METHOD BPW: the start of the run's entries
   local k="\"model\": \"$1\", \"method\": \"$2\", \"bpw_target\": $3, \"calib\": \"$calib\","
   [ "$match" = layer ] || k+=" \"match\": \"$match\","
+  # payload version 2: every bpw is 8 × stored bytes / weights (version-1
+  # entries, without this field, reported the ideal count)
+  k+=" \"payload\": 2,"
   printf '%s' "$k"
 }
 

@@ -1,13 +1,39 @@
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include "commands.hpp"
 #include "core/error.hpp"
 
+namespace {
+
+// Threads that wait for work sleep instead of spinning, so that a machine
+// shared with other jobs is shared: a spinning OpenMP or OpenBLAS thread holds
+// a core another process needs, and a run beside two busy loops slowed down
+// twelve- to twentyfold. libgomp and OpenBLAS read their settings when they
+// are loaded, before main, so the process runs itself again once with them
+// set. Settings the user made are kept.
+void wait_passively(char** argv) {
+    if (std::getenv("CORTIQ_WAIT_SET")) return;
+    bool changed = false;
+    if (!std::getenv("OMP_WAIT_POLICY")) changed |= setenv("OMP_WAIT_POLICY", "passive", 1) == 0;
+    // OpenBLAS's workers spin 2^n cycles before they sleep (n = 28 by default)
+    if (!std::getenv("OPENBLAS_THREAD_TIMEOUT"))
+        changed |= setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1) == 0;
+    if (!changed) return;
+    setenv("CORTIQ_WAIT_SET", "1", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: run as we are
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+    wait_passively(argv);
     CLI::App app{"cortiq: binary low-rank compression of transformer language models"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "cortiq 0.1.0");
