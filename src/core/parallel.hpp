@@ -30,8 +30,16 @@ void parallel_for(int64_t begin, int64_t end, F&& body, int64_t min_per_thread =
     if (first) std::rethrow_exception(first);
 }
 
-// Set the number of host threads used by OpenMP regions and OpenBLAS (0: all).
+// Set the number of host threads used by OpenMP regions and OpenBLAS. 0: as
+// many as there are cores not busy with other processes (free_cores), checked
+// again by each later adapt_threads() call.
 void set_num_threads(int threads);
 int num_threads();
+// Cores of this process's CPU set minus the threads of other processes that
+// are runnable now (/proc/loadavg, the median of a few samples), at least 1.
+int free_cores();
+// With set_num_threads(0) in force: follow free_cores() (long runs call it
+// between steps); otherwise nothing.
+void adapt_threads();
 
 }  // namespace cortiq

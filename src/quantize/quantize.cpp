@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/parallel.hpp"
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
@@ -42,6 +43,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
 
     Run run{o, in.model, states, bar, journal, rep, {}};
     for (int64_t l = 0; l < in.model.num_layers(); ++l) {
+        adapt_threads();  // another job may have started or ended on this machine
         encode_layer(run, l, work);
         // the last layer's output is only needed for the head
         if (l + 1 == in.model.num_layers() && !work.head_bpw) break;
