@@ -2,17 +2,18 @@
 # The demo's quantize alone and beside two busy loops (another job holding
 # the cores), timed side by side: how gracefully cortiq shares a machine.
 #   bash scripts/bench/shared_machine.sh [--spin]
-# --spin also times the old behaviour (OpenMP and OpenBLAS threads spinning
-# while they wait) beside the loops, stopped after 15 minutes.
+# --spin also times the old behaviour beside the loops (a thread per core,
+# spinning while it waits), stopped after LIMIT seconds (default 900).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 [ -x build/tools/cortiq/cortiq ] || bash scripts/build.sh > /dev/null
 cortiq=build/tools/cortiq/cortiq
 out=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$out"' EXIT
-run() {  # prints the seconds the quantize took (or "stopped")
+run() {  # THREADS ENV...: prints the seconds the quantize took (or "stopped")
+  local threads=$1; shift
   local t0=$(date +%s.%N)
-  if timeout "${LIMIT:-900}" env "$@" $cortiq quantize models/demo --bpw 1.0 \
+  if timeout "${LIMIT:-900}" env "$@" $cortiq quantize models/demo --bpw 1.0 --threads "$threads" \
        --calib models/demo/calib.txt --samples 64 --seqlen 256 -o "$out/q.safetensors" \
        --force -q > /dev/null 2>&1; then
     awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }'
@@ -22,11 +23,11 @@ run() {  # prints the seconds the quantize took (or "stopped")
 }
 busy() { for _ in 1 2; do sh -c 'while :; do :; done' & done; }
 echo "cores: $(nproc), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-alone=$(run CORTIQ_X=1)
+alone=$(run 0 CORTIQ_X=1)
 busy
-beside=$(run CORTIQ_X=1)
+beside=$(run 0 CORTIQ_X=1)
 spin="-"
-if [ "${1:-}" = --spin ]; then spin=$(run CORTIQ_WAIT_SET=1 OMP_WAIT_POLICY=active); fi
+if [ "${1:-}" = --spin ]; then spin=$(run "$(nproc)" CORTIQ_WAIT_SET=1 OMP_WAIT_POLICY=active); fi
 kill $(jobs -p) 2>/dev/null || true
 printf "| quantize of the demo | seconds |\n|---|---|\n"
 printf "| alone | %.1f |\n| beside two busy loops | %.1f |\n" "$alone" "$beside"
