@@ -1,5 +1,6 @@
 #include "core/parallel.hpp"
 
+#include <dirent.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -8,6 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <thread>
 
 extern "C" void openblas_set_num_threads(int);
@@ -24,16 +28,45 @@ int cpuset_cores() {
     return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-// Runnable threads on the machine now, this one included (/proc/loadavg's
-// fourth field, "running/total"); -1 if unreadable.
-int runnable_now() {
-    FILE* f = std::fopen("/proc/loadavg", "r");
-    if (!f) return -1;
-    double a, b, c;
-    int running = -1, total = 0;
-    if (std::fscanf(f, "%lf %lf %lf %d/%d", &a, &b, &c, &running, &total) != 5) running = -1;
-    std::fclose(f);
-    return running;
+// Threads of other processes that are runnable now at a priority not below
+// ours (nice ≤ 0: a niced background job yields its core to us), from
+// /proc/PID/task/TID/stat; -1 if /proc cannot be read.
+int others_runnable() {
+    DIR* procs = opendir("/proc");
+    if (!procs) return -1;
+    const long self = static_cast<long>(getpid());
+    int count = 0;
+    while (const dirent* p = readdir(procs)) {
+        char* end = nullptr;
+        const long pid = std::strtol(p->d_name, &end, 10);
+        if (*end != '\0' || pid <= 0 || pid == self) continue;
+        const std::string tasks = "/proc/" + std::string(p->d_name) + "/task";
+        DIR* td = opendir(tasks.c_str());
+        if (!td) continue;
+        while (const dirent* t = readdir(td)) {
+            if (t->d_name[0] == '.') continue;
+            FILE* f = std::fopen((tasks + "/" + t->d_name + "/stat").c_str(), "r");
+            if (!f) continue;
+            char buf[512];
+            const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+            std::fclose(f);
+            buf[n] = '\0';
+            // "pid (comm) S ppid ... priority nice ...": fields after the last ')'
+            const char* q = std::strrchr(buf, ')');
+            if (!q || q[1] != ' ' || q[2] != 'R') continue;
+            long v[17] = {};
+            // state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt,
+            // majflt, cmajflt, utime, stime, cutime, cstime, priority, nice
+            if (std::sscanf(q + 4, "%ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld",
+                            &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
+                            &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]) == 16 &&
+                v[16] <= 0)
+                ++count;
+        }
+        closedir(td);
+    }
+    closedir(procs);
+    return count;
 }
 
 void apply(int threads) {
@@ -45,15 +78,14 @@ void apply(int threads) {
 
 int free_cores() {
     const int cores = cpuset_cores();
-    std::array<int, 5> samples{};
+    std::array<int, 3> samples{};
     for (auto& s : samples) {
-        const int r = runnable_now();
-        if (r < 0) return cores;
-        s = r - 1;  // the others: all but this thread
+        s = others_runnable();
+        if (s < 0) return cores;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    std::nth_element(samples.begin(), samples.begin() + 2, samples.end());
-    return std::clamp(cores - samples[2], 1, cores);
+    std::nth_element(samples.begin(), samples.begin() + 1, samples.end());
+    return std::clamp(cores - samples[1], 1, cores);
 }
 
 void set_num_threads(int threads) {

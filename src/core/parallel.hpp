@@ -36,7 +36,8 @@ void parallel_for(int64_t begin, int64_t end, F&& body, int64_t min_per_thread =
 void set_num_threads(int threads);
 int num_threads();
 // Cores of this process's CPU set minus the threads of other processes that
-// are runnable now (/proc/loadavg, the median of a few samples), at least 1.
+// are runnable now at a priority not below ours (niced background jobs yield;
+// the median of three samples from /proc), at least 1.
 int free_cores();
 // With set_num_threads(0) in force: follow free_cores() (long runs call it
 // between steps); otherwise nothing.
