@@ -242,20 +242,29 @@ void build(const json& root, const std::string& path, Tokenizer::Impl& impl) {
     impl.vocab_size = impl.model.size();
     for (const auto& a : root.value("added_tokens", json::array())) {
         AddedToken t;
-        t.id = a.at("id").get<int32_t>();
+        const int64_t id = a.at("id").get<int64_t>();
+        CORTIQ_CHECK(id >= 0 && id < int64_t{impl.model.size()} + 65536,
+                     "tokenizer: {}: bad added token id {} (model vocab of {})", path, id,
+                     impl.model.size());
+        t.id = static_cast<int32_t>(id);
         t.content = a.at("content").get<std::string>();
         t.single_word = get_or(a, "single_word", false);
         t.lstrip = get_or(a, "lstrip", false);
         t.rstrip = get_or(a, "rstrip", false);
         t.normalized = get_or(a, "normalized", !get_or(a, "special", false));
         t.special = get_or(a, "special", false);
-        CORTIQ_CHECK(t.id >= 0, "tokenizer: {}: bad added token id {}", path, t.id);
         if (t.content.empty()) continue;
         t.decode_text = t.normalized ? impl.normalizer.apply(t.content) : t.content;
         impl.vocab_size = std::max(impl.vocab_size, t.id + 1);
         impl.added.push_back(std::move(t));
     }
     for (size_t k = 0; k < impl.added.size(); ++k) impl.added_by_id[impl.added[k].id] = k;
+    // The post-processor's ids go straight into every encoded sequence.
+    for (const auto* ids : {&impl.post.prefix, &impl.post.suffix})
+        for (int32_t id : *ids)
+            CORTIQ_CHECK(id >= 0 && id < impl.vocab_size,
+                         "tokenizer: {}: post-processor token id {} is outside the vocab (0..{})",
+                         path, id, impl.vocab_size - 1);
 
     // Match order of tokenizers: special tokens first, then the others.
     std::vector<const AddedToken*> raw, norm;
