@@ -245,6 +245,15 @@ def blr_payload(rnd, m, n, r, paths):
     return hd + body
 
 
+def blr_payload_v2(rnd, m, n, r, paths):
+    """Version 2: all paths' scales, then one bit stream (S_Vᵀ, S_Uᵀ per path)."""
+    hd = struct.pack("<IHHIIIIII", 0x42515443, 2, paths, m, n, r, 0, 0, 0)
+    scales = pad8(f16s([rnd.uniform(0.1, 2) for _ in range(paths * (m + n + r))]))
+    nbits = paths * r * (m + n)
+    stream = rnd.getrandbits(nbits) if nbits else 0
+    return hd + scales + stream.to_bytes(8 * words(nbits), "little")
+
+
 def sign_payload(rnd, m, n):
     hd = struct.pack("<IHHIII3I", 0x53515443, 1, 0, m, n, words(n), 0, 0, 0)
     return hd + pad8(f16s([rnd.uniform(0.1, 2) for _ in range(m + n)])) + sign_rows(rnd, m, n)
@@ -254,6 +263,8 @@ def seeds_blr():
     rnd = random.Random(5)
     for m, n, r, p in ((1, 1, 1, 1), (3, 5, 2, 1), (8, 70, 4, 2), (65, 9, 9, 2), (16, 16, 16, 1)):
         put("blr", f"blr_{m}x{n}_r{r}_p{p}", blr_payload(rnd, m, n, r, p))
+    for m, n, r, p in ((1, 1, 1, 1), (3, 5, 2, 2), (9, 70, 4, 1), (65, 9, 9, 2)):
+        put("blr", f"blr2_{m}x{n}_r{r}_p{p}", blr_payload_v2(rnd, m, n, r, p))
     for m, n in ((1, 1), (4, 65), (7, 3)):
         put("blr", f"sign_{m}x{n}", sign_payload(rnd, m, n))
     return rnd
