@@ -141,8 +141,7 @@ TEST(ExtremeSafetensors, NonFiniteWeightsAreNamedAtLoad) {
 TEST(ExtremeSafetensors, FuzzRegressionShapeWithAZeroAndHugeDimensions) {
     TempDir d;
     const auto p = d.file("z.safetensors");
-    write_raw(p,
-              R"({"w":{"dtype":"F32","shape":[2305843009213693952,4,0],"data_offsets":[0,0]}})",
+    write_raw(p, R"({"w":{"dtype":"F32","shape":[2305843009213693952,4,0],"data_offsets":[0,0]}})",
               "");
     expect_has(error_of([&] { io::SafetensorsFile::open(p); }), {"'w'", "overflow"});
     write_raw(p, R"({"w":{"dtype":"F32","shape":[1000,0,7],"data_offsets":[0,0]}})", "");
@@ -176,12 +175,38 @@ TEST(ExtremeTokenizer, IdsOutsideTheVocabAreRefused) {
                {"post-processor token id 7"});
 }
 
+// Found by fuzz_tokenizer_load (UBSan: "1.99223e+21 is outside the range of
+// representable values of type 'long'"): a vocab id written as a float was
+// converted to an integer. Every integer of tokenizer.json is now checked to
+// be one, in range, before it is converted.
+TEST(ExtremeTokenizer, FuzzRegressionFloatIdsAreRefused) {
+    TempDir d;
+    auto load = [&](const std::string& json) {
+        std::ofstream(d.file("tokenizer.json")) << json;
+        return error_of([&] { io::Tokenizer::load(d.file("tokenizer.json")); });
+    };
+    const std::string model = R"("model":{"type":"BPE","vocab":{"a":0,"b":1},"merges":[]})";
+    expect_has(load(R"({"model":{"type":"BPE","vocab":{"a":1.99223e+21},"merges":[]}})"),
+               {"tokenizer.json", "not an integer", "'a'"});
+    expect_has(load("{" + model + R"(,"added_tokens":[{"id":4.3e22,"content":"<x>"}]})"),
+               {"added token id"});
+    expect_has(load("{" + model +
+                    R"(,"post_processor":{"type":"TemplateProcessing","single":[)"
+                    R"({"SpecialToken":{"id":"<s>"}}],"special_tokens":{"<s>":{"ids":[1e30]}}}})"),
+               {"token id", "integer"});
+    expect_has(load("{" + model + R"(,"decoder":{"type":"Strip","content":" ","start":1e300}})"),
+               {"start", "integer"});
+    expect_has(load("{" + model +
+                    R"(,"post_processor":{"type":"RobertaProcessing","cls":["<s>",-3],)"
+                    R"("sep":["</s>",1]}})"),
+               {"cls id", "out of range"});
+}
+
 // ---------------------------------------------------------------- config
 
 TEST(ExtremeConfig, TokenIdsAreRangeChecked) {
-    const std::string base =
-        R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,)"
-        R"("num_hidden_layers":2,"num_attention_heads":4,"vocab_size":512)";
+    const std::string base = R"({"model_type":"llama","hidden_size":64,"intermediate_size":128,)"
+                             R"("num_hidden_layers":2,"num_attention_heads":4,"vocab_size":512)";
     auto cfg = [&](const std::string& extra) {
         return io::ModelConfig::parse(base + extra + "}", "cfg.json");
     };
@@ -396,7 +421,7 @@ TEST(ExtremeJournal, EntriesAreCheckedAndErrorsNameTheFile) {
     {
         const quant::Journal j(out, settings, false, false);
         j.save(0, record_of({q, k}, 4, 8));
-        j.save(1, record_of({q}, 4, 8));  // layer 1's file holding layer 0's tensor
+        j.save(1, record_of({q}, 4, 8));            // layer 1's file holding layer 0's tensor
         fs::copy_file(j.file_of(0), j.file_of(2));  // layer 0's entry under layer 2's name
     }
     const quant::Journal j(out, settings, true, false);
@@ -409,10 +434,31 @@ TEST(ExtremeJournal, EntriesAreCheckedAndErrorsNameTheFile) {
     EXPECT_EQ(rec->payloads.size(), 2u);
     EXPECT_FALSE(j.load(3, both));  // no entry
     expect_has(error_of([&] { j.load(0, {{q, 4, 8}}); }), {j.file_of(0), k, "does not belong"});
-    expect_has(error_of([&] { j.load(0, {{q, 4, 8}, {k, 4, 8}, {"model.layers.0.x", 4, 8}}); }),
+    expect_has(error_of([&] {
+                   j.load(0, {{q, 4, 8}, {k, 4, 8}, {"model.layers.0.x", 4, 8}});
+               }),
                {j.file_of(0), "incomplete", "model.layers.0.x"});
     expect_has(error_of([&] { j.load(0, {{q, 4, 8}, {k, 8, 4}}); }), {j.file_of(0), "8x4"});
     expect_has(error_of([&] { j.load(2, both); }), {j.file_of(2), "belongs to layer 0"});
+    // a report whose integers are floats (undefined to convert)
+    {
+        quant::LayerRecord bad = record_of({q, k}, 4, 8);
+        const quant::Journal j2(d.file("p.safetensors"), settings, false, false);
+        j2.save(0, bad);
+        auto f = io::SafetensorsFile::open(j2.file_of(0));
+        io::SafetensorsWriter w;
+        for (const auto& t : f.tensors()) w.add(t.name, t.dtype, t.shape, f.bytes(t));
+        for (auto [key, value] : f.metadata()) {
+            if (key == "reports") {
+                auto rj = nlohmann::json::parse(value);
+                rj[q]["shape"] = {4e30, 8};
+                value = rj.dump();
+            }
+            w.set_metadata(key, value);
+        }
+        w.write(j2.file_of(0));
+        expect_has(error_of([&] { j2.load(0, both); }), {j2.file_of(0), "malformed report"});
+    }
     // a corrupt entry: truncated
     fs::resize_file(j.file_of(0), fs::file_size(j.file_of(0)) - 3);
     expect_has(error_of([&] { j.load(0, both); }), {j.file_of(0)});

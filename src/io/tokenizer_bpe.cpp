@@ -37,6 +37,9 @@ BpeModel BpeModel::from_json(const nlohmann::json& j, const std::string& where) 
     int32_t max_id = -1;
     m.vocab_.reserve(vocab->size());
     for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+        CORTIQ_CHECK(it.value().is_number_integer(),
+                     "tokenizer: {}: id {} of '{}' is not an integer", where, it.value().dump(),
+                     it.key());
         const auto id = it.value().get<int64_t>();
         // Ids index a table of tokens: dense in every real vocab, so an id far
         // beyond the vocab's size is refused rather than allocated for.

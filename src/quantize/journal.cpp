@@ -153,6 +153,15 @@ std::optional<LayerRecord> Journal::load(int64_t key,
         const auto r = reports.find(e.name);
         CORTIQ_CHECK(r != reports.end(), "{}: incomplete entry: no report of '{}'; {}", path,
                      e.name, advice);
+        // Integers where the report has them (converting a float to one
+        // would be undefined), before the report is read.
+        auto integer = [&](const nlohmann::json& v) { return v.is_number_integer(); };
+        CORTIQ_CHECK(r->is_object() && r->contains("shape") && (*r)["shape"].is_array() &&
+                         (*r)["shape"].size() == 2 && integer((*r)["shape"][0]) &&
+                         integer((*r)["shape"][1]) && r->contains("bits") &&
+                         integer((*r)["bits"]) && r->contains("rank") && integer((*r)["rank"]) &&
+                         r->contains("paths") && integer((*r)["paths"]),
+                     "{}: malformed report of '{}'; {}", path, e.name, advice);
         try {
             rec.reports.push_back(TensorReport::from_json(e.name, *r));
         } catch (const nlohmann::json::exception& ex) {
