@@ -3,6 +3,11 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev nlohmann-json3-dev
       libcli11-dev libfmt-dev libpcre2-dev libssl-dev libgtest-dev googletest libbenchmark-dev python3)
+# The sanitizer and fuzz builds (CMakePresets.json "asan", "fuzz"; .ci/run):
+# clang, its runtimes (ASan, UBSan, libFuzzer), its OpenMP and llvm-symbolizer.
+if [ "${CORTIQ_SANITIZER_DEPS:-0}" = 1 ]; then
+  pkgs+=(clang libclang-rt-dev libomp-dev llvm)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

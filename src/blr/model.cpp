@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "blr/gauge.hpp"
 #include "blr/layout.hpp"
 #include "core/half.hpp"
 #include "linalg/blas.hpp"
@@ -59,17 +60,6 @@ int64_t rank_for(int64_t m, int64_t n, double bpw, int paths) {
 }
 
 namespace {
-
-double log_mean_abs(const VecD& v) {
-    double s = 0;
-    int64_t k = 0;
-    for (double x : v)
-        if (x != 0 && std::isfinite(x)) {
-            s += std::log(std::abs(x));
-            ++k;
-        }
-    return k ? s / static_cast<double>(k) : 0.0;
-}
 
 void put_u16(uint8_t* p, uint16_t v) {
     std::memcpy(p, &v, 2);
@@ -159,17 +149,18 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
                       q.su.cols() == static_cast<int64_t>(r));
         CORTIQ_ASSERT(q.sv.rows() == static_cast<int64_t>(n) &&
                       q.sv.cols() == static_cast<int64_t>(r));
-        // Gauge: scale h by a = e^{t−μh}, g by b = e^{t−μg}, ℓ by 1/(ab), with
-        // t the mean of the three log-magnitudes, so all three centre on e^t.
-        const double mh = log_mean_abs(q.h), ml = log_mean_abs(q.l), mg = log_mean_abs(q.g);
-        const double t = (mh + ml + mg) / 3.0;
-        const double a = std::exp(t - mh), b = std::exp(t - mg), c = 1.0 / (a * b);
+        // Gauge: the three vectors centred on one magnitude, moved where
+        // needed so that every scale fits f16 (blr/gauge.hpp).
+        const Gauge gauge = f16_gauge(q.h, q.l, q.g);
+        const double a = gauge.a, b = gauge.b, c = 1.0 / (a * b);
         uint8_t* base = out.data() + off_scales(m, n, r, p);
         Path* sp = stored ? &stored->paths[p] : nullptr;
         auto put = [&](const VecD& v, double s, uint64_t off, VecD* dst) {
             for (size_t i = 0; i < v.size(); ++i) {
                 const uint16_t hv = float_to_half(static_cast<float>(v[i] * s));
                 CORTIQ_ASSERT(std::isfinite(half_to_float(hv)), "scale {} overflows f16", v[i] * s);
+                CORTIQ_ASSERT(v[i] == 0 || half_to_float(hv) != 0, "scale {} underflows f16",
+                              v[i] * s);
                 put_u16(base + off + 2 * i, hv);
                 if (dst) (*dst)[i] = half_to_float(hv);
             }

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "blr/gauge.hpp"
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
 #include "core/error.hpp"
@@ -43,14 +44,15 @@ std::vector<uint8_t> pack_sign(const MatD& s, const VecD& h, const VecD& g) {
                   {0, 0, 0}};
     std::memcpy(out.data(), &hd, sizeof hd);
     uint8_t* p = out.data() + sizeof hd;
-    for (uint64_t i = 0; i < m; ++i) {
-        const uint16_t v = float_to_half(static_cast<float>(h[i]));
-        std::memcpy(p + 2 * i, &v, 2);
-    }
-    for (uint64_t j = 0; j < n; ++j) {
-        const uint16_t v = float_to_half(static_cast<float>(g[j]));
-        std::memcpy(p + 2 * (m + j), &v, 2);
-    }
+    const double a = f16_balance(h, g);  // 1 unless h or g would leave f16's range
+    auto put = [&](double x, uint64_t at) {
+        const uint16_t v = float_to_half(static_cast<float>(x));
+        CORTIQ_ASSERT(std::isfinite(half_to_float(v)) && (x == 0 || half_to_float(v) != 0),
+                      "sign scale {} does not fit f16", x);
+        std::memcpy(p + 2 * at, &v, 2);
+    };
+    for (uint64_t i = 0; i < m; ++i) put(h[i] * a, i);
+    for (uint64_t j = 0; j < n; ++j) put(g[j] / a, m + j);
     uint8_t* bits = p + pad8(2 * (m + n));
     for (uint64_t i = 0; i < m; ++i)
         for (uint64_t w = 0; w < words; ++w) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,7 +38,34 @@ double get_double(const json& j, const char* key, const std::string& what, doubl
     const json* v = find(j, key);
     if (!v) return def;
     CORTIQ_CHECK(v->is_number(), "{}: '{}' must be a number, got {}", what, key, v->dump());
-    return v->get<double>();
+    const double d = v->get<double>();
+    CORTIQ_CHECK(std::isfinite(d), "{}: '{}' must be finite, got {}", what, key, v->dump());
+    return d;
+}
+
+// A token id of the config (bos_token_id, eos_token_id, pad_token_id): absent
+// or null gives nothing; otherwise an integer in [0, vocab_size).
+std::vector<int32_t> get_token_ids(const json& j, const char* key, int64_t vocab,
+                                   const std::string& what) {
+    std::vector<int32_t> ids;
+    const json* v = find(j, key);
+    if (!v) return ids;
+    auto one = [&](const json& x) {
+        CORTIQ_CHECK(x.is_number_integer(), "{}: '{}' must be an integer token id, got {}", what,
+                     key, x.dump());
+        const bool in_range = x.is_number_unsigned()
+                                  ? x.get<uint64_t>() < uint64_t(vocab)
+                                  : x.get<int64_t>() >= 0 && x.get<int64_t>() < vocab;
+        CORTIQ_CHECK(in_range, "{}: '{}' = {} is not a token id (vocab_size {})", what, key,
+                     x.dump(), vocab);
+        ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
+    };
+    if (v->is_array()) {
+        for (const auto& x : *v) one(x);
+    } else {
+        one(*v);
+    }
+    return ids;
 }
 
 bool get_bool(const json& j, const char* key, const std::string& what, bool def) {
@@ -103,16 +131,31 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& what) {
                  "heads {}, vocab {})",
                  what, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
                  c.num_kv_heads, c.vocab_size);
+    // Upper bounds far beyond any real model, so that every size derived from
+    // these (q_dim, shapes, element counts) stays well inside int64 and the
+    // u32 fields of a payload header.
+    constexpr int64_t kMaxDim = int64_t{1} << 24, kMaxLayers = 1 << 16;
+    CORTIQ_CHECK(c.hidden_size <= kMaxDim && c.intermediate_size <= kMaxDim &&
+                     c.num_heads <= kMaxDim && c.num_kv_heads <= kMaxDim &&
+                     c.vocab_size <= int64_t{1} << 31 && c.num_layers <= kMaxLayers,
+                 "{}: sizes out of range (hidden {}, intermediate {}, layers {}, heads {}, kv "
+                 "heads {}, vocab {})",
+                 what, c.hidden_size, c.intermediate_size, c.num_layers, c.num_heads,
+                 c.num_kv_heads, c.vocab_size);
     CORTIQ_CHECK(c.num_heads % c.num_kv_heads == 0,
                  "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", what,
                  c.num_heads, c.num_kv_heads);
     // Qwen3Config defaults head_dim to 128; the others derive it.
     const int64_t def_hd = qwen3 ? 128 : c.hidden_size / c.num_heads;
     c.head_dim = get_int(j, "head_dim", what, def_hd);
-    CORTIQ_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0, "{}: head_dim {} must be positive and even",
-                 what, c.head_dim);
+    CORTIQ_CHECK(c.head_dim > 0 && c.head_dim % 2 == 0 && c.head_dim <= kMaxDim &&
+                     c.num_heads * c.head_dim <= kMaxDim,
+                 "{}: head_dim {} must be positive, even, and heads × head_dim ≤ {}", what,
+                 c.head_dim, kMaxDim);
     c.max_position_embeddings =
         get_int(j, "max_position_embeddings", what, llama ? 2048 : (qwen3 ? 40960 : 32768));
+    CORTIQ_CHECK(c.max_position_embeddings > 0, "{}: max_position_embeddings must be positive",
+                 what);
 
     // RoPE: top-level rope_theta (4.x) and/or rope_parameters (5.x).
     const double def_theta = qwen3 ? 1e6 : 10000.0;
@@ -169,14 +212,12 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& what) {
                      what);
     }
 
-    if (const json* b = find(j, "bos_token_id"); b && b->is_number_integer())
-        c.bos_token_id = b->get<int32_t>();
-    if (const json* e = find(j, "eos_token_id")) {
-        if (e->is_number_integer()) c.eos_token_ids.push_back(e->get<int32_t>());
-        if (e->is_array())
-            for (const auto& x : *e)
-                if (x.is_number_integer()) c.eos_token_ids.push_back(x.get<int32_t>());
-    }
+    // Token ids index the embedding: each must be below vocab_size.
+    const auto bos = get_token_ids(j, "bos_token_id", c.vocab_size, what);
+    CORTIQ_CHECK(bos.size() <= 1, "{}: bos_token_id must be one id", what);
+    if (!bos.empty()) c.bos_token_id = bos[0];
+    c.eos_token_ids = get_token_ids(j, "eos_token_id", c.vocab_size, what);
+    (void)get_token_ids(j, "pad_token_id", c.vocab_size, what);
     return c;
 }
 

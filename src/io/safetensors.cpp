@@ -4,12 +4,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <unordered_set>
 
 #include "core/half.hpp"
 #include "core/parallel.hpp"
@@ -89,6 +91,11 @@ std::string TensorInfo::shape_str() const {
 
 namespace {
 
+// Hugging Face's reader refuses headers above 100 MB (MAX_HEADER_SIZE); so do
+// we, before parsing (a header is names, shapes and metadata: a tokenizer.json
+// of a few MB is the largest thing a cortiq file puts there).
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
 uint64_t read_u64_le(const uint8_t* p) {
     uint64_t v = 0;
     for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
@@ -114,15 +121,19 @@ TensorInfo parse_entry(const std::string& name, const json& e, uint64_t data_siz
     auto sh = e.find("shape");
     CORTIQ_CHECK(sh != e.end() && sh->is_array(), "{}: missing or non-array shape", ctx);
     // Element count with overflow detection (a hostile shape must not wrap).
-    uint64_t numel = 1;
+    // The product of the non-zero dimensions must fit in int64 too, so that
+    // any partial product (rows × cols of a flattened view) is defined.
+    uint64_t numel = 1, nonzero = 1;
     bool overflow = false;
+    constexpr uint64_t kMaxI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     for (const auto& d : *sh) {
         const uint64_t v = json_u64(d, ctx + " shape");
-        CORTIQ_CHECK(v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
-                     "{}: shape dimension {} too large", ctx, v);
+        CORTIQ_CHECK(v <= kMaxI64, "{}: shape dimension {} too large", ctx, v);
         t.shape.push_back(static_cast<int64_t>(v));
         if (v != 0 && numel > std::numeric_limits<uint64_t>::max() / v) overflow = true;
         numel *= v;
+        if (v != 0 && nonzero > kMaxI64 / v) overflow = true;
+        if (v != 0) nonzero *= v;
     }
     auto off = e.find("data_offsets");
     CORTIQ_CHECK(off != e.end() && off->is_array() && off->size() == 2,
@@ -154,6 +165,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     CORTIQ_CHECK(all.size() >= 8, "{}: {} bytes, too short for a safetensors header", path,
                  all.size());
     const uint64_t n = read_u64_le(all.data());
+    CORTIQ_CHECK(n <= kMaxHeaderBytes,
+                 "{}: header length {} exceeds the safetensors limit of {} bytes (not a "
+                 "safetensors file, or corrupt)",
+                 path, n, kMaxHeaderBytes);
     CORTIQ_CHECK(n <= all.size() - 8,
                  "{}: header length {} runs past the end of the file ({} bytes; not a safetensors "
                  "file, or truncated)",
@@ -162,9 +177,21 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const uint64_t data_size = all.size() - f.data_offset_;
 
     const char* hb = reinterpret_cast<const char*>(all.data() + 8);
-    json header = json::parse(hb, hb + n, nullptr, /*allow_exceptions=*/false);
+    // JSON keeps the last of repeated keys; a repeated tensor name is refused
+    // instead (two readers could otherwise disagree on which one is meant).
+    std::string duplicate;
+    std::unordered_set<std::string> top_keys;
+    const json::parser_callback_t on_key = [&](int depth, json::parse_event_t ev, json& v) {
+        if (ev == json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+            !top_keys.insert(v.get<std::string>()).second)
+            duplicate = v.get<std::string>();
+        return true;
+    };
+    json header = json::parse(hb, hb + n, on_key, /*allow_exceptions=*/false);
     CORTIQ_CHECK(!header.is_discarded(), "{}: header ({} bytes) is not valid JSON", path, n);
     CORTIQ_CHECK(header.is_object(), "{}: header is not a JSON object", path);
+    CORTIQ_CHECK(duplicate.empty(), "{}: tensor '{}' appears more than once in the header", path,
+                 duplicate);
 
     for (const auto& [key, val] : header.items()) {
         if (key == "__metadata__") {
@@ -228,9 +255,12 @@ std::vector<float> to_floats(const TensorInfo& t, std::span<const uint8_t> bytes
     constexpr int64_t kChunk = 1 << 20;
     const int64_t chunks = (n + kChunk - 1) / kChunk;
     const DType dt = t.dtype;
+    // The first non-finite value of each chunk (n if none).
+    std::vector<int64_t> bad(static_cast<size_t>(chunks), n);
     // memcpy per element: the mapped data need not be aligned for the type.
     parallel_for(0, chunks, [&](int64_t c) {
         const int64_t b = c * kChunk, e = std::min(n, b + kChunk);
+
         switch (dt) {
             case DType::F32:
                 std::memcpy(dst + b, src + 4 * b, 4 * (e - b));
@@ -259,7 +289,24 @@ std::vector<float> to_floats(const TensorInfo& t, std::span<const uint8_t> bytes
             default:
                 CORTIQ_ASSERT(false);
         }
+        for (int64_t i = b; i < e; ++i)
+            if (!std::isfinite(dst[i])) {
+                bad[static_cast<size_t>(c)] = i;
+                break;
+            }
     });
+    const int64_t first = bad.empty() ? n : *std::min_element(bad.begin(), bad.end());
+    if (first < n) {
+        // name the element by its index in each dimension, as the file's shape has it
+        std::string at;
+        int64_t rest = first;
+        for (size_t d = t.shape.size(); d-- > 0;) {
+            at = fmt::format("{}{}", rest % t.shape[d], at.empty() ? "" : ", " + at);
+            rest /= t.shape[d];
+        }
+        CORTIQ_FAIL("{}: tensor '{}' ({} {}) holds a non-finite value ({}) at flat index {} [{}]",
+                    context, t.name, dtype_name(t.dtype), t.shape_str(), out[first], first, at);
+    }
     return out;
 }
 

@@ -9,65 +9,10 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.hpp"
 #include "io/safetensors.hpp"
 
 namespace cortiq::io {
-
-namespace {
-
-// Owns the temporary file until it is committed: closes the descriptor and
-// removes the file on any early exit.
-class TempFile {
-  public:
-    TempFile(std::string path, std::string target)
-        : path_(std::move(path)), target_(std::move(target)) {
-        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        CORTIQ_CHECK(fd_ >= 0, "{}: cannot create temporary file {}: {}", target_, path_,
-                     std::strerror(errno));
-    }
-    ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
-        if (!committed_) ::unlink(path_.c_str());
-    }
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-
-    void write(const void* data, size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n > 0) {
-            const ssize_t w = ::write(fd_, p, std::min<size_t>(n, size_t{1} << 30));
-            if (w < 0 && errno == EINTR) continue;
-            CORTIQ_CHECK(w > 0, "{}: write failed: {}", target_,
-                         w < 0 ? std::strerror(errno) : "no progress");
-            p += w;
-            n -= static_cast<size_t>(w);
-        }
-    }
-    void commit() {
-        CORTIQ_CHECK(::fsync(fd_) == 0, "{}: fsync failed: {}", target_, std::strerror(errno));
-        const int fd = fd_;
-        fd_ = -1;
-        CORTIQ_CHECK(::close(fd) == 0, "{}: close failed: {}", target_, std::strerror(errno));
-        CORTIQ_CHECK(::rename(path_.c_str(), target_.c_str()) == 0, "{}: rename from {} failed: {}",
-                     target_, path_, std::strerror(errno));
-        committed_ = true;
-        // Make the rename itself durable (best effort: some filesystems refuse).
-        auto dir = std::filesystem::path(target_).parent_path();
-        if (dir.empty()) dir = ".";
-        const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        if (dfd >= 0) {
-            ::fsync(dfd);
-            ::close(dfd);
-        }
-    }
-
-  private:
-    std::string path_, target_;
-    int fd_ = -1;
-    bool committed_ = false;
-};
-
-}  // namespace
 
 void SafetensorsWriter::add(std::string name, DType dtype, std::vector<int64_t> shape,
                             std::vector<uint8_t> bytes) {
@@ -145,7 +90,7 @@ void SafetensorsWriter::write(const std::string& path) const {
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
 
-    TempFile tmp(fmt::format("{}.tmp.{}", path, ::getpid()), path);
+    TempFile tmp(path);
     tmp.write(len, 8);
     tmp.write(header.data(), header.size());
     for (size_t i : layout_order()) {

@@ -37,9 +37,16 @@ BpeModel BpeModel::from_json(const nlohmann::json& j, const std::string& where) 
     int32_t max_id = -1;
     m.vocab_.reserve(vocab->size());
     for (auto it = vocab->begin(); it != vocab->end(); ++it) {
+        CORTIQ_CHECK(it.value().is_number_integer(),
+                     "tokenizer: {}: id {} of '{}' is not an integer", where, it.value().dump(),
+                     it.key());
         const auto id = it.value().get<int64_t>();
-        CORTIQ_CHECK(id >= 0 && id < (int64_t{1} << 30), "tokenizer: {}: bad id {} for '{}'", where,
-                     id, it.key());
+        // Ids index a table of tokens: dense in every real vocab, so an id far
+        // beyond the vocab's size is refused rather than allocated for.
+        const int64_t limit =
+            std::min<int64_t>(int64_t{1} << 30, 2 * static_cast<int64_t>(vocab->size()) + 65536);
+        CORTIQ_CHECK(id >= 0 && id < limit, "tokenizer: {}: bad id {} for '{}' (vocab of {})",
+                     where, id, it.key(), vocab->size());
         m.vocab_[it.key()] = static_cast<int32_t>(id);
         max_id = std::max(max_id, static_cast<int32_t>(id));
     }

@@ -1,6 +1,7 @@
 // Reading tokenizer.json (and tokenizer_config.json) into Tokenizer::Impl.
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -40,6 +41,25 @@ template <class T>
 T get_or(const json& j, const char* key, T def) {
     auto it = j.find(key);
     return it == j.end() || it->is_null() ? def : it->get<T>();
+}
+
+// An integer of tokenizer.json in [lo, hi] (hi < INT64_MAX). Floats and
+// out-of-range values are refused here: converting them would be undefined.
+int64_t get_integer(const json& v, const std::string& where, const char* what, int64_t lo,
+                    int64_t hi) {
+    CORTIQ_CHECK(v.is_number_integer(), "tokenizer: {}: {} must be an integer, got {}", where, what,
+                 v.dump());
+    const bool huge =
+        v.is_number_unsigned() &&
+        v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    const int64_t x = huge ? hi + 1 : v.get<int64_t>();
+    CORTIQ_CHECK(x >= lo && x <= hi, "tokenizer: {}: {} {} is out of range", where, what, v.dump());
+    return x;
+}
+
+int32_t get_token_id(const json& v, const std::string& where, const char* what) {
+    return static_cast<int32_t>(
+        get_integer(v, where, what, 0, std::numeric_limits<int32_t>::max() - 1));
 }
 
 // {"String": s} or {"Regex": r}.
@@ -148,8 +168,12 @@ void parse_decoder(const json& j, const std::string& where, Decoder& out) {
     } else if (type == "Strip") {
         st.kind = DecoderStep::Kind::strip;
         st.content = j.at("content").get<std::string>();
-        st.start = get_or<size_t>(j, "start", 0);
-        st.stop = get_or<size_t>(j, "stop", 0);
+        for (auto [key, dst] : {std::pair{"start", &st.start}, std::pair{"stop", &st.stop}}) {
+            const auto it = j.find(key);
+            *dst = it == j.end() || it->is_null()
+                       ? 0
+                       : static_cast<size_t>(get_integer(*it, where, key, 0, 1 << 20));
+        }
     } else if (type == "Metaspace") {
         st.kind = DecoderStep::Kind::metaspace;
         st.content = get_or<std::string>(j, "replacement", "\u2581");
@@ -182,15 +206,15 @@ void parse_post_processor(const json& j, const std::string& where, PostProcessor
                              "tokenizer: {}: template names unknown special token '{}'", where,
                              name);
                 for (const auto& id : specials[name].at("ids")) {
-                    (after ? t.suffix : t.prefix).push_back(id.get<int32_t>());
+                    (after ? t.suffix : t.prefix).push_back(get_token_id(id, where, "token id"));
                 }
             }
         }
         out.prefix.insert(out.prefix.begin(), t.prefix.begin(), t.prefix.end());
         out.suffix.insert(out.suffix.end(), t.suffix.begin(), t.suffix.end());
     } else if (type == "BertProcessing" || type == "RobertaProcessing") {
-        out.prefix.insert(out.prefix.begin(), j.at("cls").at(1).get<int32_t>());
-        out.suffix.push_back(j.at("sep").at(1).get<int32_t>());
+        out.prefix.insert(out.prefix.begin(), get_token_id(j.at("cls").at(1), where, "cls id"));
+        out.suffix.push_back(get_token_id(j.at("sep").at(1), where, "sep id"));
     } else {
         CORTIQ_FAIL("tokenizer: {}: unsupported post_processor type '{}'", where, type);
     }
@@ -242,20 +266,32 @@ void build(const json& root, const std::string& path, Tokenizer::Impl& impl) {
     impl.vocab_size = impl.model.size();
     for (const auto& a : root.value("added_tokens", json::array())) {
         AddedToken t;
-        t.id = a.at("id").get<int32_t>();
+        const json& jid = a.at("id");
+        const int64_t id = jid.is_number_integer()
+                               ? get_integer(jid, path, "added token id", 0, int64_t{1} << 40)
+                               : -1;
+        CORTIQ_CHECK(id >= 0 && id < int64_t{impl.model.size()} + 65536,
+                     "tokenizer: {}: bad added token id {} (model vocab of {})", path, jid.dump(),
+                     impl.model.size());
+        t.id = static_cast<int32_t>(id);
         t.content = a.at("content").get<std::string>();
         t.single_word = get_or(a, "single_word", false);
         t.lstrip = get_or(a, "lstrip", false);
         t.rstrip = get_or(a, "rstrip", false);
         t.normalized = get_or(a, "normalized", !get_or(a, "special", false));
         t.special = get_or(a, "special", false);
-        CORTIQ_CHECK(t.id >= 0, "tokenizer: {}: bad added token id {}", path, t.id);
         if (t.content.empty()) continue;
         t.decode_text = t.normalized ? impl.normalizer.apply(t.content) : t.content;
         impl.vocab_size = std::max(impl.vocab_size, t.id + 1);
         impl.added.push_back(std::move(t));
     }
     for (size_t k = 0; k < impl.added.size(); ++k) impl.added_by_id[impl.added[k].id] = k;
+    // The post-processor's ids go straight into every encoded sequence.
+    for (const auto* ids : {&impl.post.prefix, &impl.post.suffix})
+        for (int32_t id : *ids)
+            CORTIQ_CHECK(id >= 0 && id < impl.vocab_size,
+                         "tokenizer: {}: post-processor token id {} is outside the vocab (0..{})",
+                         path, id, impl.vocab_size - 1);
 
     // Match order of tokenizers: special tokens first, then the others.
     std::vector<const AddedToken*> raw, norm;

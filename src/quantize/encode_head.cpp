@@ -15,12 +15,7 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const QuantizeOptions& o = run.o;
     const auto& cfg = run.model.config();
     const int64_t vocab = cfg.vocab_size, hidden = cfg.hidden_size;
-    if (auto old = run.journal.load(kHeadKey)) {
-        CORTIQ_CHECK(old->payloads.size() == 1 && old->payloads[0].first == kHead &&
-                         old->reports.size() == 1,
-                     "{}: the head's journal entry is malformed; pass --force to start over",
-                     run.journal.dir());
-        blr::validate_any(old->payloads[0].second, kHead, vocab, hidden);
+    if (auto old = run.journal.load(kHeadKey, {{kHead, vocab, hidden}})) {  // checked there
         run.payloads[kHead] = old->payloads[0].second;
         run.report.tensors.push_back(old->reports[0]);
         run.bar.advance(vocab * hidden, "lm_head resumed");

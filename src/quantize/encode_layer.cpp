@@ -43,7 +43,14 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
 
 void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
     const QuantizeOptions& o = run.o;
-    if (auto old = run.journal.load(layer)) return resume_layer(run, layer, *old);
+    std::vector<JournalTensor> expected;  // what the layer's journal entry must hold
+    for (const auto& g : input_groups())
+        for (const char* lin : g.linears)
+            if (work.budget.count(tensor_name(layer, lin)))
+                expected.push_back({tensor_name(layer, lin),
+                                    run.model.linear(layer, lin).out_features(),
+                                    run.model.linear(layer, lin).in_features()});
+    if (auto old = run.journal.load(layer, expected)) return resume_layer(run, layer, *old);
     LayerRecord rec;
     for (const auto& g : input_groups()) {
         std::vector<GroupJob> jobs;

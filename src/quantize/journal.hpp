@@ -1,6 +1,13 @@
 // The journal of a quantize run: OUT.journal/ holds the run's settings and one
-// safetensors file per finished layer (written atomically), so a run killed at
-// any point resumes with --resume and produces a byte-identical file.
+// safetensors file per finished layer (written atomically and fsynced, like
+// the output), so a run killed at any point resumes with --resume and
+// produces a byte-identical file.
+//
+// Each entry records the layer it belongs to, the tensors it holds and the
+// version of cortiq that wrote it; loading checks all three, validates every
+// payload against its expected shape and names the entry's file in every
+// error. Opening a journal removes the temporary files a killed run left
+// (of the journal and of the output).
 #pragma once
 
 #include <cstdint>
@@ -19,18 +26,31 @@ struct LayerRecord {
     std::vector<TensorReport> reports;
 };
 
+// A tensor an entry must hold: its name and the shape of its weight.
+struct JournalTensor {
+    std::string name;
+    int64_t m = 0, n = 0;
+};
+
+// The version of cortiq that writes journals (recorded in settings.json and
+// every entry; a journal of another version is not resumed).
+const char* program_version();
+
 class Journal {
   public:
     // Creates OUT.journal (or reopens it with `resume` when its settings
     // match; `force` discards an old one). Throws with advice otherwise.
     Journal(const std::string& out_path, const nlohmann::json& settings, bool resume, bool force);
-    std::optional<LayerRecord> load(int64_t key) const;  // key: layer index, -1 for the head
+    // The entry of `key` (layer index, -1 for the head) if one was saved. It
+    // must hold exactly the `expected` tensors (any order), each a valid
+    // payload of its shape with its report; returned in `expected`'s order.
+    std::optional<LayerRecord> load(int64_t key, const std::vector<JournalTensor>& expected) const;
     void save(int64_t key, const LayerRecord& rec) const;
     void remove() const;
     const std::string& dir() const { return dir_; }
+    std::string file_of(int64_t key) const;
 
   private:
-    std::string file_of(int64_t key) const;
     std::string dir_;
 };
 
