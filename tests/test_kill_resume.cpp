@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli_run.hpp"
+#include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using cortiq::test::cli_binary;
@@ -34,17 +35,10 @@ const std::string kModel = kData + "/models/stories260K";
 const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
 fs::path tmp_dir(const char* tag) {
-    fs::path d = fs::temp_directory_path() /
-                 (std::string("cortiq_kill_") + tag + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
+    return cortiq::test::scratch_dir("cortiq_kill_", tag);
 }
 
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
+using cortiq::test::slurp;
 
 // The arguments of one small quantize run into `out`. A fixed thread count:
 // by default the tool takes the cores that are free at the time, and runs to

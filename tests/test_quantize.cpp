@@ -26,6 +26,7 @@
 #include "model/llama.hpp"
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
+#include "test_files.hpp"
 
 using namespace cortiq;
 using cortiq::test::run_cli;
@@ -38,12 +39,10 @@ const std::string kModel = kData + "/models/stories260K";
 const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
 fs::path tmp_dir(const char* tag) {
-    fs::path d = fs::temp_directory_path() /
-                 (std::string("cortiq_q_") + tag + "_" + std::to_string(getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    return d;
+    return test::scratch_dir("cortiq_q_", tag);
 }
+
+using test::slurp;
 
 quant::QuantizeOptions base_options(const fs::path& out) {
     quant::QuantizeOptions o;
@@ -57,11 +56,6 @@ quant::QuantizeOptions base_options(const fs::path& out) {
     o.progress = false;
     o.verbose = false;
     return o;
-}
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 // perplexity over the first 40 kB of tinystories-valid, ctx 256
