@@ -231,44 +231,88 @@ TEST(CudaKnots, FlipUMatchesCpu) {
     EXPECT_GT(nfd, 0);
 }
 
+namespace {
+
+// The input-side column search of one kernel against the float64 CPU encoder:
+// ≥ 99 % of S_V equal, g and the error close, with the default pass limit and
+// with 2 passes (the limit then ends columns that still flip); without
+// feedback the search is the same per column.
+void expect_gptq_v_matches_cpu(int64_t m, int64_t n, int64_t r, cu::GptqKernel kernel) {
+    const bool lazy = kernel == cu::GptqKernel::lazy;
+    cu::Tuning t;
+    t.gptq_kernel = kernel;
+    Fixture f(m, n, 51 + m, t);
+    const Options o;
+    const blr::Factors base = cpu::build_init(*f.tc, r, 2, small_options());
+    for (int passes : {o.flip_passes, 2}) {
+        blr::Factors g = base;
+        const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, passes, o.gptq_block);
+        cu::DeviceFactors gd = cu::to_device(base, f.gpu.stream());
+        const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, passes, o.gptq_block);
+        const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
+        EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
+            << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes " << passes
+            << ": " << ng << " vs " << ngd << " flips";
+        EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+        const double e = cpu::err(g, *f.tc, cpu::Metric::h);
+        const double ed = cu::err(gd, *f.c, cu::Metric::h);
+        EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " passes " << passes;
+        std::cerr << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes "
+                  << passes << ": flips cpu " << ng << ", gpu " << ngd << " ("
+                  << static_cast<double>(ngd) / static_cast<double>(n) << " per column)\n";
+    }
+    blr::Factors g0 = base;
+    cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
+    cu::DeviceFactors g0d = cu::to_device(base, f.gpu.stream());
+    cu::gptq_v(g0d, *f.c, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
+    EXPECT_GE(agreement(cu::to_host(g0d, f.gpu.stream()).paths[0].sv, g0.paths[0].sv), 0.99);
+}
+
+}  // namespace
+
 TEST(CudaKnots, GptqVMatchesCpu) {
     SKIP_WITHOUT_GPU();
     // r = 24: one chunk of 32 bits; 72: three, the last one partial; 150: five,
     // with hundreds of flips in a column's first pass (the lazy kernel's log)
     for (auto [m, n, r] :
-         {std::tuple<int64_t, int64_t, int64_t>{160, 128, 24}, {96, 200, 72}, {256, 192, 150}}) {
-        for (cu::GptqKernel kernel : {cu::GptqKernel::lazy, cu::GptqKernel::batched}) {
-            const bool lazy = kernel == cu::GptqKernel::lazy;
-            cu::Tuning t;
-            t.gptq_kernel = kernel;
-            Fixture f(m, n, 51 + m, t);
-            const Options o;
-            const blr::Factors base = cpu::build_init(*f.tc, r, 2, small_options());
-            // input side, from the same model: ≥ 99 % of S_V equal, g and the error
-            // close; with 2 passes the limit ends columns that still flip
-            for (int passes : {o.flip_passes, 2}) {
-                blr::Factors g = base;
-                const int64_t ng = cpu::gptq_v(g, *f.tc, 1, o.flip_tol, passes, o.gptq_block);
-                cu::DeviceFactors gd = cu::to_device(base, f.gpu.stream());
-                const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, passes, o.gptq_block);
-                const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
-                EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
-                    << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes "
-                    << passes << ": " << ng << " vs " << ngd << " flips";
-                EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
-                const double e = cpu::err(g, *f.tc, cpu::Metric::h);
-                const double ed = cu::err(gd, *f.c, cu::Metric::h);
-                EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " passes " << passes;
-            }
-            // without feedback the search is the same per column
-            blr::Factors g0 = base;
-            cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
-            cu::DeviceFactors g0d = cu::to_device(base, f.gpu.stream());
-            cu::gptq_v(g0d, *f.c, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
-            EXPECT_GE(agreement(cu::to_host(g0d, f.gpu.stream()).paths[0].sv, g0.paths[0].sv),
-                      0.99);
-        }
-    }
+         {std::tuple<int64_t, int64_t, int64_t>{160, 128, 24}, {96, 200, 72}, {256, 192, 150}})
+        for (cu::GptqKernel kernel : {cu::GptqKernel::lazy, cu::GptqKernel::batched})
+            expect_gptq_v_matches_cpu(m, n, r, kernel);
+}
+
+// Ranks only large layers reach: at r = 1500 the lazy kernel's 14 owner warps
+// hold 3–4 chunks of 32 bits each (one chunk each up to r = 448). Measured on
+// the H200: the lazy and batched kernels do not take the same greedy path
+// here (95.9 % of S_V equal, 777,957 against 778,235 flips), and neither
+// matches the float64 CPU path (87 %): near-ties in float32 sums part the
+// trajectories, so sign agreement would assert a chaotic outcome at this
+// rank. What must hold is the objective: the two kernels' errors within 0.2 %
+// of each other (measured 0.065 %) and within 1 % of the CPU's (measured
+// 0.14 %). About 520 flips per column: the 4,096-entry log does not wrap.
+TEST(CudaKnots, GptqVKernelsReachTheCpuObjectiveAtLargeRank) {
+    SKIP_WITHOUT_GPU();
+    const int64_t m = 1536, n = 1504, r = 1500;
+    cu::Tuning lazy, batched;
+    lazy.gptq_kernel = cu::GptqKernel::lazy;
+    batched.gptq_kernel = cu::GptqKernel::batched;
+    Fixture fl(m, n, 77, lazy), fb(m, n, 77, batched);
+    const Options o;
+    const blr::Factors base = cpu::build_init(*fl.tc, r, 2, small_options());
+    cu::DeviceFactors dl = cu::to_device(base, fl.gpu.stream());
+    cu::DeviceFactors db = cu::to_device(base, fb.gpu.stream());
+    const int64_t nl = cu::gptq_v(dl, *fl.c, 1, o.flip_tol, o.flip_passes, o.gptq_block);
+    const int64_t nb = cu::gptq_v(db, *fb.c, 1, o.flip_tol, o.flip_passes, o.gptq_block);
+    const blr::Factors hl = cu::to_host(dl, fl.gpu.stream()), hb = cu::to_host(db, fb.gpu.stream());
+    const double el = cu::err(dl, *fl.c, cu::Metric::h), eb = cu::err(db, *fb.c, cu::Metric::h);
+    EXPECT_NEAR(el, eb, 2e-3 * eb) << nl << " vs " << nb << " flips";
+    blr::Factors g = base;
+    cpu::gptq_v(g, *fl.tc, 1, o.flip_tol, o.flip_passes, o.gptq_block);
+    const double e = cpu::err(g, *fl.tc, cpu::Metric::h);
+    EXPECT_NEAR(el, e, 1e-2 * e);
+    EXPECT_NEAR(eb, e, 1e-2 * e);
+    std::cerr << "r" << r << ": flips lazy " << nl << ", batched " << nb << "; S_V agreement "
+              << agreement(hl.paths[1].sv, hb.paths[1].sv) << "; err lazy " << el << ", batched "
+              << eb << ", cpu " << e << "\n";
 }
 
 TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {

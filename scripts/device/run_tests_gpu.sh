@@ -8,7 +8,7 @@ export CORTIQ_SHARED_DATA=$PWD/.carry CORTIQ_SOURCE_DIR=$PWD CORTIQ_CLI=$PWD/.ca
 export OMP_WAIT_POLICY=passive
 failed=0
 for t in ${TESTS:-test_cuda_encoder test_forward_gpu test_calib_gpu test_blr_linear_gpu}; do
-  timeout ${TEST_S:-120} .carry/gpu/bin/$t > $OUT/$t.log 2>&1
+  timeout ${TEST_S:-400} .carry/gpu/bin/$t > $OUT/$t.log 2>&1
   rc=$?
   [ $rc -ne 0 ] && failed=1
   echo "$t rc=$rc $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $OUT/$t.log | tr '\n' ' ')"
