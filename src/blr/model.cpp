@@ -168,15 +168,19 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
         put(q.h, a, off_h(), sp ? &sp->h : nullptr);
         put(q.l, c, off_l(m), sp ? &sp->l : nullptr);
         put(q.g, b, off_g(m, r), sp ? &sp->g : nullptr);
-        for (uint64_t k = 0; k < r; ++k) {
-            const uint64_t row_v = bit_svt(m, n, r, p) + k * n, row_u = bit_sut(m, n, r, p) + k * m;
-            for (uint64_t j = 0; j < n; ++j)
-                if (q.sv(j, k) < 0) set_bit(stream, row_v + j);
-            for (uint64_t i = 0; i < m; ++i)
-                if (q.su(i, k) < 0) set_bit(stream, row_u + i);
-        }
+        write_signs(q, m, n, r, p, stream);
     }
     return out;
+}
+
+void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, uint8_t* stream) {
+    for (uint64_t k = 0; k < r; ++k) {
+        const uint64_t row_v = bit_svt(m, n, r, p) + k * n, row_u = bit_sut(m, n, r, p) + k * m;
+        for (uint64_t j = 0; j < n; ++j)
+            if (q.sv(j, k) < 0) set_bit(stream, row_v + j);
+        for (uint64_t i = 0; i < m; ++i)
+            if (q.su(i, k) < 0) set_bit(stream, row_u + i);
+    }
 }
 
 namespace {

@@ -22,14 +22,15 @@ void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
     dst.insert(dst.end(), src.begin(), src.end());
 }
 
-std::vector<float> floats(const std::vector<uint16_t>& v, int64_t off, int64_t count) {
-    std::vector<float> out(static_cast<size_t>(count));
+void floats_into(const std::vector<uint16_t>& v, int64_t off, int64_t count,
+                 std::vector<float>& out) {
+    out.resize(static_cast<size_t>(count));
     for (int64_t i = 0; i < count; ++i) out[i] = half_to_float(v[static_cast<size_t>(off + i)]);
-    return out;
 }
 
-void set_bit(std::vector<uint64_t>& w, uint64_t b) {
-    w[b / 64] |= uint64_t{1} << (b % 64);
+bool bit_at(const SignRows& s, int64_t k, int64_t j) {
+    const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + static_cast<uint64_t>(j);
+    return (s.words[b / 64] >> (b % 64)) & 1;
 }
 
 // Version 1 payloads and sign payloads are rewritten into the version-2 stream
@@ -48,12 +49,8 @@ PackedWeight from_model(const Factors& md) {
         for (double v : q.h) pw.h.push_back(float_to_half(static_cast<float>(v)));
         for (double v : q.l) pw.l.push_back(float_to_half(static_cast<float>(v)));
         for (double v : q.g) pw.g.push_back(float_to_half(static_cast<float>(v)));
-        for (uint64_t k = 0; k < r; ++k) {
-            for (uint64_t j = 0; j < n; ++j)
-                if (q.sv(j, k) < 0) set_bit(pw.bits, bit_svt(m, n, r, p) + k * n + j);
-            for (uint64_t i = 0; i < m; ++i)
-                if (q.su(i, k) < 0) set_bit(pw.bits, bit_sut(m, n, r, p) + k * m + i);
-        }
+        // the u64 words of a little-endian host are the byte stream
+        write_signs(q, m, n, r, p, reinterpret_cast<uint8_t*>(pw.bits.data()));
     }
     return pw;
 }
@@ -111,14 +108,41 @@ SignRows PackedWeight::sut(int p) const {
     return {bits.data(), bit_sut(um, un, ur, p), um, r, m};
 }
 
-std::vector<float> PackedWeight::h_of(int p) const {
-    return floats(h, p * m, m);
+void PackedWeight::scales(int p, std::vector<float>& hs, std::vector<float>& ls,
+                          std::vector<float>& gs) const {
+    floats_into(h, p * m, m, hs);
+    floats_into(l, p * r, r, ls);
+    floats_into(g, p * n, n, gs);
 }
-std::vector<float> PackedWeight::l_of(int p) const {
-    return floats(l, p * r, r);
+
+Factors PackedWeight::to_factors() const {
+    CORTIQ_ASSERT(!sign, "a sign payload has no BLR factors");
+    Factors f;
+    f.m = m;
+    f.n = n;
+    f.r = r;
+    std::vector<float> hs, ls, gs;
+    for (int p = 0; p < paths; ++p) {
+        scales(p, hs, ls, gs);
+        Path q;
+        q.h.assign(hs.begin(), hs.end());
+        q.l.assign(ls.begin(), ls.end());
+        q.g.assign(gs.begin(), gs.end());
+        q.su = MatD(m, r);
+        q.sv = MatD(n, r);
+        const SignRows su = sut(p), sv = svt(p);
+        for (int64_t k = 0; k < r; ++k) {
+            for (int64_t i = 0; i < m; ++i) q.su(i, k) = bit_at(su, k, i) ? -1.0 : 1.0;
+            for (int64_t j = 0; j < n; ++j) q.sv(j, k) = bit_at(sv, k, j) ? -1.0 : 1.0;
+        }
+        f.paths.push_back(std::move(q));
+    }
+    return f;
 }
-std::vector<float> PackedWeight::g_of(int p) const {
-    return floats(g, p * n, n);
+
+bool PackedWeight::sign_at(int64_t i, int64_t j) const {
+    CORTIQ_ASSERT(sign, "not a sign payload");
+    return bit_at(svt(0), i, j);
 }
 
 int64_t PackedWeight::resident_bytes() const {

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "blr/model.hpp"
+
 namespace cortiq::blr {
 
 // Rows of sign bits inside a bit stream: row k starts at bit `first + k·stride`
@@ -38,10 +40,13 @@ struct PackedWeight {
     // S_Uᵀ (r rows of m bits) of path p.
     SignRows svt(int p) const;
     SignRows sut(int p) const;
-    // Path p's scales in float32.
-    std::vector<float> h_of(int p) const;
-    std::vector<float> l_of(int p) const;
-    std::vector<float> g_of(int p) const;
+    // Path p's scales in float32, into buffers that keep their storage.
+    void scales(int p, std::vector<float>& h, std::vector<float>& l, std::vector<float>& g) const;
+    // The float64 factors (a BLR weight only): what blr::unpack gives for the
+    // payload this came from, so to_factors().dense() is blr::dequant's.
+    Factors to_factors() const;
+    // A sign payload's S[i, j] is −1.
+    bool sign_at(int64_t i, int64_t j) const;
     // Bytes held in memory (scales, bits, the guard word).
     int64_t resident_bytes() const;
 };

@@ -1,21 +1,11 @@
 #include "model/blr_linear.hpp"
 
-#include <algorithm>
 #include <vector>
 
 #include "blr/sign_kernels.hpp"
 #include "core/error.hpp"
 
 namespace cortiq::model {
-
-namespace {
-
-bool bit_of(const blr::SignRows& s, int64_t k, int64_t j) {
-    const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + static_cast<uint64_t>(j);
-    return (s.words[b / 64] >> (b % 64)) & 1;
-}
-
-}  // namespace
 
 BlrLinear::BlrLinear(blr::PackedWeight w) : w_(std::move(w)) {
     CORTIQ_ASSERT(w_.m > 0 && w_.n > 0 && (w_.sign || w_.r > 0));
@@ -24,10 +14,10 @@ BlrLinear::BlrLinear(blr::PackedWeight w) : w_(std::move(w)) {
 void BlrLinear::apply(const float* x, int64_t rows, float* y) const {
     const int64_t m = w_.m, n = w_.n, r = w_.r;
     const bool batch = rows >= kBatchRows;
-    thread_local std::vector<float> xg, t, u;
+    thread_local std::vector<float> xg, t, u, hv, lv, gv;
     xg.resize(static_cast<size_t>(rows * n));
     for (int p = 0; p < w_.paths; ++p) {
-        const std::vector<float> gv = w_.g_of(p), hv = w_.h_of(p), lv = w_.l_of(p);
+        w_.scales(p, hv, lv, gv);
         const float *g = gv.data(), *h = hv.data(), *l = lv.data();
         for (int64_t i = 0; i < rows; ++i)
             for (int64_t j = 0; j < n; ++j) xg[i * n + j] = x[i * n + j] * g[j];
@@ -62,26 +52,15 @@ void BlrLinear::apply(const float* x, int64_t rows, float* y) const {
 }
 
 MatF BlrLinear::dense() const {
-    const int64_t m = w_.m, n = w_.n;
-    MatD w(m, n);
-    for (int p = 0; p < w_.paths; ++p) {
-        const std::vector<float> hv = w_.h_of(p), gv = w_.g_of(p), lv = w_.l_of(p);
-        const float *h = hv.data(), *g = gv.data(), *l = lv.data();
-        if (w_.sign) {
-            for (int64_t i = 0; i < m; ++i)
-                for (int64_t j = 0; j < n; ++j)
-                    w(i, j) = (bit_of(w_.svt(0), i, j) ? -1.0 : 1.0) * double{h[i]} * double{g[j]};
-            break;
-        }
-        const blr::SignRows su = w_.sut(p), sv = w_.svt(p);
-        for (int64_t k = 0; k < w_.r; ++k)
-            for (int64_t i = 0; i < m; ++i) {
-                const double a = (bit_of(su, k, i) ? -1.0 : 1.0) * double{h[i]} * double{l[k]};
-                for (int64_t j = 0; j < n; ++j)
-                    w(i, j) += a * (bit_of(sv, k, j) ? -1.0 : 1.0) * double{g[j]};
-            }
-    }
-    return w.cast<float>();
+    if (!w_.sign) return w_.to_factors().dense().cast<float>();
+    // Ŵ = diag(h) S diag(g), each entry one float64 product rounded once
+    std::vector<float> h, l, g;
+    w_.scales(0, h, l, g);
+    MatF w(w_.m, w_.n);
+    for (int64_t i = 0; i < w_.m; ++i)
+        for (int64_t j = 0; j < w_.n; ++j)
+            w(i, j) = static_cast<float>((w_.sign_at(i, j) ? -1.0 : 1.0) * double{h[i]} * g[j]);
+    return w;
 }
 
 }  // namespace cortiq::model
