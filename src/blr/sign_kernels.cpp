@@ -1,16 +1,12 @@
 #include "blr/sign_kernels.hpp"
 
-#include <cblas.h>
 #include <immintrin.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
-#include <cstring>
 #include <vector>
-
-#include <omp.h>
 
 #include "core/blas_threads.hpp"
 #include "core/error.hpp"
@@ -30,11 +26,7 @@ inline uint64_t low_mask(int64_t n) {
     return n >= 64 ? ~uint64_t{0} : (uint64_t{1} << n) - 1;
 }
 inline float flip(float x, uint64_t bit) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    u ^= static_cast<uint32_t>(bit) << 31;
-    std::memcpy(&x, &u, 4);
-    return x;
+    return std::bit_cast<float>(std::bit_cast<uint32_t>(x) ^ static_cast<uint32_t>(bit) << 31);
 }
 
 // A table turns each byte of bits into eight float sign masks (portable, AVX2).
@@ -216,16 +208,13 @@ void axpy_chunk(SignIsa isa, const SignRows& s, const float* c, float* out, int6
     }
 }
 
-// dst[0..len) = ±1.0f from the bits of row k starting at column j0.
-void expand_row(const SignRows& s, int64_t k, int64_t j0, int64_t len, float* dst) {
-    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride + j0;
-    for (int64_t j = 0; j < len; j += 64) {
+// dst[0..s.cols) = ±1.0f from the bits of row k.
+void expand_row(const SignRows& s, int64_t k, float* dst) {
+    const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+    for (int64_t j = 0; j < s.cols; j += 64) {
         const uint64_t w = bits64(s.words, base + j);
-        const int64_t e = std::min<int64_t>(64, len - j);
-        for (int64_t b = 0; b < e; ++b) {
-            const uint32_t u = 0x3f800000u | static_cast<uint32_t>((w >> b) & 1) << 31;
-            std::memcpy(dst + j + b, &u, 4);
-        }
+        const int64_t e = std::min<int64_t>(64, s.cols - j);
+        for (int64_t b = 0; b < e; ++b) dst[j + b] = flip(1.0f, (w >> b) & 1);
     }
 }
 
@@ -273,39 +262,38 @@ namespace {
 
 // Rows of S per tile: about 4 MB of ±1.0f, at least 32 rows.
 int64_t tile_rows(const SignRows& s) {
-    return std::clamp<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32, s.rows);
+    return std::min(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32), s.rows);
 }
 
-// Rows k0..k1 of S as ±1.0f, (k1 − k0) × s.cols, expanded in parallel.
-void expand_tile(const SignRows& s, int64_t k0, int64_t k1, std::vector<float>& tile) {
-    tile.resize(static_cast<size_t>((k1 - k0) * s.cols));
-    parallel_for(k0, k1, [&](int64_t k) { expand_row(s, k, 0, s.cols, tile.data() + (k - k0) * s.cols); });
-}
-
-}  // namespace
-
-void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
-    SingleThreadedBlas single_blas;  // OpenMP over panels instead
-    thread_local std::vector<float> tile;
-    const int64_t kb = tile_rows(s);
-    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
-        const int64_t k1 = std::min(s.rows, k0 + kb);
-        expand_tile(s, k0, k1, tile);
-        // out[:, k0:k1] = x · tileᵀ
-        la::panel_sgemm(true, T, k1 - k0, s.cols, x, s.cols, tile.data(), 0.0f, out + k0, s.rows);
-    }
-}
-
-void sign_axpy_batch(const SignRows& s, const float* c, int64_t T, float* out) {
+// With `dot`: out (T × s.rows) = in (T × s.cols) · Sᵀ; else out (T × s.cols)
+// += in (T × s.rows) · S. S goes through tiles of its rows expanded to ±1.0f
+// in parallel, then OpenMP over panels with single-threaded BLAS inside.
+void tiled_product(const SignRows& s, bool dot, const float* in, int64_t T, float* out) {
     SingleThreadedBlas single_blas;
     thread_local std::vector<float> tile;
     const int64_t kb = tile_rows(s);
     for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
         const int64_t k1 = std::min(s.rows, k0 + kb);
-        expand_tile(s, k0, k1, tile);
-        // out += c[:, k0:k1] · tile
-        la::panel_sgemm(false, T, s.cols, k1 - k0, c + k0, s.rows, tile.data(), 1.0f, out, s.cols);
+        tile.resize(static_cast<size_t>((k1 - k0) * s.cols));
+        float* dst = tile.data();  // this thread's tile, also for the workers
+        parallel_for(k0, k1, [&](int64_t k) { expand_row(s, k, dst + (k - k0) * s.cols); });
+        if (dot)  // out[:, k0:k1] = in · tileᵀ
+            la::panel_sgemm(true, T, k1 - k0, s.cols, in, s.cols, tile.data(), 0.0f, out + k0,
+                            s.rows);
+        else  // out += in[:, k0:k1] · tile
+            la::panel_sgemm(false, T, s.cols, k1 - k0, in + k0, s.rows, tile.data(), 1.0f, out,
+                            s.cols);
     }
+}
+
+}  // namespace
+
+void sign_dot_batch(const SignRows& s, const float* x, int64_t T, float* out) {
+    tiled_product(s, true, x, T, out);
+}
+
+void sign_axpy_batch(const SignRows& s, const float* c, int64_t T, float* out) {
+    tiled_product(s, false, c, T, out);
 }
 
 }  // namespace cortiq::blr
