@@ -54,13 +54,11 @@ int others_runnable() {
             // "pid (comm) S ppid ... priority nice ...": fields after the last ')'
             const char* q = std::strrchr(buf, ')');
             if (!q || q[1] != ' ' || q[2] != 'R') continue;
-            long v[17] = {};
-            // state, ppid, pgrp, session, tty, tpgid, flags, minflt, cminflt,
-            // majflt, cmajflt, utime, stime, cutime, cstime, priority, nice
-            if (std::sscanf(q + 4, "%ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld",
-                            &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8], &v[9], &v[10],
-                            &v[11], &v[12], &v[13], &v[14], &v[15], &v[16]) == 16 &&
-                v[16] <= 0)
+            // after the state: 15 fields (ppid … priority), then nice
+            long nice = 0;
+            if (std::sscanf(q + 4, "%*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %ld",
+                            &nice) == 1 &&
+                nice <= 0)
                 ++count;
         }
         closedir(td);

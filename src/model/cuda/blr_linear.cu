@@ -185,15 +185,6 @@ __global__ void expand_tile(Rows s, int64_t k0, int64_t k1, float* __restrict__ 
     }
 }
 
-// xg[i, j] = x[i, j] · g_j
-__global__ void scale_cols(const float* __restrict__ x, const __half* __restrict__ g, int64_t rows,
-                           int64_t cols, float* __restrict__ out) {
-    const int64_t n = rows * cols;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        out[i] = x[i] * __half2float(g[i % cols]);
-}
-
 // y[i, j] = (first ? beta·y : y) + h_j · u[i, j] (+ bias_j when last)
 __global__ void epilogue(float* __restrict__ y, const float* __restrict__ u,
                          const __half* __restrict__ h, const float* __restrict__ bias, int64_t rows,
@@ -348,8 +339,8 @@ void batch_path(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
     ensure(ws.xg, rows * w.n, stream);
     ensure(ws.u, rows * w.m, stream);
     for (int p = 0; p < w.paths; ++p) {
-        scale_cols<<<blocks_for(rows * w.n), 256, 0, stream>>>(x, gs + p * w.n, rows, w.n,
-                                                               ws.xg.get());
+        stage_xg<<<blocks_for(rows * w.n), 256, 0, stream>>>(x, gs + p * w.n, rows, w.n, w.n,
+                                                             ws.xg.get());
         CUDA_LAUNCH_CHECK();
         if (w.sign) {
             tiled_product(blas, stream, svt_of(w, 0), ws, true, ws.xg.get(), rows, ws.u.get());
@@ -397,16 +388,10 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
                    const float* bias) {
     if (rows == 0) return;
-    if (rows > kDecodeRows)
-        return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
-    switch (rows) {
-        case 1:
-            return decode_path<1>(w, ws, x, y, beta, bias, stream);
-        case 2:
-            return decode_path<2>(w, ws, x, y, beta, bias, stream);
-        default:
-            return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
-    }
+    static_assert(kDecodeRows == 2, "decode_path is instantiated for 1 and 2 rows");
+    if (rows == 1) return decode_path<1>(w, ws, x, y, beta, bias, stream);
+    if (rows == 2) return decode_path<2>(w, ws, x, y, beta, bias, stream);
+    return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
 }
 
 }  // namespace cortiq::model::cuda
