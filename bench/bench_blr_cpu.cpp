@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
 #include "blr/packed.hpp"
@@ -26,7 +27,6 @@
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "model/blr_linear.hpp"
-#include "bench_common.hpp"
 
 using namespace cortiq;
 
@@ -60,18 +60,20 @@ void lut_dot(const blr::SignRows& s, const float* x, float* out, std::vector<flo
                 acc += (v >> b) & 1 ? -x[4 * q + b] : x[4 * q + b];
             table[static_cast<size_t>(16 * q + v)] = acc;
         }
-    parallel_for(0, s.rows, [&](int64_t k) {
-        const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
-        float acc[4] = {};
-        for (int64_t q = 0; q < groups; ++q) {
-            const uint64_t b = base + 4 * static_cast<uint64_t>(q);
-            const uint64_t w = s.words[b / 64] >> (b % 64);  // rows here are 4-bit aligned
-            acc[q & 3] += table[static_cast<size_t>(16 * q + (w & 15))];
-        }
-        out[k] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    }, 64);
+    parallel_for(
+        0, s.rows,
+        [&](int64_t k) {
+            const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
+            float acc[4] = {};
+            for (int64_t q = 0; q < groups; ++q) {
+                const uint64_t b = base + 4 * static_cast<uint64_t>(q);
+                const uint64_t w = s.words[b / 64] >> (b % 64);  // rows here are 4-bit aligned
+                acc[q & 3] += table[static_cast<size_t>(16 * q + (w & 15))];
+            }
+            out[k] = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+        },
+        64);
 }
-
 
 std::vector<double> parse_list(const std::string& s) {
     std::vector<double> out;
@@ -88,20 +90,27 @@ int main(int argc, char** argv) try {
     int threads = 0, reps = 20;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--shapes") shapes = v;
-        else if (k == "--bpw") bpws = v;
-        else if (k == "--tokens") tokens = std::stoll(v);
-        else if (k == "--threads") threads = std::stoi(v);
-        else if (k == "--reps") reps = std::stoi(v);
-        else CORTIQ_FAIL("unknown flag {}", k);
+        if (k == "--shapes")
+            shapes = v;
+        else if (k == "--bpw")
+            bpws = v;
+        else if (k == "--tokens")
+            tokens = std::stoll(v);
+        else if (k == "--threads")
+            threads = std::stoi(v);
+        else if (k == "--reps")
+            reps = std::stoi(v);
+        else
+            CORTIQ_FAIL("unknown flag {}", k);
     }
     set_num_threads(threads);
     fmt::print("bench_blr_cpu: {} threads, one-vector kernels: {} (best of this CPU)\n\n",
                num_threads(), blr::isa_name(blr::best_sign_isa()));
-    fmt::print("| m×n | bpw | rank | sgemv ms | packed ms | speed-up | sgemv GB/s | packed GB/s "
-               "| portable ms | avx2 ms | lut ms (S_Vᵀ only) | masked ms (S_Vᵀ only) | "
-               "sgemm {} ms | packed {} ms | ratio |\n",
-               tokens, tokens);
+    fmt::print(
+        "| m×n | bpw | rank | sgemv ms | packed ms | speed-up | sgemv GB/s | packed GB/s "
+        "| portable ms | avx2 ms | lut ms (S_Vᵀ only) | masked ms (S_Vᵀ only) | "
+        "sgemm {} ms | packed {} ms | ratio |\n",
+        tokens, tokens);
     fmt::print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     Rng rng(1);
     for (auto [m, n] : bench::parse_shapes(shapes)) {
@@ -125,8 +134,8 @@ int main(int argc, char** argv) try {
             const model::BlrLinear lin(bench::random_packed(m, n, bpw, 7));
             const auto& pw = lin.packed();
             const double t_packed = time_median(reps, [&] { lin.apply(x.data(), 1, y.data()); });
-            const double t_batch =
-                time_median(std::max(3, reps / 5), [&] { lin.apply(xb.data(), tokens, yb.data()); });
+            const double t_batch = time_median(std::max(3, reps / 5),
+                                               [&] { lin.apply(xb.data(), tokens, yb.data()); });
             auto with_isa = [&](blr::SignIsa isa) {
                 if (static_cast<int>(isa) > static_cast<int>(blr::best_sign_isa())) return -1.0;
                 const auto keep = blr::set_sign_isa(isa);
@@ -137,15 +146,19 @@ int main(int argc, char** argv) try {
             const double t_portable = with_isa(blr::SignIsa::portable);
             const double t_avx2 = with_isa(blr::SignIsa::avx2);
             std::vector<float> t(static_cast<size_t>(pw.r)), table;
-            const double t_lut = time_median(reps, [&] { lut_dot(pw.svt(0), x.data(), t.data(), table); });
-            const double t_masked = time_median(reps, [&] { blr::sign_dot(pw.svt(0), x.data(), t.data()); });
-            const double gemv_bytes = 4.0 * m * n, packed_bytes = static_cast<double>(pw.resident_bytes());
-            fmt::print("| {}×{} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f}× | {:.1f} | {:.1f} | {:.3f} | "
-                       "{} | {:.3f} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× |\n",
-                       m, n, bpw, pw.r, 1e3 * t_gemv, 1e3 * t_packed, t_gemv / t_packed,
-                       gemv_bytes / t_gemv / 1e9, packed_bytes / t_packed / 1e9, 1e3 * t_portable,
-                       t_avx2 < 0 ? std::string("-") : fmt::format("{:.3f}", 1e3 * t_avx2),
-                       1e3 * t_lut, 1e3 * t_masked, 1e3 * t_gemm, 1e3 * t_batch, t_gemm / t_batch);
+            const double t_lut =
+                time_median(reps, [&] { lut_dot(pw.svt(0), x.data(), t.data(), table); });
+            const double t_masked =
+                time_median(reps, [&] { blr::sign_dot(pw.svt(0), x.data(), t.data()); });
+            const double gemv_bytes = 4.0 * m * n,
+                         packed_bytes = static_cast<double>(pw.resident_bytes());
+            fmt::print(
+                "| {}×{} | {:.2f} | {} | {:.3f} | {:.3f} | {:.2f}× | {:.1f} | {:.1f} | {:.3f} | "
+                "{} | {:.3f} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× |\n",
+                m, n, bpw, pw.r, 1e3 * t_gemv, 1e3 * t_packed, t_gemv / t_packed,
+                gemv_bytes / t_gemv / 1e9, packed_bytes / t_packed / 1e9, 1e3 * t_portable,
+                t_avx2 < 0 ? std::string("-") : fmt::format("{:.3f}", 1e3 * t_avx2), 1e3 * t_lut,
+                1e3 * t_masked, 1e3 * t_gemm, 1e3 * t_batch, t_gemm / t_batch);
             std::fflush(stdout);
         }
     }

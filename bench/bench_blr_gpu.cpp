@@ -21,9 +21,9 @@
 #ifdef CORTIQ_HAVE_CUDA
 #include <cuda_fp16.h>
 
+#include "bench_common.hpp"
 #include "core/cuda/device.hpp"
 #include "model/cuda/blr_linear.hpp"
-#include "bench_common.hpp"
 
 using namespace cortiq;
 namespace ec = cortiq::cuda;
@@ -79,20 +79,20 @@ ec::DVec fill_float(int64_t n, cudaStream_t st) {
     return b;
 }
 
-
 void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
                  int64_t tokens, int reps) {
     const cudaStream_t st = gpu.stream();
-    fmt::print("| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
-               "fp16 GB/s (% peak) | packed GB/s (% peak) | fp16 {} tok µs | packed {} tok µs | "
-               "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
-               tokens, tokens);
+    fmt::print(
+        "| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
+        "fp16 GB/s (% peak) | packed GB/s (% peak) | fp16 {} tok µs | packed {} tok µs | "
+        "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        tokens, tokens);
     mc::PackedScratch ws;
     for (auto [m, n] : bench::parse_shapes(shapes)) {
         const auto w16 = fill_half(m * n, st), x16 = fill_half(tokens * n, st);
         auto y16 = fill_half(tokens * m, st);
-        const double t16 =
-            time_ms(st, reps, [&] { fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, 1); });
+        const double t16 = time_ms(
+            st, reps, [&] { fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, 1); });
         const double t16b = time_ms(st, std::max(5, reps / 10), [&] {
             fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, tokens);
         });
@@ -109,11 +109,12 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
             });
             const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, 1));
             const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
-            fmt::print("| {}×{} | {:.2f} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | "
-                       "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× |\n",
-                       m, n, bpw, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp, b16 / 1e9,
-                       100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
-                       1e3 * tpb, t16b / tpb);
+            fmt::print(
+                "| {}×{} | {:.2f} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | "
+                "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× |\n",
+                m, n, bpw, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp, b16 / 1e9,
+                100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
+                1e3 * tpb, t16b / tpb);
             std::fflush(stdout);
         }
     }
@@ -167,11 +168,16 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
     const double td = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(gd, st)); });
     const double tpe = time_ms(st, std::max(3, reps / 10), run_packed);
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
-    fmt::print("\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw):\n", layers);
-    fmt::print("| weights | bytes | ms/token (graph) | tokens/s (graph) | ms/token (launched one by one) |\n");
+    fmt::print("\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw):\n",
+               layers);
+    fmt::print(
+        "| weights | bytes | ms/token (graph) | tokens/s (graph) | ms/token (launched one by one) "
+        "|\n");
     fmt::print("|---|---|---|---|---|\n");
-    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", dense_bytes / 1e9, td, 1e3 / td, tde);
-    fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp, 1e3 / tp, tpe);
+    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", dense_bytes / 1e9, td,
+               1e3 / td, tde);
+    fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp,
+               1e3 / tp, tpe);
     fmt::print("speed-up {:.2f}× (graph), {:.2f}× (launched)\n", td / tp, tde / tpe);
     cudaGraphExecDestroy(gp);
     cudaGraphExecDestroy(gd);
@@ -185,12 +191,18 @@ int main(int argc, char** argv) try {
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
-        if (k == "--shapes") shapes = v;
-        else if (k == "--bpw") bpw = v;
-        else if (k == "--tokens") tokens = std::stoll(v);
-        else if (k == "--layers") layers = std::stoll(v);
-        else if (k == "--reps") reps = std::stoi(v);
-        else CORTIQ_FAIL("unknown flag {}", k);
+        if (k == "--shapes")
+            shapes = v;
+        else if (k == "--bpw")
+            bpw = v;
+        else if (k == "--tokens")
+            tokens = std::stoll(v);
+        else if (k == "--layers")
+            layers = std::stoll(v);
+        else if (k == "--reps")
+            reps = std::stoi(v);
+        else
+            CORTIQ_FAIL("unknown flag {}", k);
     }
     std::vector<double> bpws;
     std::stringstream ss(bpw);

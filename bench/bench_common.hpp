@@ -8,11 +8,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
-
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
 #include "blr/packed.hpp"
+#include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/rng.hpp"
 

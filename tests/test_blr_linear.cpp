@@ -12,9 +12,9 @@
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "blr/sign_kernels.hpp"
+#include "blr_fixtures.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 #include "model/blr_linear.hpp"
 

@@ -64,7 +64,8 @@ void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {
     std::vector<float> bias(static_cast<size_t>(pw.m));
     for (auto& v : bias) v = static_cast<float>(rng.normal());
     for (int64_t rows : {1, 2, 3, 4, 5, 17, 300}) {
-        std::vector<float> x(static_cast<size_t>(rows * pw.n)), y0(static_cast<size_t>(rows * pw.m));
+        std::vector<float> x(static_cast<size_t>(rows * pw.n)),
+            y0(static_cast<size_t>(rows * pw.m));
         for (auto& v : x) v = static_cast<float>(rng.normal());
         for (auto& v : y0) v = static_cast<float>(rng.normal());
         for (float beta : {0.0f, 1.0f}) {
@@ -77,7 +78,8 @@ void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {
             model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(), beta,
                                        db.get());
             const auto got = ec::download_f(dy.get(), dy.size(), st);
-            EXPECT_LE(rel_diff(got, want), kLayerTol) << tag << " rows " << rows << " beta " << beta;
+            EXPECT_LE(rel_diff(got, want), kLayerTol)
+                << tag << " rows " << rows << " beta " << beta;
         }
     }
 }
@@ -111,7 +113,8 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
 TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     REQUIRE_GPU();
     REQUIRE_DATA();
-    const fs::path d = fs::temp_directory_path() / ("cortiq_gpu_packed_" + std::to_string(getpid()));
+    const fs::path d =
+        fs::temp_directory_path() / ("cortiq_gpu_packed_" + std::to_string(getpid()));
     fs::create_directories(d);
     quant::QuantizeOptions o;
     o.model_dir = (test::kData / "models/stories260K").string();

@@ -7,9 +7,9 @@
 
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
+#include "blr_fixtures.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 
 using namespace cortiq;
@@ -133,10 +133,7 @@ TEST(BlrPayload, ScalesAreEditable) {
     EXPECT_EQ(blr::unpack(bytes).paths[0].l, stored.paths[0].l);
 }
 
-namespace {
-
-
-}  // namespace
+namespace {}  // namespace
 
 // Files written before version 2 still load: the same signs and scales.
 TEST(BlrPayload, Version1StillLoads) {

@@ -144,8 +144,8 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
         if (t.dtype == io::DType::U8) payload_bytes += static_cast<int64_t>(f.bytes(t).size());
     for (int64_t l = 0; l < mq.num_layers(); ++l)
         for (const auto& name : model::Model::linear_names())
-            linear_floats += 4 * mq.linear(l, name).w->in_features() *
-                             mq.linear(l, name).w->out_features();
+            linear_floats +=
+                4 * mq.linear(l, name).w->in_features() * mq.linear(l, name).w->out_features();
     // each payload is held as its bytes less the header and the scales'
     // padding (≤ 32 + 7), plus one guard word (8)
     const int64_t float_part = md.weight_bytes() - linear_floats;

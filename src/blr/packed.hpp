@@ -26,7 +26,7 @@ struct SignRows {
 
 struct PackedWeight {
     int64_t m = 0, n = 0, r = 0;
-    int paths = 0;     // 1 or 2; a sign payload is one path with r = 0
+    int paths = 0;      // 1 or 2; a sign payload is one path with r = 0
     bool sign = false;  // a sign (rtn-sign) payload
     // f16 bits as stored (so a layer holds what its payload holds): paths·m,
     // paths·r, paths·n

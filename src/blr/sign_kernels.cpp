@@ -76,7 +76,7 @@ void axpy_chunk_portable(const SignRows& s, const float* c, float* out, int64_t 
 }
 
 __attribute__((target("avx2,fma"))) float dot_row_avx2(const SignRows& s, int64_t k,
-                                                      const float* x) {
+                                                       const float* x) {
     const auto& lut = sign_table();
     const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
@@ -84,9 +84,10 @@ __attribute__((target("avx2,fma"))) float dot_row_avx2(const SignRows& s, int64_
     for (; j + 64 <= s.cols; j += 64) {
         const uint64_t w = bits64(s.words, base + j);
         for (int g = 0; g < 8; g += 2) {
-            const __m256 m0 = _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
-            const __m256 m1 =
-                _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g + 8)) & 255].data()));
+            const __m256 m0 =
+                _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
+            const __m256 m1 = _mm256_loadu_ps(
+                reinterpret_cast<const float*>(lut[(w >> (8 * g + 8)) & 255].data()));
             a0 = _mm256_add_ps(a0, _mm256_xor_ps(_mm256_loadu_ps(x + j + 8 * g), m0));
             a1 = _mm256_add_ps(a1, _mm256_xor_ps(_mm256_loadu_ps(x + j + 8 * g + 8), m1));
         }
@@ -102,7 +103,7 @@ __attribute__((target("avx2,fma"))) float dot_row_avx2(const SignRows& s, int64_
     return acc;
 }
 __attribute__((target("avx2,fma"))) void axpy_chunk_avx2(const SignRows& s, const float* c,
-                                                        float* out, int64_t j0, int64_t len) {
+                                                         float* out, int64_t j0, int64_t len) {
     if (len < 64) return axpy_chunk_portable(s, c, out, j0, len);
     const auto& lut = sign_table();
     __m256 acc[8];
@@ -111,17 +112,19 @@ __attribute__((target("avx2,fma"))) void axpy_chunk_avx2(const SignRows& s, cons
         const uint64_t w = bits64(s.words, s.first + static_cast<uint64_t>(k) * s.stride + j0);
         const __m256 cb = _mm256_set1_ps(c[k]);
         for (int g = 0; g < 8; ++g) {
-            const __m256 m = _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
+            const __m256 m =
+                _mm256_loadu_ps(reinterpret_cast<const float*>(lut[(w >> (8 * g)) & 255].data()));
             acc[g] = _mm256_add_ps(acc[g], _mm256_xor_ps(cb, m));
         }
     }
     for (int g = 0; g < 8; ++g)
-        _mm256_storeu_ps(out + j0 + 8 * g, _mm256_add_ps(_mm256_loadu_ps(out + j0 + 8 * g), acc[g]));
+        _mm256_storeu_ps(out + j0 + 8 * g,
+                         _mm256_add_ps(_mm256_loadu_ps(out + j0 + 8 * g), acc[g]));
 }
 
 // ---- AVX-512: the bits are the lane masks of a masked negation ----
 __attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64_t k,
-                                                       const float* x) {
+                                                        const float* x) {
     const uint64_t base = s.first + static_cast<uint64_t>(k) * s.stride;
     const __m512 zero = _mm512_setzero_ps();
     __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
@@ -141,7 +144,8 @@ __attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64
         for (int g = 0; g < 4; ++g) {
             const __mmask16 v = static_cast<__mmask16>(valid >> (16 * g));
             const __m512 xg = _mm512_maskz_loadu_ps(v, x + j + 16 * g);
-            a0 = _mm512_add_ps(a0, _mm512_mask_sub_ps(xg, static_cast<__mmask16>(w >> (16 * g)), zero, xg));
+            a0 = _mm512_add_ps(
+                a0, _mm512_mask_sub_ps(xg, static_cast<__mmask16>(w >> (16 * g)), zero, xg));
         }
     }
     // (GCC 12's _mm512_reduce_add_ps warns about its own header)
@@ -154,7 +158,7 @@ __attribute__((target("avx512f"))) float dot_row_avx512(const SignRows& s, int64
 
 // 128 outputs: eight independent sums.
 __attribute__((target("avx512f"))) void axpy_chunk_avx512(const SignRows& s, const float* c,
-                                                         float* out, int64_t j0, int64_t len) {
+                                                          float* out, int64_t j0, int64_t len) {
     const __m512 zero = _mm512_setzero_ps();
     __m512 a[8] = {zero, zero, zero, zero, zero, zero, zero, zero};
     uint64_t b = s.first + static_cast<uint64_t>(j0);
@@ -226,9 +230,9 @@ SignIsa best_sign_isa() {
     return SignIsa::portable;
 }
 SignIsa set_sign_isa(SignIsa isa) {
-    CORTIQ_CHECK(isa == SignIsa::portable ||
-                     static_cast<int>(isa) <= static_cast<int>(best_sign_isa()),
-                 "this CPU does not support {}", isa_name(isa));
+    CORTIQ_CHECK(
+        isa == SignIsa::portable || static_cast<int>(isa) <= static_cast<int>(best_sign_isa()),
+        "this CPU does not support {}", isa_name(isa));
     return current_isa().exchange(isa);
 }
 SignIsa sign_isa() {
@@ -250,7 +254,7 @@ void sign_dot(const SignRows& s, const float* x, float* out) {
 void sign_axpy(const SignRows& s, const float* c, float* out) {
     const SignIsa isa = sign_isa();
     const int64_t width = isa == SignIsa::avx512 ? 128 : 64;  // columns per kernel call
-    constexpr int64_t kChunks = 2;                             // calls per task
+    constexpr int64_t kChunks = 2;                            // calls per task
     const int64_t chunks = (s.cols + width - 1) / width;
     parallel_for(0, (chunks + kChunks - 1) / kChunks, [&](int64_t b) {
         for (int64_t q = b * kChunks; q < std::min(chunks, (b + 1) * kChunks); ++q)
@@ -262,7 +266,8 @@ namespace {
 
 // Rows of S per tile: about 4 MB of ±1.0f, at least 32 rows.
 int64_t tile_rows(const SignRows& s) {
-    return std::min(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32), s.rows);
+    return std::min(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32),
+                    s.rows);
 }
 
 // With `dot`: out (T × s.rows) = in (T × s.cols) · Sᵀ; else out (T × s.cols)

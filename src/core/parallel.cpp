@@ -56,7 +56,9 @@ int others_runnable() {
             if (!q || q[1] != ' ' || q[2] != 'R') continue;
             // after the state: 15 fields (ppid … priority), then nice
             long nice = 0;
-            if (std::sscanf(q + 4, "%*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %ld",
+            if (std::sscanf(q + 4,
+                            "%*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld "
+                            "%*ld %ld",
                             &nice) == 1 &&
                 nice <= 0)
                 ++count;

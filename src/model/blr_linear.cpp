@@ -25,7 +25,8 @@ void BlrLinear::apply(const float* x, int64_t rows, float* y) const {
             if (batch)
                 blr::sign_dot_batch(w_.svt(0), xg.data(), rows, y);
             else
-                for (int64_t i = 0; i < rows; ++i) blr::sign_dot(w_.svt(0), xg.data() + i * n, y + i * m);
+                for (int64_t i = 0; i < rows; ++i)
+                    blr::sign_dot(w_.svt(0), xg.data() + i * n, y + i * m);
             for (int64_t i = 0; i < rows; ++i)
                 for (int64_t o = 0; o < m; ++o) y[i * m + o] *= h[o];
             return;

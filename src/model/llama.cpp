@@ -122,8 +122,7 @@ Model Model::load(const std::string& path, const LoadOptions& lo) {
                  "{}: a single safetensors file needs the model config in its metadata "
                  "(\"config\"); pass the model folder instead",
                  path);
-    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt,
-                           lo);
+    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt, lo);
 }
 
 MatF Model::embed(std::span<const int32_t> tokens) const {

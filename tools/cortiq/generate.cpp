@@ -82,7 +82,8 @@ void run(const GenerateArgs& a) {
     }
     fmt::print("\n");
     std::fflush(stdout);  // the text before the timing line, also when both go to one pipe
-    fmt::print(stderr, "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; weights {:.2f} MB]\n",
+    fmt::print(stderr,
+               "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; weights {:.2f} MB]\n",
                prompt.size(), out.size(), s, tps, rt->weight_bytes() / 1e6);
 }
 

@@ -1,5 +1,4 @@
 #include <fmt/format.h>
-
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>

@@ -1,11 +1,10 @@
-#include "model/cuda/blr_linear.hpp"
-
 #include <cuda_fp16.h>
 
 #include <algorithm>
 
 #include "blr/layout.hpp"
 #include "core/error.hpp"
+#include "model/cuda/blr_linear.hpp"
 
 namespace cortiq::model::cuda {
 
@@ -21,8 +20,7 @@ struct Rows {
 };
 
 Rows svt_of(const DevicePacked& w, int p) {
-    if (w.sign)
-        return {w.bits.get(), 0, 64 * blr::words_for(static_cast<uint64_t>(w.n)), w.m, w.n};
+    if (w.sign) return {w.bits.get(), 0, 64 * blr::words_for(static_cast<uint64_t>(w.n)), w.m, w.n};
     const uint64_t m = w.m, n = w.n, r = w.r;
     return {w.bits.get(), blr::bit_svt(m, n, r, p), n, w.r, w.n};
 }
@@ -54,9 +52,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 // the lane that loaded that word. Bits past a row's end belong to the next
 // row; they meet the zeros of xg.
 template <int R>
-__global__ void __launch_bounds__(128) dot_decode(Rows s, const float* __restrict__ xg,
-                                                  int64_t ld_xg, const __half* __restrict__ scale,
-                                                  float* __restrict__ t, int64_t ldt) {
+__global__ void __launch_bounds__(128)
+    dot_decode(Rows s, const float* __restrict__ xg, int64_t ld_xg,
+               const __half* __restrict__ scale, float* __restrict__ t, int64_t ldt) {
     __shared__ float red[4][R];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int cols = static_cast<int>(s.cols), iters = (cols + 1023) / 1024;
@@ -74,11 +72,11 @@ __global__ void __launch_bounds__(128) dot_decode(Rows s, const float* __restric
 #pragma unroll
                 for (int q = 0; q < 8; ++q)
                     v[r][q] = __ldg(reinterpret_cast<const float4*>(xg + r * ld_xg + 1024 * it +
-                                                                     128 * q + 4 * lane));
+                                                                    128 * q + 4 * lane));
 #pragma unroll
             for (int q = 0; q < 8; ++q) {
-                const uint32_t nib = __shfl_sync(0xffffffffu, mine, 4 * q + (lane >> 3)) >>
-                                     (4 * (lane & 7));
+                const uint32_t nib =
+                    __shfl_sync(0xffffffffu, mine, 4 * q + (lane >> 3)) >> (4 * (lane & 7));
 #pragma unroll
                 for (int r = 0; r < R; ++r)
                     acc[r] += (flip(v[r][q].x, nib & 1u) + flip(v[r][q].y, (nib >> 1) & 1u)) +
@@ -118,9 +116,9 @@ __global__ void stage_xg(const float* __restrict__ x, const __half* __restrict__
 // the warps' sums meet in shared memory and the chunks in y (atomics: y was
 // set to β·y + bias before).
 template <int R>
-__global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restrict__ t,
-                                                   const __half* __restrict__ h,
-                                                   float* __restrict__ y, int64_t kchunk) {
+__global__ void __launch_bounds__(256)
+    axpy_decode(Rows s, const float* __restrict__ t, const __half* __restrict__ h,
+                float* __restrict__ y, int64_t kchunk) {
     __shared__ float part[8][R * 256 + 8];
     __shared__ float tk[R * 1024];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -145,7 +143,9 @@ __global__ void __launch_bounds__(256) axpy_decode(Rows s, const float* __restri
             for (int u = 0; u < 8; ++u) {
                 const int ku = k + 8 * u;
                 const bool in = ku < kn;
-                bytes[u] = in ? bits32(s.words, s.first + static_cast<uint64_t>(kb + ku) * s.stride + j0) : 0u;
+                bytes[u] =
+                    in ? bits32(s.words, s.first + static_cast<uint64_t>(kb + ku) * s.stride + j0)
+                       : 0u;
 #pragma unroll
                 for (int r = 0; r < R; ++r) tv[u][r] = in ? tk[r * kn + ku] : 0.0f;
             }
@@ -217,7 +217,8 @@ void dot_decode_launch(const Rows& s, const float* x, const __half* g, const __h
     stage_xg<<<blocks_for(R * ld), 256, 0, stream>>>(x, g, R, s.cols, ld, xg.get());
     CUDA_LAUNCH_CHECK();
     const int64_t blocks = std::clamp<int64_t>(s.rows, 1, 65535);
-    dot_decode<R><<<static_cast<unsigned>(blocks), 128, 0, stream>>>(s, xg.get(), ld, scale, t, ldt);
+    dot_decode<R>
+        <<<static_cast<unsigned>(blocks), 128, 0, stream>>>(s, xg.get(), ld, scale, t, ldt);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -226,9 +227,11 @@ void axpy_decode_launch(const Rows& s, const float* t, const __half* h, float* y
                         cudaStream_t stream) {
     const int64_t col_blocks = (s.cols + 255) / 256;
     // about four blocks per SM, each warp at least 8 latents
-    const int64_t splits = std::clamp<int64_t>(4 * sms / col_blocks, 1, std::max<int64_t>(1, s.rows / 64));
+    const int64_t splits =
+        std::clamp<int64_t>(4 * sms / col_blocks, 1, std::max<int64_t>(1, s.rows / 64));
     const int64_t kchunk = (s.rows + splits - 1) / splits;
-    const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>((s.rows + kchunk - 1) / kchunk));
+    const dim3 grid(static_cast<unsigned>(col_blocks),
+                    static_cast<unsigned>((s.rows + kchunk - 1) / kchunk));
     axpy_decode<R><<<grid, 256, 0, stream>>>(s, t, h, y, kchunk);
     CUDA_LAUNCH_CHECK();
 }
@@ -296,11 +299,10 @@ void gemm_tf32(cublasHandle_t blas, cublasOperation_t op_a, int64_t M, int64_t N
                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                int64_t ldc) {
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(blas, op_a, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(N),
-                              static_cast<int>(K), &one, a, CUDA_R_32F, static_cast<int>(lda), b,
-                              CUDA_R_32F, static_cast<int>(ldb), &beta, c, CUDA_R_32F,
-                              static_cast<int>(ldc), CUBLAS_COMPUTE_32F_FAST_TF32,
-                              CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(
+        blas, op_a, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
+        &one, a, CUDA_R_32F, static_cast<int>(lda), b, CUDA_R_32F, static_cast<int>(ldb), &beta, c,
+        CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
 }
 
 // With `dot`: out (rows × s.rows, ld s.rows) = in (rows × s.cols) · Sᵀ;
@@ -352,9 +354,8 @@ void batch_path(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
             CUDA_LAUNCH_CHECK();
             tiled_product(blas, stream, sut_of(w, p), ws, false, ws.t.get(), rows, ws.u.get());
         }
-        epilogue<<<blocks_for(rows * w.m), 256, 0, stream>>>(y, ws.u.get(), hs + p * w.m, bias,
-                                                             rows, w.m, beta, p == 0,
-                                                             p + 1 == w.paths);
+        epilogue<<<blocks_for(rows * w.m), 256, 0, stream>>>(
+            y, ws.u.get(), hs + p * w.m, bias, rows, w.m, beta, p == 0, p + 1 == w.paths);
         CUDA_LAUNCH_CHECK();
     }
 }
@@ -376,7 +377,8 @@ DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream) {
                                        cudaMemcpyHostToDevice, stream));
     };
     // the host vector of u64 words (with its guard word) read as u32 words
-    up(d.bits, reinterpret_cast<const uint32_t*>(w.bits.data()), 2 * static_cast<int64_t>(w.bits.size()));
+    up(d.bits, reinterpret_cast<const uint32_t*>(w.bits.data()),
+       2 * static_cast<int64_t>(w.bits.size()));
     up(d.h, w.h.data(), static_cast<int64_t>(w.h.size()));
     up(d.l, w.l.data(), static_cast<int64_t>(w.l.size()));
     up(d.g, w.g.data(), static_cast<int64_t>(w.g.size()));

@@ -1,8 +1,8 @@
 #include "model/cuda/weights.hpp"
 
 #include "core/error.hpp"
-#include "model/cuda/kernels.hpp"
 #include "model/blr_linear.hpp"
+#include "model/cuda/kernels.hpp"
 #include "model/llama.hpp"
 
 namespace cortiq::model::cuda {

@@ -3,9 +3,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
 #include <memory>
+#include <vector>
 
 #include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
@@ -41,7 +40,7 @@ struct DeviceWeights {
     DVec final_norm;
     DeviceLinear lm_head;  // tied: reads `embed`
     std::unique_ptr<PackedScratch> scratch = std::make_unique<PackedScratch>();
-    int64_t bytes = 0;     // device memory held by the weights
+    int64_t bytes = 0;  // device memory held by the weights
 };
 
 // Copies every weight of m to the device: float layers dense, compressed ones
