@@ -12,6 +12,14 @@
 
 namespace cortiq::quant {
 
+void shrink_to_diagonal(MatD& h, double s) {
+    CORTIQ_CHECK(s >= 0 && s <= 1, "--gram-shrink must lie in [0, 1], got {}", s);
+    if (s == 0) return;
+    for (int64_t i = 0; i < h.rows(); ++i)
+        for (int64_t j = 0; j < h.cols(); ++j)
+            if (i != j) h(i, j) *= 1 - s;
+}
+
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
                            const std::string& what) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -31,6 +39,7 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
                 jobs[i].w.data()[k] += g.drift_alpha[i] * d.data()[k];
         }
     }
+    shrink_to_diagonal(g.h_fit, run.o.gram_shrink);
     run.report.calib_seconds += seconds_since(t0);
     return g;
 }

@@ -65,6 +65,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
                   : o.enc.paths == encode::PathsChoice::one     ? "1"
                                                                 : "2"},
         {"rho", o.enc.rho},
+        {"gram_shrink", o.gram_shrink},
         {"gptq_passes", o.enc.gptq_passes},
         {"match", o.match_original ? "original" : "layer"},
         {"calib", calib_names},

@@ -29,6 +29,12 @@ struct QuantizeOptions {
     // it is corrected (see drift_target); false, its own outputs on the
     // compressed model's inputs, GPTQ's true-sequential objective ‖(W − Ŵ) X_c‖.
     bool match_original = true;
+    // Shrinks the fit Gram toward its diagonal before encoding,
+    //   H ← (1 − s)·H + s·diag(H),
+    // so the encoder trusts the calibration text's input correlations less
+    // (they overfit a narrow text; the diagonal — each input's energy — carries
+    // over to other texts better). 0 keeps H as measured.
+    double gram_shrink = 0.0;
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
@@ -83,6 +89,11 @@ MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double da
 // fit windows' correction partly fits their noise and the held-out windows
 // say how much of it to trust.
 double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel);
+
+// H ← (1 − s)·H + s·diag(H) in place (QuantizeOptions::gram_shrink): the
+// off-diagonal entries scaled by 1 − s. Keeps H symmetric positive
+// semi-definite (a convex combination of two such matrices).
+void shrink_to_diagonal(MatD& h, double s);
 
 // One line per tensor (name, shape, kind, bpw, rank, paths, errors) after
 // validating every payload; throws on the first invalid one.

@@ -49,6 +49,10 @@ void add_quantize(CLI::App& app) {
                     "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
     cmd->add_option("--rho", a->o.enc.rho, "damping relative to mean diag(H_fit)");
+    cmd->add_option("--gram-shrink", a->o.gram_shrink,
+                    "shrink the fit Gram's off-diagonal by this fraction (0..1) before encoding: "
+                    "less overfitting of the calibration text")
+        ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
                     "greedy passes of each input-side column search (fewer: faster on the GPU, "
                     "slightly less accurate)")
