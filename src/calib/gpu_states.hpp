@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "calib/calib.hpp"
 #include "core/matrix.hpp"
@@ -36,6 +37,9 @@ class GpuStates {
     MatD cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original);
     // The set's hidden states through block `layer`.
     void advance(int set, int64_t layer);
+    // The set's hidden states, copied to the host: one T × hidden matrix per
+    // window (block tuning reads them on the host).
+    std::vector<MatF> hidden(int set);
     // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
     void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
 

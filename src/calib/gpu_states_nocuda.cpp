@@ -21,6 +21,9 @@ MatD GpuStates::cross_gram(int, int64_t, std::string_view, GpuStates&) {
 void GpuStates::advance(int, int64_t) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
+std::vector<MatF> GpuStates::hidden(int) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
 void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }

@@ -105,6 +105,21 @@ std::pair<MatD, MatD> SequentialCalib::head_grams() {
     return {std::move(h[0]), std::move(h[1])};
 }
 
+std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int set,
+                                                                            int64_t layer) {
+    CORTIQ_ASSERT(original_, "block_pairs needs the original model");
+    CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
+    std::vector<MatF> x = gpu_ ? gpu_->hidden(set) : xs_[static_cast<size_t>(set)];
+    std::vector<MatF> y = gpu_ ? gpu_original_->hidden(set) : xo_[static_cast<size_t>(set)];
+    model::BlockActivations act;
+    for (auto& w : y) {  // the original's block on the original's states
+        act.x = std::move(w);
+        original_->block(layer, 0, nullptr, act);
+        w = std::move(act.out);
+    }
+    return {std::move(x), std::move(y)};
+}
+
 void SequentialCalib::weight_changed(int64_t layer, std::string_view name) {
     if (gpu_) gpu_->set_linear(layer, name, *m_.linear(layer, name).w);
 }

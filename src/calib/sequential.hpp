@@ -45,6 +45,11 @@ class SequentialCalib {
     std::pair<MatD, MatD> cross_grams(int64_t layer, std::string_view input);
     // The same for the LM head's input (the final RMSNorm of the hidden states).
     std::pair<MatD, MatD> head_grams();
+    // Block tuning's data for block `layer` over the fit (set 0) or held-out
+    // (set 1) windows: x, the hidden states entering it as the compressed
+    // model computes them; y, the original model's outputs of the block (its
+    // own states through its block; needs `original`).
+    std::pair<std::vector<MatF>, std::vector<MatF>> block_pairs(int set, int64_t layer);
     // After m.linear(layer, name).w was replaced (the GPU copy follows).
     void weight_changed(int64_t layer, std::string_view name);
     // The hidden states through block `layer`, with its weights as they are now.

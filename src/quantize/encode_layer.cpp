@@ -14,21 +14,10 @@ namespace cortiq::quant {
 
 namespace {
 
-// The payload becomes the layer's weight, for the model and its states.
-void install(Run& run, int64_t layer, const std::string& linear,
-             const std::vector<uint8_t>& bytes) {
-    const std::string name = tensor_name(layer, linear);
-    auto& lin = run.model.linear(layer, linear);
-    blr::validate_any(bytes, name, lin.out_features(), lin.in_features());
-    lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
-    run.states.weight_changed(layer, linear);
-    run.payloads[name] = bytes;
-}
-
 void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
     for (const auto& [name, bytes] : old.payloads) {
         const std::string lin = name.substr(name.find('.', 13) + 1);  // after "model.layers.N."
-        install(run, layer, lin.substr(0, lin.size() - 7), bytes);    // drop ".weight"
+        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);    // drop ".weight"
     }
     int64_t work = 0;
     for (const auto& r : old.reports) {
@@ -40,6 +29,16 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
 }
 
 }  // namespace
+
+void install_payload(Run& run, int64_t layer, const std::string& linear,
+                     const std::vector<uint8_t>& bytes) {
+    const std::string name = tensor_name(layer, linear);
+    auto& lin = run.model.linear(layer, linear);
+    blr::validate_any(bytes, name, lin.out_features(), lin.in_features());
+    lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
+    run.states.weight_changed(layer, linear);
+    run.payloads[name] = bytes;
+}
 
 void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
     const QuantizeOptions& o = run.o;
@@ -79,7 +78,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         run.report.encode_seconds += seconds_since(t0);
         for (size_t i = 0; i < jobs.size(); ++i) {
             const std::string name = tensor_name(layer, jobs[i].name);
-            install(run, layer, jobs[i].name, enc[i].payload);
+            install_payload(run, layer, jobs[i].name, enc[i].payload);
             TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
             r.drift_alpha = grams.drift_alpha[i];
             rec.payloads.emplace_back(name, enc[i].payload);
@@ -87,6 +86,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
             run.report.tensors.push_back(r);
         }
     }
+    if (o.tune_mode != "none") tune_layer(run, layer, rec);
     run.journal.save(layer, rec);
     CORTIQ_CHECK(layer != o.interrupt_after_layer, "interrupted after layer {} (test hook)", layer);
 }

@@ -75,6 +75,14 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         {"seqlen", co.seqlen},
         {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
     };
+    if (o.tune_mode != "none")
+        in.settings["tune"] = {{"mode", o.tune_mode},
+                               {"epochs", o.tune.epochs},
+                               {"batch_windows", o.tune.batch_windows},
+                               {"lr_scales", o.tune.lr_scales},
+                               {"lr_signs", o.tune.lr_signs},
+                               {"latent_init", o.tune.latent_init},
+                               {"lr_norms", o.tune.lr_norms}};
     return in;
 }
 

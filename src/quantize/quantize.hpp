@@ -11,6 +11,7 @@
 #include "calib/calib.hpp"
 #include "encode/bench.hpp"
 #include "encode/options.hpp"
+#include "tune/block_tune.hpp"
 
 namespace cortiq::quant {
 
@@ -35,6 +36,12 @@ struct QuantizeOptions {
     // (they overfit a narrow text; the diagonal — each input's energy — carries
     // over to other texts better). 0 keeps H as measured.
     double gram_shrink = 0.0;
+    // Output-aware tuning after each decoder layer is encoded (issue 13):
+    // "none", or "block" (tune/block_tune.hpp: the layer's BLR scales, and
+    // signs when tune.lr_signs > 0, fitted to the original model's block
+    // outputs). Needs the original model, loaded whatever --match says.
+    std::string tune_mode = "none";
+    tune::TuneOptions tune;
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
@@ -61,7 +68,9 @@ struct QuantizeReport {
     // The source checkpoint's parameters (a tied head counted once, as the
     // embedding) and the output's size.
     int64_t total_params = 0, file_bytes = 0;
-    double seconds = 0, encode_seconds = 0, calib_seconds = 0;
+    double seconds = 0, encode_seconds = 0, calib_seconds = 0, tune_seconds = 0;
+    // One entry per tuned block: layer, losses before/after, epoch kept, flips.
+    nlohmann::json tuned_blocks = nlohmann::json::array();
     int resumed_layers = 0;
     bool resumed_head = false;
     std::string out_path;

@@ -64,6 +64,8 @@ nlohmann::json QuantizeReport::to_json() const {
     j["seconds"] = seconds;
     j["encode_seconds"] = encode_seconds;
     j["calib_seconds"] = calib_seconds;
+    j["tune_seconds"] = tune_seconds;
+    if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     j["resumed_layers"] = resumed_layers;
     j["resumed_head"] = resumed_head;
     j["linear_includes_head"] = head_params > 0;
@@ -86,7 +88,7 @@ std::string QuantizeReport::summary() const {
     return fmt::format(
         "{}: {} tensors encoded, linear layers{} {:.4f} bpw ({} params, {:.2f} MB of codes{}); "
         "file {:.2f} MB = {:.3f} bits per parameter; {:.1f}s (calibration {:.1f}s, encoding "
-        "{:.1f}s){}{}",
+        "{:.1f}s{}){}{}",
         out_path, tensors.size(), head_params ? " incl. lm_head" : "",
         ratio(linear_bits, linear_params), linear_params, linear_bits / 8e6,
         head_params ? fmt::format("; lm_head {:.4f} bpw{}", ratio(head_bits, head_params),
@@ -98,6 +100,7 @@ std::string QuantizeReport::summary() const {
                     : "",
         file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
         calib_seconds, encode_seconds,
+        tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
         resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
         resumed_head ? ", lm_head resumed" : "");
 }

@@ -79,10 +79,21 @@ struct InputGrams {
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
                            const std::string& what);
 
+// The payload becomes the layer's weight, for the model and its states (and
+// the output's payloads); `linear` as Model::linear_names().
+void install_payload(Run& run, int64_t layer, const std::string& linear,
+                     const std::vector<uint8_t>& bytes);
+
 // ── encode one decoder layer (encode_layer.cpp) ──────────────────────────────
 // From the journal when it holds the layer, else calibrated, encoded, put in
 // place and journalled.
 void encode_layer(Run& run, int64_t layer, const WorkPlan& work);
+
+// ── tune one encoded decoder layer (tune_layer.cpp) ──────────────────────────
+// --tune block: the layer's BLR payloads tuned against the original model's
+// block outputs and put in place (same rank and paths); a journalled record
+// then holds the tuned payloads.
+void tune_layer(Run& run, int64_t layer, LayerRecord& rec);
 
 // ── encode the head (encode_head.cpp) ────────────────────────────────────────
 void encode_head(Run& run, const io::Checkpoint& ck, double bpw);

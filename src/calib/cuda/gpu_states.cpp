@@ -16,6 +16,7 @@
 namespace cortiq::calib {
 
 using cortiq::cuda::DVec;
+using cortiq::cuda::download_f;
 
 // One model on the device and the hidden states of its two windows sets
 // (fit and held out, each of one length), windows × T × hidden.
@@ -182,6 +183,17 @@ void GpuStates::advance(int set, int64_t layer) {
         g.model.run_block(layer, nw, T, cs.x.get() + w0 * T * c.hidden_size);
     }
     g.model.gpu().sync();
+}
+
+std::vector<MatF> GpuStates::hidden(int set) {
+    Impl& g = *impl_;
+    Impl::Set& cs = g.set(set);
+    const int64_t H = g.model.config().hidden_size, each = cs.T * H;
+    const std::vector<float> all = download_f(cs.x.get(), cs.windows * each, g.stream());
+    std::vector<MatF> out;
+    for (int64_t w = 0; w < cs.windows; ++w)
+        out.emplace_back(cs.T, H, std::vector<float>(all.begin() + w * each, all.begin() + (w + 1) * each));
+    return out;
 }
 
 void GpuStates::set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w) {

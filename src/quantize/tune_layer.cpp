@@ -1,0 +1,93 @@
+// A step of encode_layer with --tune block: the BLR layers of the freshly
+// encoded block fitted to the original model's block outputs
+// (tune/block_tune.hpp), re-packed at the same rank and paths, put in place.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "blr/sign.hpp"
+#include "model/ops.hpp"
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+namespace {
+
+tune::BlockDims dims_of(const io::ModelConfig& c) {
+    return {c.hidden_size, c.num_heads,         c.num_kv_heads, c.head_dim,
+            c.intermediate_size, c.rms_norm_eps, c.qk_norm};
+}
+
+// The block's weights as tuning holds them: BLR payloads as factors, every
+// other linear layer dense.
+tune::BlockParamsT<float> params_of(const Run& run, int64_t layer) {
+    const model::LayerWeights& lw = run.model.layer(layer);
+    tune::BlockParamsT<float> p;
+    p.in_norm = lw.input_norm;
+    p.post_norm = lw.post_attn_norm;
+    p.q_norm = lw.q_norm;
+    p.k_norm = lw.k_norm;
+    const auto& names = model::Model::linear_names();
+    auto lins = p.linears();
+    for (size_t i = 0; i < names.size(); ++i) {
+        const model::Linear& lin = run.model.linear(layer, names[i]);
+        tune::LinearT<float>& t = *lins[i];
+        t.m = lin.out_features();
+        t.n = lin.in_features();
+        t.bias = lin.bias;
+        const auto it = run.payloads.find(tensor_name(layer, names[i]));
+        if (it != run.payloads.end() && !blr::is_sign_payload(it->second)) {
+            t.blr = tune::to_weights(blr::unpack(it->second));
+        } else {
+            const MatF w = lin.w->dense();
+            t.w.assign(w.data(), w.data() + w.size());
+        }
+    }
+    return p;
+}
+
+}  // namespace
+
+void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::ModelConfig& cfg = run.model.config();
+    CORTIQ_CHECK(cfg.sliding_window == 0 || cfg.sliding_window >= run.o.calib.seqlen,
+                 "--tune block: a sliding window ({}) shorter than the calibration windows ({}) "
+                 "is not supported",
+                 cfg.sliding_window, run.o.calib.seqlen);
+    tune::BlockParamsT<float> p = params_of(run, layer);
+    auto [xf, yf] = run.states.block_pairs(0, layer);
+    auto [xs, ys] = run.states.block_pairs(1, layer);
+    const tune::BlockTuneResult res =
+        tune::tune_block(p, dims_of(cfg), model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
+                         {std::move(xs), std::move(ys)}, run.o.tune);
+    if (res.best_epoch > 0) {
+        const auto& names = model::Model::linear_names();
+        auto lins = p.linears();
+        for (size_t i = 0; i < names.size(); ++i) {
+            if (!lins[i]->blr) continue;
+            const std::vector<uint8_t> bytes = blr::pack(tune::to_factors(*lins[i]->blr));
+            install_payload(run, layer, names[i], bytes);
+            for (auto& [name, b] : rec.payloads)
+                if (name == tensor_name(layer, names[i])) b = bytes;
+        }
+    }
+    const double secs = seconds_since(t0);
+    run.report.tune_seconds += secs;
+    run.report.tuned_blocks.push_back({{"layer", layer},
+                                       {"fit_before", res.fit_before},
+                                       {"fit_after", res.fit_after},
+                                       {"sel_before", res.sel_before},
+                                       {"sel_after", res.sel_after},
+                                       {"best_epoch", res.best_epoch},
+                                       {"flips", res.flips},
+                                       {"seconds", secs}});
+    if (run.o.verbose)
+        run.bar.print(fmt::format(
+            "layer {} tuned: block error {:.4f} → {:.4f} (held out {:.4f} → {:.4f}), epoch {} "
+            "kept, {} signs flipped, {:.1f}s",
+            layer, res.fit_before, res.fit_after, res.sel_before, res.sel_after, res.best_epoch,
+            res.flips, secs));
+}
+
+}  // namespace cortiq::quant

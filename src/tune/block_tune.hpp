@@ -1,0 +1,55 @@
+// Block reconstruction (issue 13, item 2): the BLR layers of one compressed
+// decoder block tuned so that the block maps the compressed model's hidden
+// states to the original model's block outputs,
+//   min over scales (and signs) of Σ_windows ‖block_c(x_c) − y_o‖²,
+// with Adam on the logarithms of the scales h, ℓ, g (a multiplicative step
+// keeps each scale's sign and is indifferent to its magnitude) and, when
+// lr_signs > 0, on real latents z of the signs through the straight-through
+// estimator (S = sign(z), ∂/∂z := ∂/∂S). Rank and paths do not change: the
+// result is again a payload of the same size. The held-out windows choose
+// the epoch to keep, so the held-out loss never ends above where it started.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "blr/model.hpp"
+#include "core/matrix.hpp"
+#include "tune/block.hpp"
+
+namespace cortiq::tune {
+
+struct TuneOptions {
+    int epochs = 8;                // passes over the fit windows
+    int64_t batch_windows = 4;     // windows per Adam step
+    double lr_scales = 2e-3;       // Adam step on log|scale|
+    double lr_signs = 0.0;         // Adam step on the sign latents (0: signs fixed)
+    double latent_init = 1e-2;     // |z| at the start (a flip needs ~latent_init / lr_signs steps)
+    double lr_norms = 0.0;         // Adam step on the RMSNorm weights (0: fixed)
+    double beta1 = 0.9, beta2 = 0.999;
+};
+
+struct BlockTuneResult {
+    double fit_before = 0, fit_after = 0;  // relative loss Σ‖out − y‖² / Σ‖y − x‖², fit windows
+    double sel_before = 0, sel_after = 0;  // the same on the held-out windows
+    int best_epoch = 0;                    // 0: the start was kept
+    int64_t flips = 0;                     // signs changed in the kept state
+    double seconds = 0;
+};
+
+// Windows (L × hidden each) of inputs and targets.
+struct WindowPairs {
+    std::vector<MatF> x, y;
+};
+
+// Tunes p in place.
+BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
+                           const std::vector<float>& inv_freq, const WindowPairs& fit,
+                           const WindowPairs& sel, const TuneOptions& o);
+
+// Factors (float64) ⇄ the float weights tuning works on.
+BlrWeightsT<float> to_weights(const blr::Factors& f);
+blr::Factors to_factors(const BlrWeightsT<float>& w);
+
+}  // namespace cortiq::tune
