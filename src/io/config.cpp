@@ -184,7 +184,8 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& what) {
     const json* mt = find(j, "model_type");
     CORTIQ_CHECK(mt && mt->is_string(), "{}: missing model_type", what);
     c.model_type = mt->get<std::string>();
-    if (c.model_type == "qwen3_5") return from_json(qwen35_text_config(j, what), what);
+    if (c.model_type == "qwen3_5")
+        return from_json(qwen35_text_config(j, what), what + " text_config");
     const bool llama = c.model_type == "llama", mistral = c.model_type == "mistral",
                qwen2 = c.model_type == "qwen2", qwen3 = c.model_type == "qwen3",
                qwen35 = c.model_type == "qwen3_5_text";

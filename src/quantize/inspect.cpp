@@ -5,6 +5,7 @@
 #include <set>
 
 #include "blr/sign.hpp"
+#include "core/error.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
 #include "quantize/quantize.hpp"
@@ -22,7 +23,12 @@ std::map<std::string, int64_t> carried_groups(const io::SafetensorsFile& f,
     std::map<std::string, int64_t> groups;
     const auto it = f.metadata().find("config");
     if (it == f.metadata().end()) return groups;
-    io::ModelConfig c = io::ModelConfig::parse(it->second, path + " metadata config");
+    io::ModelConfig c;
+    try {
+        c = io::ModelConfig::parse(it->second, path + " metadata config");
+    } catch (const Error&) {
+        return groups;  // a config the runtime cannot read: no note (the payloads still listed)
+    }
     io::resolve_prefix(c, io::Checkpoint::open(path));
     std::set<std::string> read = {"lm_head.weight"};
     for (const auto& e : io::expected_tensors(c)) read.insert(e.name);
