@@ -106,6 +106,32 @@ RopeScaling parse_rope_scaling(const json& r, const std::string& what) {
                 s.type);
 }
 
+// RoPE: top-level rope_theta (4.x) and/or rope_parameters (5.x), and the
+// scaling of either.
+void parse_rope(const json& j, const std::string& what, double def_theta, ModelConfig& c) {
+    const json* top = find(j, "rope_theta");
+    const json* params = find(j, "rope_parameters");
+    double theta = def_theta;
+    if (params) {
+        CORTIQ_CHECK(params->is_object(), "{}: rope_parameters must be an object", what);
+        theta = get_double(*params, "rope_theta", what, def_theta);
+    }
+    if (top) {
+        CORTIQ_CHECK(top->is_number(), "{}: rope_theta must be a number", what);
+        const double t = top->get<double>();
+        CORTIQ_CHECK(!params || !find(*params, "rope_theta") || t == theta,
+                     "{}: rope_theta {} and rope_parameters.rope_theta {} disagree", what, t,
+                     theta);
+        theta = t;
+    }
+    CORTIQ_CHECK(theta > 0, "{}: rope_theta must be positive", what);
+    c.rope_theta = theta;
+    if (const json* rs = find(j, "rope_scaling"))
+        c.rope_scaling = parse_rope_scaling(*rs, what + " rope_scaling");
+    else if (params)
+        c.rope_scaling = parse_rope_scaling(*params, what + " rope_parameters");
+}
+
 // Qwen3.5's own fields (configuration_qwen3_5.py, Qwen3_5TextConfig): the
 // layer types (or full_attention_interval, default 4: every 4th layer full
 // attention), the Gated DeltaNet sizes, the gated attention, (1 + w) norms and
@@ -234,27 +260,7 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& what) {
 
     // RoPE: top-level rope_theta (4.x) and/or rope_parameters (5.x).
     const double def_theta = qwen3 ? 1e6 : 10000.0;
-    const json* top = find(j, "rope_theta");
-    const json* params = find(j, "rope_parameters");
-    double theta = def_theta;
-    if (params) {
-        CORTIQ_CHECK(params->is_object(), "{}: rope_parameters must be an object", what);
-        theta = get_double(*params, "rope_theta", what, def_theta);
-    }
-    if (top) {
-        CORTIQ_CHECK(top->is_number(), "{}: rope_theta must be a number", what);
-        const double t = top->get<double>();
-        CORTIQ_CHECK(!params || !find(*params, "rope_theta") || t == theta,
-                     "{}: rope_theta {} and rope_parameters.rope_theta {} disagree", what, t,
-                     theta);
-        theta = t;
-    }
-    CORTIQ_CHECK(theta > 0, "{}: rope_theta must be positive", what);
-    c.rope_theta = theta;
-    if (const json* rs = find(j, "rope_scaling"))
-        c.rope_scaling = parse_rope_scaling(*rs, what + " rope_scaling");
-    else if (params)
-        c.rope_scaling = parse_rope_scaling(*params, what + " rope_parameters");
+    parse_rope(j, what, def_theta, c);
 
     c.rms_norm_eps = get_double(j, "rms_norm_eps", what, 1e-6);
     CORTIQ_CHECK(c.rms_norm_eps > 0, "{}: rms_norm_eps must be positive", what);
