@@ -4,16 +4,19 @@
 // cached decoding against the full pass, and both checkpoint layouts.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "cli_run.hpp"
 #include "core/rng.hpp"
 #include "forward_reference.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
 #include "model/delta_ops.hpp"
+#include "model/generate.hpp"
 #include "model/llama.hpp"
 #include "test_files.hpp"
 
@@ -184,6 +187,29 @@ TEST(Qwen35, CachedDecodingMatchesTheFullPass) {
     cache.clear();
     const MatF again = m.forward(all.subspan(0, 3), cache);
     EXPECT_LT(rel_err(again.data(), full.data(), 3 * V), 1e-6);
+}
+
+TEST(Qwen35, GreedyGenerationMatchesFullPasses) {
+    // generate() decodes through the cache (prefill, then the step form); each
+    // of its tokens must be the argmax of a full pass over everything before it.
+    const auto g = load_golden35();
+    const auto m = model::Model::load(kTiny.string());
+    const std::vector<int32_t> prompt(g.seqs[1].begin(), g.seqs[1].begin() + 5);
+    model::GenerateOptions go;
+    go.max_tokens = 12;
+    const auto out = model::generate(m, prompt, go);
+    ASSERT_EQ(out.size(), 12u);
+    std::vector<int32_t> ids = prompt;
+    for (int32_t tok : out) {
+        const MatF l = m.forward(ids);
+        const float* last = l.row(l.rows() - 1);
+        EXPECT_EQ(tok, std::max_element(last, last + l.cols()) - last) << "after " << ids.size();
+        ids.push_back(tok);
+    }
+    const auto cli = run_cli("generate " + kTiny.string() +
+                             " --prompt \"Once upon a time\" --max-tokens 8 --json");
+    EXPECT_EQ(cli.code, 0) << cli.out;
+    EXPECT_NE(cli.out.find("\"generated_tokens\":8"), std::string::npos) << cli.out;
 }
 
 // Random inputs of the delta rule: L2-normalised q, k; decays in (−1, 0].
