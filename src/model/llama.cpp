@@ -49,6 +49,37 @@ Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_
     return lin;
 }
 
+// An RMSNorm weight of n values; with Qwen3.5's (1 + w) norms the stored
+// weight is 1 + w (float32, as transformers computes it).
+std::vector<float> load_norm(const io::Checkpoint& ckpt, const std::string& name, int64_t n,
+                             bool offset) {
+    auto v = load_vec(ckpt, name, n);
+    if (offset)
+        for (float& x : v) x = 1.0f + x;
+    return v;
+}
+
+// The Gated DeltaNet weights of the layer at prefix p (p + "linear_attn.").
+DeltaNetWeights load_delta(const io::ModelConfig& c, const io::Checkpoint& ckpt,
+                           const std::string& p, const LoadOptions& lo) {
+    const io::DeltaNetConfig& d = c.delta;
+    const int64_t H = c.hidden_size;
+    const std::string q = p + "linear_attn.";
+    DeltaNetWeights w;
+    w.qkv = load_linear(ckpt, q + "in_proj_qkv", d.conv_dim(), H, false, lo);
+    w.z = load_linear(ckpt, q + "in_proj_z", d.value_dim(), H, false, lo);
+    w.b = load_linear(ckpt, q + "in_proj_b", d.v_heads, H, false, lo);
+    w.a = load_linear(ckpt, q + "in_proj_a", d.v_heads, H, false, lo);
+    w.out = load_linear(ckpt, q + "out_proj", H, d.value_dim(), false, lo);
+    const auto conv = load_vec(ckpt, q + "conv1d.weight", d.conv_dim() * d.conv_kernel);
+    w.conv = MatF(d.conv_dim(), d.conv_kernel);  // [conv_dim, 1, kernel] row-major
+    std::copy(conv.begin(), conv.end(), w.conv.data());
+    w.a_log = load_vec(ckpt, q + "A_log", d.v_heads);
+    w.dt_bias = load_vec(ckpt, q + "dt_bias", d.v_heads);
+    w.norm = load_vec(ckpt, q + "norm.weight", d.v_dim);  // the gated norm scales by w
+    return w;
+}
+
 }  // namespace
 
 const std::vector<std::string>& Model::linear_names() {
@@ -67,39 +98,55 @@ Linear& Model::linear(int64_t layer, std::string_view name) {
     if (name == "mlp.gate_proj") return w.gate;
     if (name == "mlp.up_proj") return w.up;
     if (name == "mlp.down_proj") return w.down;
-    CORTIQ_FAIL("no linear layer named '{}' (self_attn.q_proj ... mlp.down_proj)", name);
+    if (name == "linear_attn.in_proj_qkv") return w.delta.qkv;
+    if (name == "linear_attn.in_proj_z") return w.delta.z;
+    if (name == "linear_attn.in_proj_b") return w.delta.b;
+    if (name == "linear_attn.in_proj_a") return w.delta.a;
+    if (name == "linear_attn.out_proj") return w.delta.out;
+    CORTIQ_FAIL(
+        "no linear layer named '{}' (self_attn.q_proj ... mlp.down_proj, "
+        "linear_attn.in_proj_qkv ... linear_attn.out_proj)",
+        name);
 }
 
 const Linear& Model::linear(int64_t layer, std::string_view name) const {
     return const_cast<Model*>(this)->linear(layer, name);
 }
 
-Model Model::from_checkpoint(const io::ModelConfig& c, const io::Checkpoint& ckpt,
+Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
                              const LoadOptions& lo) {
+    io::ModelConfig c = cfg;
+    io::resolve_prefix(c, ckpt);
     io::check_checkpoint(c, ckpt);
     Model m;
     m.cfg_ = c;
     const int64_t H = c.hidden_size, F = c.intermediate_size;
-    m.embed_ = std::make_shared<const MatF>(ckpt.load_matf("model.embed_tokens.weight"));
+    const bool off = c.norm_offset;
+    m.embed_ = std::make_shared<const MatF>(ckpt.load_matf(c.prefix + "embed_tokens.weight"));
     m.layers_.resize(static_cast<size_t>(c.num_layers));
     for (int64_t i = 0; i < c.num_layers; ++i) {
-        const std::string p = fmt::format("model.layers.{}.", i);
+        const std::string p = c.layer_prefix(i);
         LayerWeights& w = m.layers_[static_cast<size_t>(i)];
-        w.input_norm = load_vec(ckpt, p + "input_layernorm.weight", H);
-        w.post_attn_norm = load_vec(ckpt, p + "post_attention_layernorm.weight", H);
-        if (c.qk_norm) {
-            w.q_norm = load_vec(ckpt, p + "self_attn.q_norm.weight", c.head_dim);
-            w.k_norm = load_vec(ckpt, p + "self_attn.k_norm.weight", c.head_dim);
-        }
-        w.q = load_linear(ckpt, p + "self_attn.q_proj", c.q_dim(), H, c.qkv_bias, lo);
-        w.k = load_linear(ckpt, p + "self_attn.k_proj", c.kv_dim(), H, c.qkv_bias, lo);
-        w.v = load_linear(ckpt, p + "self_attn.v_proj", c.kv_dim(), H, c.qkv_bias, lo);
-        w.o = load_linear(ckpt, p + "self_attn.o_proj", H, c.q_dim(), c.o_bias, lo);
+        w.input_norm = load_norm(ckpt, p + "input_layernorm.weight", H, off);
+        w.post_attn_norm = load_norm(ckpt, p + "post_attention_layernorm.weight", H, off);
         w.gate = load_linear(ckpt, p + "mlp.gate_proj", F, H, c.mlp_bias, lo);
         w.up = load_linear(ckpt, p + "mlp.up_proj", F, H, c.mlp_bias, lo);
         w.down = load_linear(ckpt, p + "mlp.down_proj", H, F, c.mlp_bias, lo);
+        if (c.is_delta(i)) {
+            w.mixer = io::Mixer::gated_delta;
+            w.delta = load_delta(c, ckpt, p, lo);
+            continue;
+        }
+        if (c.qk_norm) {
+            w.q_norm = load_norm(ckpt, p + "self_attn.q_norm.weight", c.head_dim, off);
+            w.k_norm = load_norm(ckpt, p + "self_attn.k_norm.weight", c.head_dim, off);
+        }
+        w.q = load_linear(ckpt, p + "self_attn.q_proj", c.q_proj_dim(), H, c.qkv_bias, lo);
+        w.k = load_linear(ckpt, p + "self_attn.k_proj", c.kv_dim(), H, c.qkv_bias, lo);
+        w.v = load_linear(ckpt, p + "self_attn.v_proj", c.kv_dim(), H, c.qkv_bias, lo);
+        w.o = load_linear(ckpt, p + "self_attn.o_proj", H, c.q_dim(), c.o_bias, lo);
     }
-    m.final_norm_ = load_vec(ckpt, "model.norm.weight", H);
+    m.final_norm_ = load_norm(ckpt, c.prefix + "norm.weight", H, off);
     // A tied head is the embedding, unless the file holds its own lm_head.weight
     // (`cortiq quantize --include-head` writes a compressed one and keeps the
     // float embedding).
@@ -222,15 +269,26 @@ MatF Model::forward(std::span<const int32_t> tokens, KvCache& cache,
     return std::move(ws.logits);
 }
 
+namespace {
+
+// Float values of a layer outside its linear layers (norms, DeltaNet extras).
+int64_t small_values(const LayerWeights& w) {
+    return static_cast<int64_t>(w.input_norm.size() + w.post_attn_norm.size() + w.q_norm.size() +
+                                w.k_norm.size() + w.delta.a_log.size() + w.delta.dt_bias.size() +
+                                w.delta.norm.size()) +
+           w.delta.conv.size();
+}
+
+}  // namespace
+
 int64_t Model::num_params() const {
     int64_t n = embed_->size() + static_cast<int64_t>(final_norm_.size());
     auto lin = [](const Linear& l) {
         return l.in_features() * l.out_features() + static_cast<int64_t>(l.bias.size());
     };
     for (const auto& w : layers_) {
-        n += static_cast<int64_t>(w.input_norm.size() + w.post_attn_norm.size() + w.q_norm.size() +
-                                  w.k_norm.size());
-        for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) n += lin(*l);
+        n += small_values(w);
+        for (const Linear* l : w.linears()) n += lin(*l);
     }
     const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
     if (!head || &head->weight() != embed_.get()) n += lin(lm_head_);  // not shared
@@ -243,9 +301,8 @@ int64_t Model::weight_bytes() const {
     };
     int64_t b = 4 * embed_->size() + 4 * static_cast<int64_t>(final_norm_.size());
     for (const auto& w : layers_) {
-        b += 4 * static_cast<int64_t>(w.input_norm.size() + w.post_attn_norm.size() +
-                                      w.q_norm.size() + w.k_norm.size());
-        for (const Linear* l : {&w.q, &w.k, &w.v, &w.o, &w.gate, &w.up, &w.down}) b += lin(*l);
+        b += 4 * small_values(w);
+        for (const Linear* l : w.linears()) b += lin(*l);
     }
     const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
     if (!head || &head->weight() != embed_.get()) b += lin(lm_head_);

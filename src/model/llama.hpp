@@ -1,6 +1,7 @@
-// A Llama-family causal LM (llama, mistral, qwen2, qwen3) in float32 on the
-// CPU: loaded from a Hugging Face folder by tensor name, run as a batch of
-// tokens (scoring) or incrementally through a KV cache (generation).
+// A Llama-family causal LM (llama, mistral, qwen2, qwen3, and the text part
+// of Qwen3.5 with its Gated DeltaNet layers) in float32 on the CPU: loaded
+// from a Hugging Face folder by tensor name, run as a batch of tokens
+// (scoring) or incrementally through a KV cache (generation).
 #pragma once
 
 #include <cstdint>
@@ -57,7 +58,10 @@ class Model {
     LayerWeights& layer(int64_t i) { return layers_.at(static_cast<size_t>(i)); }
     // A linear layer by its HF name inside the block: "self_attn.q_proj",
     // "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-    // "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj".
+    // "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"; in a Gated DeltaNet
+    // layer "linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
+    // "linear_attn.in_proj_b", "linear_attn.in_proj_a", "linear_attn.out_proj".
+    // (linear_names() lists the attention layers' ones.)
     Linear& linear(int64_t layer, std::string_view name);
     const Linear& linear(int64_t layer, std::string_view name) const;
     static const std::vector<std::string>& linear_names();

@@ -43,8 +43,52 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps,
     });
 }
 
+void rmsnorm_gated(const float* x, const float* z, int64_t rows, int64_t n, const float* w,
+                   float eps, float* y) {
+    CORTIQ_ASSERT(n > 0);
+    for_rows(rows, n, [&](int64_t i) {
+        const float* xi = x + i * n;
+        const float* zi = z + i * n;
+        float* yi = y + i * n;
+        double ss = 0;
+        for (int64_t j = 0; j < n; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+        const float inv = static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+        for (int64_t j = 0; j < n; ++j) {
+            const float s = zi[j] / (1.0f + std::exp(-zi[j]));  // silu
+            yi[j] = w[j] * (xi[j] * inv) * s;
+        }
+    });
+}
+
+void l2norm_heads(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, float eps) {
+    for_rows(rows, heads * d, [&](int64_t i) {
+        for (int64_t h = 0; h < heads; ++h) {
+            float* p = x + i * ld + h * d;
+            double ss = 0;
+            for (int64_t j = 0; j < d; ++j) ss += static_cast<double>(p[j]) * p[j];
+            const float inv = static_cast<float>(1.0 / std::sqrt(ss + eps));
+            for (int64_t j = 0; j < d; ++j) p[j] *= inv;
+        }
+    });
+}
+
+void split_query_gate(const float* qg, int64_t rows, int64_t heads, int64_t d, float* q,
+                      float* gate) {
+    for_rows(rows, 2 * heads * d, [&](int64_t i) {
+        for (int64_t h = 0; h < heads; ++h) {
+            const float* src = qg + (i * heads + h) * 2 * d;
+            std::copy_n(src, d, q + (i * heads + h) * d);
+            std::copy_n(src + d, d, gate + (i * heads + h) * d);
+        }
+    });
+}
+
+void sigmoid_gate(const float* x, const float* gate, int64_t n, float* y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.0f + std::exp(-gate[i]));
+}
+
 std::vector<float> rope_inv_freq(const io::ModelConfig& c) {
-    const int64_t d = c.head_dim, half = d / 2;
+    const int64_t d = c.rotary_dim(), half = d / 2;
     std::vector<float> f(static_cast<size_t>(half));
     const auto& s = c.rope_scaling;
     for (int64_t i = 0; i < half; ++i) {
@@ -95,9 +139,9 @@ RopeTable rope_table(std::span<const float> inv_freq, int64_t pos0, int64_t rows
 
 void rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_dim,
           const RopeTable& table) {
-    const int64_t half = head_dim / 2;
-    CORTIQ_ASSERT(table.half == half && table.rows >= rows, "{} {} {} {}", table.half, half,
-                  table.rows, rows);
+    const int64_t half = table.half;  // r/2, r the rotary size
+    CORTIQ_ASSERT(half > 0 && 2 * half <= head_dim && table.rows >= rows, "{} {} {} {}", table.half,
+                  head_dim, table.rows, rows);
     for_rows(rows, heads * head_dim, [&](int64_t i) {
         const float* cs = table.cos.data() + i * half;
         const float* sn = table.sin.data() + i * half;

@@ -21,9 +21,27 @@ namespace cortiq::model {
 // x and y may be the same buffer.
 void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
 
-// RoPE inverse frequencies θ^(-2i/d), i < d/2, with the config's scaling
-// (linear: ÷ factor; llama3: the wavelength-dependent blend). Rounded to
-// float32 as transformers does.
+// y[i,:] = w ∘ x[i,:] / sqrt(mean_j x[i,j]² + eps) ∘ silu(z[i,:])   (rows × n)
+// Qwen3.5's gated RMSNorm (Qwen3_5RMSNormGated: normalise, scale, then gate).
+void rmsnorm_gated(const float* x, const float* z, int64_t rows, int64_t n, const float* w,
+                   float eps, float* y);
+
+// In place, each of `heads` groups of d values of each row (row stride ld):
+// x ← x / sqrt(Σ x² + eps)   (transformers' / FLA's l2norm, eps 1e-6).
+void l2norm_heads(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, float eps);
+
+// Qwen3.5's q_proj output, per row and head h, is [query_h (d) | gate_h (d)]:
+// q[i, h·d + j] = qg[i, 2hd + j], gate[i, h·d + j] = qg[i, 2hd + d + j].
+void split_query_gate(const float* qg, int64_t rows, int64_t heads, int64_t d, float* q,
+                      float* gate);
+
+// y = x ∘ σ(gate), σ(z) = 1 / (1 + e^−z) (n values; the attention output gate).
+void sigmoid_gate(const float* x, const float* gate, int64_t n, float* y);
+
+// RoPE inverse frequencies θ^(-2i/d), i < d/2, d = c.rotary_dim() (the head
+// dimension, or its first part with a partial rotary factor), with the
+// config's scaling (linear: ÷ factor; llama3: the wavelength-dependent
+// blend). Rounded to float32 as transformers does.
 std::vector<float> rope_inv_freq(const io::ModelConfig& c);
 
 // cos and sin of a = pos·inv_freq[j] (a in float32, as in HF) for the
@@ -35,9 +53,11 @@ struct RopeTable {
 RopeTable rope_table(std::span<const float> inv_freq, int64_t pos0, int64_t rows);
 
 // In place, HF rotate_half convention: for each row i (position
-// table.pos0 + i) and head, with c, s the table's cos and sin, j < d/2:
-//   x'[j]       = x[j]·c − x[j+d/2]·s
-//   x'[j + d/2] = x[j+d/2]·c + x[j]·s
+// table.pos0 + i) and head, with c, s the table's cos and sin, r = 2 ·
+// table.half ≤ head_dim the rotary size, j < r/2:
+//   x'[j]       = x[j]·c − x[j+r/2]·s
+//   x'[j + r/2] = x[j+r/2]·c + x[j]·s
+// and the head's dims from r on unchanged (partial rotary).
 // x: rows × (heads·d), row stride ld.
 void rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_dim,
           const RopeTable& table);

@@ -15,9 +15,12 @@ namespace cortiq::quant {
 namespace {
 
 void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
+    const std::string prefix = run.model.config().layer_prefix(layer);
     for (const auto& [name, bytes] : old.payloads) {
-        const std::string lin = name.substr(name.find('.', 13) + 1);  // after "model.layers.N."
-        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);    // drop ".weight"
+        CORTIQ_CHECK(name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 7,
+                     "journal: tensor '{}' is not one of layer {} ({}...)", name, layer, prefix);
+        const std::string lin = name.substr(prefix.size());         // after "model.layers.N."
+        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
     }
     int64_t work = 0;
     for (const auto& r : old.reports) {
@@ -32,7 +35,7 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
 
 void install_payload(Run& run, int64_t layer, const std::string& linear,
                      const std::vector<uint8_t>& bytes) {
-    const std::string name = tensor_name(layer, linear);
+    const std::string name = tensor_name(run.model.config(), layer, linear);
     auto& lin = run.model.linear(layer, linear);
     blr::validate_any(bytes, name, lin.out_features(), lin.in_features());
     lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
@@ -42,19 +45,20 @@ void install_payload(Run& run, int64_t layer, const std::string& linear,
 
 void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
     const QuantizeOptions& o = run.o;
+    const io::ModelConfig& c = run.model.config();
     std::vector<JournalTensor> expected;  // what the layer's journal entry must hold
-    for (const auto& g : input_groups())
+    for (const auto& g : input_groups(c, layer))
         for (const char* lin : g.linears)
-            if (work.budget.count(tensor_name(layer, lin)))
-                expected.push_back({tensor_name(layer, lin),
+            if (work.budget.count(tensor_name(c, layer, lin)))
+                expected.push_back({tensor_name(c, layer, lin),
                                     run.model.linear(layer, lin).out_features(),
                                     run.model.linear(layer, lin).in_features()});
     if (auto old = run.journal.load(layer, expected)) return resume_layer(run, layer, *old);
     LayerRecord rec;
-    for (const auto& g : input_groups()) {
+    for (const auto& g : input_groups(c, layer)) {
         std::vector<GroupJob> jobs;
         for (const char* lin : g.linears) {
-            const auto it = work.budget.find(tensor_name(layer, lin));
+            const auto it = work.budget.find(tensor_name(c, layer, lin));
             if (it == work.budget.end()) continue;
             jobs.push_back(
                 {lin, run.model.linear(layer, lin).w->dense().cast<double>(), it->second});
@@ -67,7 +71,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         const auto enc =
             encode_group(jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, what,
                          [&](size_t i, const encode::Encoded& e) {
-                             const std::string name = tensor_name(layer, jobs[i].name);
+                             const std::string name = tensor_name(c, layer, jobs[i].name);
                              const double alpha = grams.drift_alpha[i];
                              if (o.verbose)
                                  run.bar.print(fmt::format(
@@ -77,7 +81,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
                          });
         run.report.encode_seconds += seconds_since(t0);
         for (size_t i = 0; i < jobs.size(); ++i) {
-            const std::string name = tensor_name(layer, jobs[i].name);
+            const std::string name = tensor_name(c, layer, jobs[i].name);
             install_payload(run, layer, jobs[i].name, enc[i].payload);
             TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
             r.drift_alpha = grams.drift_alpha[i];

@@ -1,11 +1,47 @@
 // cortiq inspect: every tensor of a compressed file with its payload checked.
 #include <fmt/format.h>
 
+#include <map>
+#include <set>
+
 #include "blr/sign.hpp"
+#include "core/error.hpp"
+#include "io/config.hpp"
 #include "io/safetensors.hpp"
 #include "quantize/quantize.hpp"
 
 namespace cortiq::quant {
+
+namespace {
+
+// The tensors of the file that the runtime does not read (a vision tower, a
+// multi-token-prediction head, ...), carried unchanged by quantize: counted
+// by their first name parts ("model.visual", "mtp"). Empty without a config
+// in the metadata.
+std::map<std::string, int64_t> carried_groups(const io::SafetensorsFile& f,
+                                              const std::string& path) {
+    std::map<std::string, int64_t> groups;
+    const auto it = f.metadata().find("config");
+    if (it == f.metadata().end()) return groups;
+    io::ModelConfig c;
+    try {
+        c = io::ModelConfig::parse(it->second, path + " metadata config");
+    } catch (const Error&) {
+        return groups;  // a config the runtime cannot read: no note (the payloads still listed)
+    }
+    io::resolve_prefix(c, io::Checkpoint::open(path));
+    std::set<std::string> read = {"lm_head.weight"};
+    for (const auto& e : io::expected_tensors(c)) read.insert(e.name);
+    for (const auto& t : f.tensors()) {
+        if (read.count(t.name)) continue;
+        const size_t dot = t.name.find('.');
+        const size_t end = t.name.rfind("model.", 0) == 0 ? t.name.find('.', dot + 1) : dot;
+        ++groups[t.name.substr(0, end)];
+    }
+    return groups;
+}
+
+}  // namespace
 
 std::string inspect(const std::string& path, bool as_json) {
     const auto f = io::SafetensorsFile::open(path);
@@ -57,6 +93,14 @@ std::string inspect(const std::string& path, bool as_json) {
     s += fmt::format(
         "{} tensors; compressed {} of {} parameters at {:.4f} bpw; all payloads valid\n",
         f.tensors().size(), blr_params, total_params, bpw);
+    const auto carried = carried_groups(f, path);
+    if (!carried.empty()) {
+        std::string list;
+        for (const auto& [g, n] : carried)
+            list += fmt::format("{}{}.* ({} tensors)", list.empty() ? "" : ", ", g, n);
+        s += fmt::format("carried unchanged, not run by cortiq: {}\n", list);
+    }
+    out["carried"] = carried;
     out["compressed_params"] = blr_params;
     out["total_params"] = total_params;
     out["compressed_bpw"] = bpw;

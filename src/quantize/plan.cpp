@@ -55,6 +55,12 @@ std::optional<double> Plan::bpw_for(const std::string& tensor, bool is_head) con
     return b;
 }
 
+bool Plan::names(const std::string& tensor) const {
+    for (const auto& r : rules_)
+        if (glob_match(r.first, tensor)) return true;
+    return false;
+}
+
 std::string Plan::describe() const {
     std::string s = fmt::format("default {} head {}", default_bpw_, include_head_);
     for (const auto& [p, v] : rules_) s += fmt::format("; {}={}", p, v);

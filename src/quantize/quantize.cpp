@@ -29,6 +29,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     Inputs in = load_and_check(o, plan);
     const Journal journal(o.out_path, in.settings, o.resume, o.force);
     const WorkPlan work = plan_work(plan, in.model);
+    rep.kept_small = work.kept_small;
     Progress bar("quantize", work.weights, "weights", o.progress);
 
     // the hidden states of every calibration window, on the forward device

@@ -73,9 +73,13 @@ struct QuantizeReport {
     nlohmann::json tuned_blocks = nlohmann::json::array();
     int resumed_layers = 0;
     bool resumed_head = false;
+    // Tensors too small to compress usefully, left as they are (Qwen3.5's
+    // in_proj_b / in_proj_a; quantize/steps.hpp small_by_default).
+    std::vector<std::string> kept_small;
     std::string out_path;
     nlohmann::json to_json() const;
     std::string summary() const;
+    std::string kept_small_note() const;  // the summary's part on kept_small, or ""
 };
 
 QuantizeReport quantize(const QuantizeOptions& o);

@@ -68,6 +68,7 @@ nlohmann::json QuantizeReport::to_json() const {
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     j["resumed_layers"] = resumed_layers;
     j["resumed_head"] = resumed_head;
+    j["kept_small"] = kept_small;
     j["linear_includes_head"] = head_params > 0;
     j["linear_params"] = linear_params;
     j["linear_bits"] = linear_bits;
@@ -86,23 +87,37 @@ nlohmann::json QuantizeReport::to_json() const {
 
 std::string QuantizeReport::summary() const {
     return fmt::format(
-        "{}: {} tensors encoded, linear layers{} {:.4f} bpw ({} params, {:.2f} MB of codes{}); "
-        "file {:.2f} MB = {:.3f} bits per parameter; {:.1f}s (calibration {:.1f}s, encoding "
-        "{:.1f}s{}){}{}",
-        out_path, tensors.size(), head_params ? " incl. lm_head" : "",
-        ratio(linear_bits, linear_params), linear_params, linear_bits / 8e6,
-        head_params ? fmt::format("; lm_head {:.4f} bpw{}", ratio(head_bits, head_params),
-                                  linear_params > head_params
-                                      ? fmt::format(", decoder layers {:.4f} bpw",
-                                                    ratio(linear_bits - head_bits,
-                                                          linear_params - head_params))
-                                      : "")
-                    : "",
-        file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
-        calib_seconds, encode_seconds,
-        tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
-        resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
-        resumed_head ? ", lm_head resumed" : "");
+               "{}: {} tensors encoded, linear layers{} {:.4f} bpw ({} params, {:.2f} MB of "
+               "codes{}); "
+               "file {:.2f} MB = {:.3f} bits per parameter; {:.1f}s (calibration {:.1f}s, encoding "
+               "{:.1f}s{}){}{}",
+               out_path, tensors.size(), head_params ? " incl. lm_head" : "",
+               ratio(linear_bits, linear_params), linear_params, linear_bits / 8e6,
+               head_params ? fmt::format("; lm_head {:.4f} bpw{}", ratio(head_bits, head_params),
+                                         linear_params > head_params
+                                             ? fmt::format(", decoder layers {:.4f} bpw",
+                                                           ratio(linear_bits - head_bits,
+                                                                 linear_params - head_params))
+                                             : "")
+                           : "",
+               file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
+               calib_seconds, encode_seconds,
+               resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
+               resumed_head ? ", lm_head resumed" : "") +
+           kept_small_note();
+}
+
+std::string QuantizeReport::kept_small_note() const {
+    if (kept_small.empty()) return "";
+    int64_t b = 0, a = 0;
+    for (const auto& n : kept_small) {
+        b += n.ends_with("in_proj_b.weight");
+        a += n.ends_with("in_proj_a.weight");
+    }
+    return fmt::format(
+        "; {} small tensors kept as they are ({} in_proj_b, {} in_proj_a; a --plan "
+        "pattern that names them compresses them)",
+        kept_small.size(), b, a);
 }
 
 }  // namespace cortiq::quant

@@ -27,15 +27,22 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr const char* kHead = "lm_head.weight";
 inline constexpr int64_t kHeadKey = -1;  // the head's journal entry
 
-// "model.layers.{layer}.{linear}.weight"
-std::string tensor_name(int64_t layer, const std::string& linear);
+// "model.layers.{layer}.{linear}.weight" (under the config's text prefix)
+std::string tensor_name(const io::ModelConfig& c, int64_t layer, const std::string& linear);
 
-// The four inputs of a decoder block and the linear layers that read each.
+// The inputs of a decoder block and the linear layers that read each: q/k/v,
+// o, gate/up, down; in a Gated DeltaNet layer in_proj_qkv/z/b/a and out_proj
+// instead of the attention's.
 struct InputGroup {
     const char* input;  // hook name
     std::vector<const char*> linears;
 };
-const std::vector<InputGroup>& input_groups();
+const std::vector<InputGroup>& input_groups(const io::ModelConfig& c, int64_t layer);
+
+// Linear layers too small to compress usefully (Qwen3.5's in_proj_b and
+// in_proj_a: one row per value head): kept as they are unless a --plan
+// pattern names them.
+bool small_by_default(const std::string& linear);
 
 // ── load and check (load.cpp) ─────────────────────────────────────────────────
 // The output path is free (or --force), its folder exists, a GPU is there
@@ -53,6 +60,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
 // ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
 struct WorkPlan {
     std::map<std::string, double> budget;  // decoder tensor name → bpw
+    std::vector<std::string> kept_small;   // small_by_default tensors left as they are
     std::optional<double> head_bpw;        // --include-head
     int64_t weights = 0;                   // weights to encode (the progress ETA)
 };

@@ -35,7 +35,7 @@ tune::BlockParamsT<float> params_of(const Run& run, int64_t layer) {
         t.m = lin.out_features();
         t.n = lin.in_features();
         t.bias = lin.bias;
-        const auto it = run.payloads.find(tensor_name(layer, names[i]));
+        const auto it = run.payloads.find(tensor_name(run.model.config(), layer, names[i]));
         if (it != run.payloads.end() && !blr::is_sign_payload(it->second)) {
             t.blr = tune::to_weights(blr::unpack(it->second));
         } else {
@@ -51,6 +51,8 @@ tune::BlockParamsT<float> params_of(const Run& run, int64_t layer) {
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
+    CORTIQ_CHECK(!cfg.hybrid() && !cfg.attn_gate && !cfg.norm_offset,
+                 "--tune block: Qwen3.5 hybrid blocks have no backward pass yet; use --tune none");
     CORTIQ_CHECK(cfg.sliding_window == 0 || cfg.sliding_window >= run.o.calib.seqlen,
                  "--tune block: a sliding window ({}) shorter than the calibration windows ({}) "
                  "is not supported",
@@ -69,7 +71,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
             const std::vector<uint8_t> bytes = blr::pack(tune::to_factors(*lins[i]->blr));
             install_payload(run, layer, names[i], bytes);
             for (auto& [name, b] : rec.payloads)
-                if (name == tensor_name(layer, names[i])) b = bytes;
+                if (name == tensor_name(run.model.config(), layer, names[i])) b = bytes;
         }
     }
     const double secs = seconds_since(t0);

@@ -9,7 +9,20 @@
 
 namespace cortiq::model {
 
-GpuModel::GpuModel(const Model& m) : impl_(std::make_unique<Impl>(m)) {}
+namespace {
+
+// The device copy has no Gated DeltaNet kernels yet.
+const Model& supported(const Model& m) {
+    CORTIQ_CHECK(!m.config().hybrid(),
+                 "the CUDA runtime does not run Qwen3.5's Gated DeltaNet layers yet ({}); use "
+                 "the CPU",
+                 m.config().model_type);
+    return m;
+}
+
+}  // namespace
+
+GpuModel::GpuModel(const Model& m) : impl_(std::make_unique<Impl>(supported(m))) {}
 GpuModel::~GpuModel() = default;
 GpuModel::GpuModel(GpuModel&&) noexcept = default;
 GpuModel& GpuModel::operator=(GpuModel&&) noexcept = default;

@@ -1,0 +1,151 @@
+// `cortiq quantize` on the tiny Qwen3.5 model of tests/golden/tiny-qwen35:
+// every DeltaNet and gated-attention projection compressed through the
+// calibration hooks, the 8-row in_proj_b / in_proj_a kept as they are unless a
+// plan names them, the vision tower and mtp.* carried unchanged, the output
+// loads and runs (scoring, cached decoding, ppl), an interrupted run resumes
+// into the same bytes.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "cli_run.hpp"
+#include "eval/ppl.hpp"
+#include "forward_reference.hpp"
+#include "io/safetensors.hpp"
+#include "io/tokenizer.hpp"
+#include "model/llama.hpp"
+#include "quantize/quantize.hpp"
+#include "test_files.hpp"
+
+using namespace cortiq;
+using namespace cortiq::test;
+
+namespace {
+
+const fs::path kTiny = kGolden / "tiny-qwen35";
+const fs::path kCalib = kData / "text/tinystories-calib.txt";
+
+quant::QuantizeOptions options(const fs::path& out) {
+    quant::QuantizeOptions o;
+    o.model_dir = kTiny.string();
+    o.calib_paths = {kCalib.string()};
+    o.out_path = out.string();
+    o.bpw = 1.0;
+    o.calib.samples = 6;
+    o.calib.seqlen = 96;
+    o.enc.itq_iters = 20;
+    o.progress = false;
+    o.verbose = false;
+    return o;
+}
+
+bool ends_with(const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// A linear layer's weight: *_proj.weight, in_proj_qkv/z/a/b.weight.
+bool is_linear(const std::string& name) {
+    for (const char* tail : {"_proj.weight", "in_proj_qkv.weight", "in_proj_z.weight",
+                             "in_proj_a.weight", "in_proj_b.weight"})
+        if (ends_with(name, tail)) return true;
+    return false;
+}
+
+TEST(Qwen35Quantize, CompressesEveryProjectionAndRuns) {
+    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    const auto d = scratch_dir("cortiq_q35q_", "run");
+    const auto rep = quant::quantize(options(d / "a.safetensors"));
+    std::printf("%s\n", rep.summary().c_str());
+    const auto src = io::Checkpoint::open(kTiny.string());
+    const auto out = io::Checkpoint::open((d / "a.safetensors").string());
+
+    // every linear layer of every block but in_proj_b / in_proj_a, as payloads
+    int64_t expected = 0, small = 0;
+    for (const auto& name : src.names()) {
+        if (name.rfind("model.language_model.layers.", 0) != 0 || !is_linear(name)) continue;
+        const bool is_small =
+            ends_with(name, "in_proj_a.weight") || ends_with(name, "in_proj_b.weight");
+        (is_small ? small : expected) += 1;
+        EXPECT_EQ(out.info(name).dtype == io::DType::U8, !is_small) << name;
+    }
+    EXPECT_EQ(expected, 3 * 6 + 7);  // 3 DeltaNet blocks (qkv, z, out, 3 MLP), 1 attention (4 + 3)
+    EXPECT_EQ(static_cast<int64_t>(rep.tensors.size()), expected);
+    EXPECT_EQ(static_cast<int64_t>(rep.kept_small.size()), small);
+    EXPECT_EQ(small, 6);
+    EXPECT_NE(rep.summary().find("6 small tensors kept"), std::string::npos);
+    for (const auto& r : rep.tensors) {
+        EXPECT_GT(r.bpw, 0.9) << r.name;
+        EXPECT_LE(r.bpw, 1.0) << r.name;
+    }
+    // what the runtime does not read is carried byte for byte
+    int64_t carried = 0;
+    for (const auto& name : src.names()) {
+        if (name.rfind("model.visual.", 0) != 0 && name.rfind("mtp.", 0) != 0) continue;
+        ++carried;
+        const auto a = src.bytes(name), b = out.bytes(name);
+        EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end())) << name;
+    }
+    EXPECT_GT(carried, 2);
+    const auto insp = run_cli("inspect " + (d / "a.safetensors").string());
+    EXPECT_EQ(insp.code, 0) << insp.out;
+    EXPECT_NE(insp.out.find("carried unchanged, not run by cortiq: model.visual.*"),
+              std::string::npos)
+        << insp.out;
+    EXPECT_NE(insp.out.find("mtp.* (2 tensors)"), std::string::npos) << insp.out;
+
+    // the output runs: packed layers, cached decoding as the full pass, ppl
+    const auto mq = model::Model::load((d / "a.safetensors").string());
+    const std::vector<int32_t> seq = {5, 17, 300, 1024, 7, 99, 2048, 3, 11, 4000, 42, 8};
+    const MatF full = mq.forward(seq);
+    for (float v : full.vec()) ASSERT_TRUE(std::isfinite(v));
+    auto cache = mq.make_cache(static_cast<int64_t>(seq.size()));
+    std::span<const int32_t> all(seq);
+    const MatF pre = mq.forward(all.subspan(0, 9), cache);
+    double worst = rel_err(pre.data(), full.data(), pre.size());
+    for (size_t t = 9; t < seq.size(); ++t) {
+        const MatF step = mq.forward(all.subspan(t, 1), cache);
+        worst =
+            std::max(worst, rel_err(step.data(), full.row(static_cast<int64_t>(t)), step.cols()));
+    }
+    EXPECT_LT(worst, 1e-5);
+    {  // 16 windows of held-out text
+        std::ifstream in(kData / "text/tinystories-valid.txt");
+        std::string text(12000, '\0');
+        in.read(text.data(), static_cast<std::streamsize>(text.size()));
+        std::ofstream(d / "valid.txt") << text;
+    }
+    const auto ppl = run_cli("ppl " + (d / "a.safetensors").string() + " --text " +
+                             (d / "valid.txt").string() + " --ctx 128");
+    EXPECT_EQ(ppl.code, 0) << ppl.out;
+    EXPECT_NE(ppl.out.find("ppl "), std::string::npos) << ppl.out;
+
+    // an interrupted run resumes from its journal into the same bytes
+    auto o2 = options(d / "b.safetensors");
+    o2.interrupt_after_layer = 1;
+    EXPECT_THROW(quant::quantize(o2), Error);
+    o2.interrupt_after_layer = -1;
+    o2.resume = true;
+    const auto rep2 = quant::quantize(o2);
+    EXPECT_EQ(rep2.resumed_layers, 2);
+    EXPECT_EQ(slurp(d / "a.safetensors"), slurp(d / "b.safetensors"));
+    fs::remove_all(d);
+}
+
+TEST(Qwen35Quantize, APlanCanCompressTheSmallTensors) {
+    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    const auto d = scratch_dir("cortiq_q35q_", "plan");
+    std::ofstream(d / "plan.json") << R"({"*in_proj_a*": 4})";
+    auto o = options(d / "p.safetensors");
+    o.plan_path = (d / "plan.json").string();
+    const auto rep = quant::quantize(o);
+    EXPECT_EQ(rep.kept_small.size(), 3u);  // in_proj_b only
+    for (const auto& n : rep.kept_small) EXPECT_TRUE(ends_with(n, "in_proj_b.weight")) << n;
+    const auto out = io::Checkpoint::open((d / "p.safetensors").string());
+    EXPECT_EQ(out.info("model.language_model.layers.0.linear_attn.in_proj_a.weight").dtype,
+              io::DType::U8);
+    EXPECT_NO_THROW(model::Model::load((d / "p.safetensors").string()));
+    fs::remove_all(d);
+}
+
+}  // namespace
