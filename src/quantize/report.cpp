@@ -102,6 +102,7 @@ std::string QuantizeReport::summary() const {
                            : "",
                file_bytes / 1e6, total_params ? 8.0 * file_bytes / total_params : 0.0, seconds,
                calib_seconds, encode_seconds,
+               tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
                resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
                resumed_head ? ", lm_head resumed" : "") +
            kept_small_note();
