@@ -90,7 +90,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
             run.report.tensors.push_back(r);
         }
     }
-    if (o.tune_mode != "none") tune_layer(run, layer, rec);
+    if (o.tune_blocks()) tune_layer(run, layer, rec);
     run.journal.save(layer, rec);
     CORTIQ_CHECK(layer != o.interrupt_after_layer, "interrupted after layer {} (test hook)", layer);
 }

@@ -40,8 +40,13 @@ struct QuantizeOptions {
     // "none", or "block" (tune/block_tune.hpp: the layer's BLR scales, and
     // signs when tune.lr_signs > 0, fitted to the original model's block
     // outputs). Needs the original model, loaded whatever --match says.
+    // "block+kd" (or "kd"): then logit distillation of the whole model
+    // (tune/distill.hpp) with the options in `kd`.
     std::string tune_mode = "none";
     tune::TuneOptions tune;
+    tune::TuneOptions kd = {2, 1, 1e-3, 0.0, 1e-2, 0.0};
+    bool tune_blocks() const { return tune_mode == "block" || tune_mode == "block+kd"; }
+    bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
@@ -71,6 +76,7 @@ struct QuantizeReport {
     double seconds = 0, encode_seconds = 0, calib_seconds = 0, tune_seconds = 0;
     // One entry per tuned block: layer, losses before/after, epoch kept, flips.
     nlohmann::json tuned_blocks = nlohmann::json::array();
+    nlohmann::json distilled;  // --tune ...+kd: KL before/after, epoch kept, flips, seconds
     int resumed_layers = 0;
     bool resumed_head = false;
     // Tensors too small to compress usefully, left as they are (Qwen3.5's

@@ -66,6 +66,7 @@ nlohmann::json QuantizeReport::to_json() const {
     j["calib_seconds"] = calib_seconds;
     j["tune_seconds"] = tune_seconds;
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
+    if (!distilled.is_null()) j["distilled"] = distilled;
     j["resumed_layers"] = resumed_layers;
     j["resumed_head"] = resumed_head;
     j["kept_small"] = kept_small;

@@ -20,6 +20,7 @@
 #include "quantize/journal.hpp"
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
+#include "tune/block.hpp"
 
 namespace cortiq::quant {
 
@@ -102,6 +103,20 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work);
 // block outputs and put in place (same rank and paths); a journalled record
 // then holds the tuned payloads.
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec);
+// The shapes tuning needs (throws for blocks it has no backward pass for).
+tune::BlockDims dims_of(const io::ModelConfig& c);
+// Block `layer` as tuning holds it: its BLR payloads as factors, every other
+// linear layer dense.
+tune::BlockParamsT<float> block_params(const Run& run, int64_t layer);
+// The BLR layers of p packed and put in place (and into rec's payloads).
+void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p,
+                   LayerRecord* rec);
+
+// ── distil the whole compressed model (distill_model.cpp) ────────────────────
+// --tune ...+kd: every block's BLR layers tuned together on the KL divergence
+// to the original model's next-token distribution over the calibration
+// windows (tune/distill.hpp), then put in place.
+void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original);
 
 // ── encode the head (encode_head.cpp) ────────────────────────────────────────
 void encode_head(Run& run, const io::Checkpoint& ck, double bpw);

@@ -11,16 +11,14 @@
 
 namespace cortiq::quant {
 
-namespace {
-
 tune::BlockDims dims_of(const io::ModelConfig& c) {
+    CORTIQ_CHECK(!c.hybrid() && !c.attn_gate && !c.norm_offset,
+                 "--tune: Qwen3.5 hybrid blocks have no backward pass yet; use --tune none");
     return {c.hidden_size, c.num_heads,         c.num_kv_heads, c.head_dim,
             c.intermediate_size, c.rms_norm_eps, c.qk_norm};
 }
 
-// The block's weights as tuning holds them: BLR payloads as factors, every
-// other linear layer dense.
-tune::BlockParamsT<float> params_of(const Run& run, int64_t layer) {
+tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
     const model::LayerWeights& lw = run.model.layer(layer);
     tune::BlockParamsT<float> p;
     p.in_norm = lw.input_norm;
@@ -46,34 +44,37 @@ tune::BlockParamsT<float> params_of(const Run& run, int64_t layer) {
     return p;
 }
 
-}  // namespace
+void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p,
+                   LayerRecord* rec) {
+    const auto& names = model::Model::linear_names();
+    auto lins = p.linears();
+    for (size_t i = 0; i < names.size(); ++i) {
+        if (!lins[i]->blr) continue;
+        const std::string name = tensor_name(run.model.config(), layer, names[i]);
+        const std::vector<uint8_t> bytes = blr::pack(tune::to_factors(*lins[i]->blr));
+        install_payload(run, layer, names[i], bytes);
+        if (rec)
+            for (auto& [n, b] : rec->payloads)
+                if (n == name) b = bytes;
+    }
+}
 
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
-    CORTIQ_CHECK(!cfg.hybrid() && !cfg.attn_gate && !cfg.norm_offset,
-                 "--tune block: Qwen3.5 hybrid blocks have no backward pass yet; use --tune none");
     CORTIQ_CHECK(cfg.sliding_window == 0 || cfg.sliding_window >= run.o.calib.seqlen,
                  "--tune block: a sliding window ({}) shorter than the calibration windows ({}) "
                  "is not supported",
                  cfg.sliding_window, run.o.calib.seqlen);
-    tune::BlockParamsT<float> p = params_of(run, layer);
+    CORTIQ_CHECK(run.o.tune.lr_norms == 0,
+                 "--tune block: tuned RMSNorm weights are not written to the output yet");
+    tune::BlockParamsT<float> p = block_params(run, layer);
     auto [xf, yf] = run.states.block_pairs(0, layer);
     auto [xs, ys] = run.states.block_pairs(1, layer);
     const tune::BlockTuneResult res =
         tune::tune_block(p, dims_of(cfg), model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                          {std::move(xs), std::move(ys)}, run.o.tune);
-    if (res.best_epoch > 0) {
-        const auto& names = model::Model::linear_names();
-        auto lins = p.linears();
-        for (size_t i = 0; i < names.size(); ++i) {
-            if (!lins[i]->blr) continue;
-            const std::vector<uint8_t> bytes = blr::pack(tune::to_factors(*lins[i]->blr));
-            install_payload(run, layer, names[i], bytes);
-            for (auto& [name, b] : rec.payloads)
-                if (name == tensor_name(run.model.config(), layer, names[i])) b = bytes;
-        }
-    }
+    if (res.best_epoch > 0) install_block(run, layer, p, &rec);
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
     run.report.tuned_blocks.push_back({{"layer", layer},

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "tune/adam.hpp"
 
 namespace cortiq::tune {
 
@@ -38,69 +39,6 @@ blr::Factors to_factors(const BlrWeightsT<float>& w) {
 }
 
 namespace {
-
-enum class Kind { log_scale, latent, plain };
-
-// Adam over one parameter vector: `p` the values (for a latent: the ±1 signs
-// that sign(z) sets), `g` its gradient.
-struct Slot {
-    std::vector<float>* p;
-    const std::vector<float>* g;
-    Kind kind;
-    double lr;
-    std::vector<float> m, v, z;  // moments; z: the latents (Kind::latent)
-};
-
-struct Adam {
-    std::vector<Slot> slots;
-    double b1, b2;
-    int64_t t = 0;
-
-    // One step; returns the signs flipped.
-    int64_t step() {
-        ++t;
-        const double c1 = 1 - std::pow(b1, static_cast<double>(t));
-        const double c2 = 1 - std::pow(b2, static_cast<double>(t));
-        int64_t flips = 0;
-        for (auto& s : slots) {
-            auto& p = *s.p;
-            const auto& g = *s.g;
-            const float fb1 = static_cast<float>(b1), fb2 = static_cast<float>(b2);
-            const float step = static_cast<float>(s.lr / c1), isc2 = static_cast<float>(1 / c2);
-#pragma omp parallel for reduction(+ : flips)
-            for (size_t i = 0; i < p.size(); ++i) {
-                // the gradient in the parameter Adam moves: log|h| for a scale
-                const float gi = s.kind == Kind::log_scale ? g[i] * p[i] : g[i];
-                s.m[i] = fb1 * s.m[i] + (1 - fb1) * gi;
-                s.v[i] = fb2 * s.v[i] + (1 - fb2) * gi * gi;
-                const float u = step * s.m[i] / (std::sqrt(s.v[i] * isc2) + 1e-12f);
-                if (s.kind == Kind::log_scale) {
-                    p[i] *= std::exp(-u);
-                } else if (s.kind == Kind::latent) {
-                    s.z[i] -= u;
-                    const float sg = s.z[i] < 0 ? -1.0f : 1.0f;
-                    if (s.z[i] != 0 && sg != p[i]) {
-                        p[i] = sg;
-                        ++flips;
-                    }
-                } else {
-                    p[i] -= u;
-                }
-            }
-        }
-        return flips;
-    }
-};
-
-void add_slot(Adam& a, std::vector<float>& p, const std::vector<float>& g, Kind k, double lr,
-              double latent_init = 0) {
-    Slot s{&p, &g, k, lr, std::vector<float>(p.size()), std::vector<float>(p.size()), {}};
-    if (k == Kind::latent) {
-        s.z.resize(p.size());
-        for (size_t i = 0; i < p.size(); ++i) s.z[i] = static_cast<float>(p[i] * latent_init);
-    }
-    a.slots.push_back(std::move(s));
-}
 
 // The windows [first, first + count) of `order`, rows concatenated.
 void gather(const std::vector<MatF>& w, const std::vector<size_t>& order, size_t first,
@@ -145,23 +83,6 @@ struct Evaluator {
     }
 };
 
-void clear(BlockGradsT<float>& g) {
-    auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
-    for (auto& b : g.blr)
-        if (b)
-            for (auto& q : b->paths) {
-                zero(q.h);
-                zero(q.l);
-                zero(q.g);
-                zero(q.su);
-                zero(q.sv);
-            }
-    zero(g.in_norm);
-    zero(g.post_norm);
-    zero(g.q_norm);
-    zero(g.k_norm);
-}
-
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b) {
     int64_t n = 0;
     const auto la = a.linears(), lb = b.linears();
@@ -198,31 +119,9 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     BlockParamsT<float> best = p;
 
     BlockGradsT<float> g = zero_grads(p);
-    Adam adam{{}, o.beta1, o.beta2};
-    auto lins = p.linears();
-    for (size_t i = 0; i < lins.size(); ++i) {
-        if (!lins[i]->blr) continue;
-        for (size_t k = 0; k < lins[i]->blr->paths.size(); ++k) {
-            auto& q = lins[i]->blr->paths[k];
-            auto& gq = g.blr[i]->paths[k];
-            add_slot(adam, q.h, gq.h, Kind::log_scale, o.lr_scales);
-            add_slot(adam, q.l, gq.l, Kind::log_scale, o.lr_scales);
-            add_slot(adam, q.g, gq.g, Kind::log_scale, o.lr_scales);
-            if (o.lr_signs > 0) {
-                add_slot(adam, q.su, gq.su, Kind::latent, o.lr_signs, o.latent_init);
-                add_slot(adam, q.sv, gq.sv, Kind::latent, o.lr_signs, o.latent_init);
-            }
-        }
-    }
-    if (o.lr_norms > 0) {
-        add_slot(adam, p.in_norm, g.in_norm, Kind::plain, o.lr_norms);
-        add_slot(adam, p.post_norm, g.post_norm, Kind::plain, o.lr_norms);
-        if (d.qk_norm) {
-            add_slot(adam, p.q_norm, g.q_norm, Kind::plain, o.lr_norms);
-            add_slot(adam, p.k_norm, g.k_norm, Kind::plain, o.lr_norms);
-        }
-    }
-    if (adam.slots.empty()) return res;
+    Adam adam(o.beta1, o.beta2);
+    add_block(adam, p, g, d, o);
+    if (adam.empty()) return res;
 
     std::mt19937_64 rng(0x5eed);  // fixed: a run is reproducible
     std::vector<size_t> order(fit.x.size());

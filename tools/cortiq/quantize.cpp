@@ -54,9 +54,15 @@ void add_quantize(CLI::App& app) {
                     "less overfitting of the calibration text")
         ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--tune", a->o.tune_mode,
-                    "output-aware tuning after each layer: none, or block (the layer's BLR "
-                    "scales/signs fitted to the original model's block outputs)")
-        ->check(CLI::IsMember({"none", "block"}));
+                    "output-aware tuning: none; block (each layer's BLR scales/signs fitted to "
+                    "the original model's block outputs); block+kd (then the whole model "
+                    "distilled on the original's next-token distribution); kd")
+        ->check(CLI::IsMember({"none", "block", "block+kd", "kd"}));
+    cmd->add_option("--kd-epochs", a->o.kd.epochs, "distillation: passes over the fit windows")
+        ->check(CLI::Range(1, 1000));
+    cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
+    cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
+                    "distillation: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-epochs", a->o.tune.epochs, "block tuning: passes over the fit windows")
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--tune-batch", a->o.tune.batch_windows, "block tuning: windows per step")
@@ -67,8 +73,6 @@ void add_quantize(CLI::App& app) {
                     "block tuning: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-latent", a->o.tune.latent_init,
                     "block tuning: initial |latent| of each sign");
-    cmd->add_option("--tune-lr-norms", a->o.tune.lr_norms,
-                    "block tuning: Adam step on the RMSNorm weights (0: fixed)");
     cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
                     "greedy passes of each input-side column search (fewer: faster on the GPU, "
                     "slightly less accurate)")

@@ -1,0 +1,47 @@
+// A step of quantize() with --tune block+kd (or kd): after every layer is
+// encoded (and block-tuned), the BLR layers of all blocks distilled together
+// on the original model's next-token distribution (tune/distill.hpp).
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "model/ops.hpp"
+#include "quantize/steps.hpp"
+#include "tune/distill.hpp"
+
+namespace cortiq::quant {
+
+void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const io::ModelConfig& cfg = run.model.config();
+    tune::Student s;
+    s.d = dims_of(cfg);
+    s.inv_freq = model::rope_inv_freq(cfg);
+    s.embed = &run.model.embed_table();
+    s.final_norm = run.model.final_norm();
+    const MatF head = run.model.lm_head().w->dense();  // a compressed head stays as it is
+    CORTIQ_CHECK(run.model.lm_head().bias.empty(), "--tune kd: a biased lm_head is not supported");
+    s.head = &head;
+    for (int64_t l = 0; l < run.model.num_layers(); ++l) s.blocks.push_back(block_params(run, l));
+    const tune::TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
+        return original.forward(toks);
+    };
+    if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
+    const tune::DistillResult r = tune::distill(s, teacher, cs.fit, cs.sel, run.o.kd);
+    if (r.best_epoch > 0)
+        for (int64_t l = 0; l < run.model.num_layers(); ++l)
+            install_block(run, l, s.blocks[static_cast<size_t>(l)], nullptr);
+    const double secs = seconds_since(t0);
+    run.report.tune_seconds += secs;
+    run.report.distilled = {{"kl_fit_before", r.kl_fit_before}, {"kl_fit_after", r.kl_fit_after},
+                            {"kl_sel_before", r.kl_sel_before}, {"kl_sel_after", r.kl_sel_after},
+                            {"best_epoch", r.best_epoch},       {"flips", r.flips},
+                            {"seconds", secs}};
+    if (run.o.verbose)
+        run.bar.print(fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
+                                  "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s",
+                                  r.kl_fit_before, r.kl_fit_after, r.kl_sel_before,
+                                  r.kl_sel_after, r.best_epoch, r.flips, secs));
+}
+
+}  // namespace cortiq::quant

@@ -1,0 +1,155 @@
+#include "tune/distill.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/error.hpp"
+#include "tune/adam.hpp"
+
+namespace cortiq::tune {
+
+namespace {
+
+// log softmax of each row, in place
+void log_softmax_rows(MatF& l) {
+    for (int64_t i = 0; i < l.rows(); ++i) {
+        float* r = l.data() + i * l.cols();
+        const float mx = *std::max_element(r, r + l.cols());
+        double s = 0;
+        for (int64_t j = 0; j < l.cols(); ++j) s += std::exp(static_cast<double>(r[j] - mx));
+        const float lse = mx + static_cast<float>(std::log(s));
+        for (int64_t j = 0; j < l.cols(); ++j) r[j] -= lse;
+    }
+}
+
+struct Pass {
+    std::vector<BlockActsT<float>> acts;
+    std::vector<float> x, normed, rstd, logits, dlogits, dx, dprev;
+};
+
+// Forward of windows [first, first + count) of `order`; returns Σ KL and
+// leaves dlogits (× scale) in pass for the backward.
+double forward(const Student& s, const RopeT<float>& rope, const TeacherFn& teacher,
+               const std::vector<std::vector<int32_t>>& w, const std::vector<size_t>& order,
+               size_t first, size_t count, float scale, Pass& ps) {
+    const int64_t L = static_cast<int64_t>(w[order[first]].size()), H = s.d.hidden;
+    const int64_t V = s.embed->rows(), N = L * static_cast<int64_t>(count);
+    ps.x.resize(static_cast<size_t>(N * H));
+    MatF tlogp(N, V);
+    for (size_t i = 0; i < count; ++i) {
+        const auto& toks = w[order[first + i]];
+        CORTIQ_ASSERT(static_cast<int64_t>(toks.size()) == L, "windows of different lengths");
+        embedding_forward(s.embed->data(), H, toks.data(), L, ps.x.data() + i * L * H);
+        const MatF t = teacher(toks);
+        std::copy(t.data(), t.data() + L * V, tlogp.data() + i * L * V);
+    }
+    log_softmax_rows(tlogp);
+    ps.acts.resize(s.blocks.size());
+    const float* in = ps.x.data();
+    for (size_t l = 0; l < s.blocks.size(); ++l) {
+        block_forward(s.blocks[l], s.d, rope, in, static_cast<int64_t>(count), L, ps.acts[l]);
+        in = ps.acts[l].out.data();
+    }
+    ps.normed.resize(static_cast<size_t>(N * H));
+    ps.rstd.resize(static_cast<size_t>(N));
+    rmsnorm_forward(in, N, H, s.final_norm.data(), static_cast<float>(s.d.eps), ps.normed.data(),
+                    ps.rstd.data());
+    ps.logits.resize(static_cast<size_t>(N * V));
+    linear_forward(ps.normed.data(), N, H, s.head->data(), V, static_cast<const float*>(nullptr),
+                   ps.logits.data());
+    ps.dlogits.resize(ps.logits.size());
+    return kl_forward_backward(ps.logits.data(), tlogp.data(), N, V, scale, ps.dlogits.data()) /
+           scale;
+}
+
+void backward(Student& s, const RopeT<float>& rope, Pass& ps, std::vector<BlockGradsT<float>>& g) {
+    const int64_t H = s.d.hidden, V = s.embed->rows();
+    const int64_t N = static_cast<int64_t>(ps.rstd.size());
+    std::vector<float> dnormed(static_cast<size_t>(N * H));
+    linear_backward(ps.dlogits.data(), ps.normed.data(), N, H, s.head->data(), V, dnormed.data(),
+                    static_cast<float*>(nullptr), static_cast<float*>(nullptr));
+    ps.dx.resize(static_cast<size_t>(N * H));
+    ps.dprev.resize(static_cast<size_t>(N * H));
+    rmsnorm_backward(dnormed.data(), ps.acts.back().out.data(), s.final_norm.data(),
+                     ps.rstd.data(), N, H, ps.dx.data(), static_cast<float*>(nullptr));
+    for (size_t l = s.blocks.size(); l-- > 0;) {
+        block_backward(s.blocks[l], s.d, rope, ps.acts[l], ps.dx.data(),
+                       l > 0 ? ps.dprev.data() : static_cast<float*>(nullptr), g[l]);
+        if (l > 0) ps.dx.swap(ps.dprev);
+    }
+}
+
+}  // namespace
+
+DistillResult distill(Student& s, const TeacherFn& teacher,
+                      const std::vector<std::vector<int32_t>>& fit,
+                      const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CORTIQ_CHECK(!fit.empty() && !s.blocks.empty(), "distillation needs windows and blocks");
+    const int64_t L = static_cast<int64_t>(fit[0].size());
+    const RopeT<float> rope = rope_for<float>(s.inv_freq, L);
+    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
+    Pass ps;
+    auto mean_kl = [&](const std::vector<std::vector<int32_t>>& w) {
+        std::vector<size_t> order(w.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        double total = 0;
+        for (size_t i = 0; i < w.size(); i += batch) {
+            const size_t c = std::min(batch, w.size() - i);
+            total += forward(s, rope, teacher, w, order, i, c, 1.0f, ps);
+        }
+        return total / static_cast<double>(w.size() * L);
+    };
+    DistillResult r;
+    r.kl_fit_before = r.kl_fit_after = mean_kl(fit);
+    r.kl_sel_before = r.kl_sel_after = sel.empty() ? r.kl_fit_before : mean_kl(sel);
+
+    std::vector<BlockGradsT<float>> g;
+    for (const auto& b : s.blocks) g.push_back(zero_grads(b));
+    Adam adam(o.beta1, o.beta2);
+    for (size_t l = 0; l < s.blocks.size(); ++l) add_block(adam, s.blocks[l], g[l], s.d, o);
+    if (adam.empty()) return r;
+    const std::vector<BlockParamsT<float>> start = s.blocks;
+    std::vector<BlockParamsT<float>> best = s.blocks;
+    std::mt19937_64 rng(0xd15711);  // fixed: a run is reproducible
+    std::vector<size_t> order(fit.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    for (int e = 1; e <= o.epochs; ++e) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (size_t i = 0; i < order.size(); i += batch) {
+            const size_t c = std::min(batch, order.size() - i);
+            const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
+            forward(s, rope, teacher, fit, order, i, c, scale, ps);
+            for (auto& gl : g) clear(gl);
+            backward(s, rope, ps, g);
+            adam.step();
+        }
+        const double kl = sel.empty() ? mean_kl(fit) : mean_kl(sel);
+        if (kl < r.kl_sel_after) {
+            r.kl_sel_after = kl;
+            r.best_epoch = e;
+            best = s.blocks;
+        }
+    }
+    s.blocks = std::move(best);
+    r.kl_fit_after = mean_kl(fit);
+    for (size_t l = 0; l < s.blocks.size(); ++l) {
+        auto a = s.blocks[l].linears();
+        auto b = start[l].linears();
+        for (size_t i = 0; i < a.size(); ++i) {
+            if (!a[i]->blr) continue;
+            for (size_t k = 0; k < a[i]->blr->paths.size(); ++k) {
+                const auto &qa = a[i]->blr->paths[k], &qb = b[i]->blr->paths[k];
+                for (size_t j = 0; j < qa.su.size(); ++j) r.flips += qa.su[j] != qb.su[j];
+                for (size_t j = 0; j < qa.sv.size(); ++j) r.flips += qa.sv[j] != qb.sv[j];
+            }
+        }
+    }
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+}  // namespace cortiq::tune

@@ -1,0 +1,45 @@
+// Logit distillation (issue 13, item 3): the BLR layers of every block of the
+// compressed model tuned together so that its next-token distribution
+// matches the original model's over the calibration windows,
+//   min Σ_tokens KL(p_original ‖ p_compressed),
+// with the same Adam parametrisation as block tuning (tune/adam.hpp). The
+// embedding, the final norm and the head are kept as they are. The held-out
+// windows choose the epoch kept (epoch 0: the start), so their KL never ends
+// above where it started.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/matrix.hpp"
+#include "tune/block.hpp"
+#include "tune/block_tune.hpp"
+
+namespace cortiq::tune {
+
+struct Student {
+    const MatF* embed = nullptr;  // vocab × hidden
+    std::vector<BlockParamsT<float>> blocks;
+    std::vector<float> final_norm;
+    const MatF* head = nullptr;  // vocab × hidden, dense
+    BlockDims d;
+    std::vector<float> inv_freq;
+};
+
+struct DistillResult {
+    double kl_fit_before = 0, kl_fit_after = 0;  // mean KL per token (nats)
+    double kl_sel_before = 0, kl_sel_after = 0;
+    int best_epoch = 0;
+    int64_t flips = 0;
+    double seconds = 0;
+};
+
+// The teacher's logits of one window (T × vocab).
+using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
+
+DistillResult distill(Student& s, const TeacherFn& teacher,
+                      const std::vector<std::vector<int32_t>>& fit,
+                      const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o);
+
+}  // namespace cortiq::tune
