@@ -44,8 +44,8 @@ tune::LinearT<float> blr_linear(std::mt19937_64& rng, int64_t m, int64_t n, int6
         for (auto& x : v) x = static_cast<float>(s * std::exp(x));
         return v;
     };
-    l.blr->paths.push_back({pos(m, 1.0), pos(r, 1.0), pos(n, 1.0 / std::sqrt(double(n * r))),
-                            su, sv});
+    l.blr->paths.push_back(
+        {pos(m, 1.0), pos(r, 1.0), pos(n, 1.0 / std::sqrt(double(n * r))), su, sv});
     return l;
 }
 

@@ -147,9 +147,13 @@ void check_block(bool qwen3) {
     EXPECT_EQ(checked, 10);
 }
 
-TEST(TuneGrad, LlamaBlockWithBiasesMatchesFiniteDifferences) { check_block(false); }
+TEST(TuneGrad, LlamaBlockWithBiasesMatchesFiniteDifferences) {
+    check_block(false);
+}
 
-TEST(TuneGrad, Qwen3BlockWithQkNormsMatchesFiniteDifferences) { check_block(true); }
+TEST(TuneGrad, Qwen3BlockWithQkNormsMatchesFiniteDifferences) {
+    check_block(true);
+}
 
 TEST(TuneGrad, DistillationLossMatchesFiniteDifferencesAndVanishesAtTheTeacher) {
     std::mt19937_64 rng(11);
@@ -158,24 +162,29 @@ TEST(TuneGrad, DistillationLossMatchesFiniteDifferencesAndVanishesAtTheTeacher) 
     for (int64_t i = 0; i < rows; ++i) {
         double s = 0;
         for (int64_t j = 0; j < vocab; ++j) s += std::exp(teacher[i * vocab + j]);
-        for (int64_t j = 0; j < vocab; ++j) tlogp[i * vocab + j] = teacher[i * vocab + j] - std::log(s);
+        for (int64_t j = 0; j < vocab; ++j)
+            tlogp[i * vocab + j] = teacher[i * vocab + j] - std::log(s);
     }
     Vec grad(rows * vocab), scratch(rows * vocab);
-    const double loss = kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, grad.data());
+    const double loss =
+        kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, grad.data());
     EXPECT_GT(loss, 0);
     for (size_t i = 0; i < logits.size(); ++i) {
         const double keep = logits[i], h = 1e-6;
         logits[i] = keep + h;
-        const double up = kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, scratch.data());
+        const double up =
+            kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, scratch.data());
         logits[i] = keep - h;
-        const double down = kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, scratch.data());
+        const double down =
+            kl_forward_backward(logits.data(), tlogp.data(), rows, vocab, 0.5, scratch.data());
         logits[i] = keep;
         EXPECT_NEAR(grad[i], (up - down) / (2 * h), 1e-7);
     }
     // the student equal to the teacher (up to a constant per row): zero loss and gradient
     Vec shifted = teacher;
     for (auto& v : shifted) v += 3.0;
-    EXPECT_NEAR(kl_forward_backward(shifted.data(), tlogp.data(), rows, vocab, 1.0, grad.data()), 0, 1e-12);
+    EXPECT_NEAR(kl_forward_backward(shifted.data(), tlogp.data(), rows, vocab, 1.0, grad.data()), 0,
+                1e-12);
     for (double v : grad) EXPECT_NEAR(v, 0, 1e-12);
 }
 

@@ -109,7 +109,7 @@ std::pair<MatD, MatD> SequentialCalib::head_grams() {
 }
 
 std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int set,
-                                                                            int64_t layer) {
+                                                                             int64_t layer) {
     CORTIQ_ASSERT(original_, "block_pairs needs the original model");
     CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
     std::vector<MatF> x = gpu_ ? gpu_->hidden(set) : xs_[static_cast<size_t>(set)];

@@ -33,15 +33,19 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
             install_block(run, l, s.blocks[static_cast<size_t>(l)], nullptr);
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
-    run.report.distilled = {{"kl_fit_before", r.kl_fit_before}, {"kl_fit_after", r.kl_fit_after},
-                            {"kl_sel_before", r.kl_sel_before}, {"kl_sel_after", r.kl_sel_after},
-                            {"best_epoch", r.best_epoch},       {"flips", r.flips},
+    run.report.distilled = {{"kl_fit_before", r.kl_fit_before},
+                            {"kl_fit_after", r.kl_fit_after},
+                            {"kl_sel_before", r.kl_sel_before},
+                            {"kl_sel_after", r.kl_sel_after},
+                            {"best_epoch", r.best_epoch},
+                            {"flips", r.flips},
                             {"seconds", secs}};
     if (run.o.verbose)
-        run.bar.print(fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
-                                  "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s",
-                                  r.kl_fit_before, r.kl_fit_after, r.kl_sel_before,
-                                  r.kl_sel_after, r.best_epoch, r.flips, secs));
+        run.bar.print(
+            fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
+                        "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s",
+                        r.kl_fit_before, r.kl_fit_after, r.kl_sel_before, r.kl_sel_after,
+                        r.best_epoch, r.flips, secs));
 }
 
 }  // namespace cortiq::quant

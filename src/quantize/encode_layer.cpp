@@ -19,7 +19,7 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
     for (const auto& [name, bytes] : old.payloads) {
         CORTIQ_CHECK(name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 7,
                      "journal: tensor '{}' is not one of layer {} ({}...)", name, layer, prefix);
-        const std::string lin = name.substr(prefix.size());         // after "model.layers.N."
+        const std::string lin = name.substr(prefix.size());  // after "model.layers.N."
         install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
     }
     int64_t work = 0;

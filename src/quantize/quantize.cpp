@@ -35,7 +35,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     // the hidden states of every calibration window, on the forward device
     const auto calib_start = std::chrono::steady_clock::now();
     std::optional<model::Model> original;  // --match original: the uncompressed model
-    if (o.match_original || o.tune_mode != "none") original.emplace(model::Model::load(o.model_dir));
+    if (o.match_original || o.tune_mode != "none")
+        original.emplace(model::Model::load(o.model_dir));
     calib::SequentialCalib states(
         in.model, in.calib,
         o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu,

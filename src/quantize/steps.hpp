@@ -109,8 +109,7 @@ tune::BlockDims dims_of(const io::ModelConfig& c);
 // linear layer dense.
 tune::BlockParamsT<float> block_params(const Run& run, int64_t layer);
 // The BLR layers of p packed and put in place (and into rec's payloads).
-void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p,
-                   LayerRecord* rec);
+void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec);
 
 // ── distil the whole compressed model (distill_model.cpp) ────────────────────
 // --tune ...+kd: every block's BLR layers tuned together on the KL divergence

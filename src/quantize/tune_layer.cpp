@@ -14,7 +14,7 @@ namespace cortiq::quant {
 tune::BlockDims dims_of(const io::ModelConfig& c) {
     CORTIQ_CHECK(!c.hybrid() && !c.attn_gate && !c.norm_offset,
                  "--tune: Qwen3.5 hybrid blocks have no backward pass yet; use --tune none");
-    return {c.hidden_size, c.num_heads,         c.num_kv_heads, c.head_dim,
+    return {c.hidden_size,       c.num_heads,    c.num_kv_heads, c.head_dim,
             c.intermediate_size, c.rms_norm_eps, c.qk_norm};
 }
 
@@ -44,8 +44,7 @@ tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
     return p;
 }
 
-void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p,
-                   LayerRecord* rec) {
+void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec) {
     const auto& names = model::Model::linear_names();
     auto lins = p.linears();
     for (size_t i = 0; i < names.size(); ++i) {

@@ -55,8 +55,7 @@ template <class T>
 BlockGradsT<T> zero_grads(const BlockParamsT<T>& p) {
     BlockGradsT<T> g;
     for (const auto* l : p.linears())
-        g.blr.push_back(l->blr ? std::optional<BlrGradT<T>>(blr_zero_grad(*l->blr))
-                               : std::nullopt);
+        g.blr.push_back(l->blr ? std::optional<BlrGradT<T>>(blr_zero_grad(*l->blr)) : std::nullopt);
     g.in_norm.assign(p.in_norm.size(), T(0));
     g.post_norm.assign(p.post_norm.size(), T(0));
     g.q_norm.assign(p.q_norm.size(), T(0));
@@ -111,9 +110,9 @@ void block_forward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>&
     a.attn.resize(N * qw);
     a.probs.resize(windows * d.heads * L * L);
     for (int64_t w = 0; w < windows; ++w)
-        attention_forward(a.q.data() + w * L * qw, a.k.data() + w * L * kw,
-                          a.v.data() + w * L * kw, L, d.heads, d.kv_heads, hd,
-                          a.attn.data() + w * L * qw, a.probs.data() + w * d.heads * L * L);
+        attention_forward(a.q.data() + w * L * qw, a.k.data() + w * L * kw, a.v.data() + w * L * kw,
+                          L, d.heads, d.kv_heads, hd, a.attn.data() + w * L * qw,
+                          a.probs.data() + w * d.heads * L * L);
     lin_forward(p.o, a.attn.data(), N, a.h, a.cache[3]);
     for (int64_t i = 0; i < N * H; ++i) a.h[i] += x[i];
     a.n2.resize(N * H);
@@ -155,8 +154,8 @@ void block_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>
     rope_backward(dk.data(), N, kw, d.kv_heads, hd, L, rope.cos.data(), rope.sin.data());
     if (d.qk_norm) {
         std::vector<T> dql(N * qw), dkl(N * kw);
-        rmsnorm_backward(dq.data(), a.q_lin.data(), p.q_norm.data(), a.rstd_q.data(),
-                         N * d.heads, hd, dql.data(), opt_data(g.q_norm));
+        rmsnorm_backward(dq.data(), a.q_lin.data(), p.q_norm.data(), a.rstd_q.data(), N * d.heads,
+                         hd, dql.data(), opt_data(g.q_norm));
         rmsnorm_backward(dk.data(), a.k_lin.data(), p.k_norm.data(), a.rstd_k.data(),
                          N * d.kv_heads, hd, dkl.data(), opt_data(g.k_norm));
         dq.swap(dql);
@@ -172,12 +171,12 @@ void block_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>
         for (int64_t i = 0; i < N * H; ++i) dx[i] = dh[i] + tmp[i];
 }
 
-#define CORTIQ_TUNE_BLOCK(T)                                                                       \
-    template BlockGradsT<T> zero_grads<T>(const BlockParamsT<T>&);                                 \
-    template RopeT<T> rope_for<T>(const std::vector<float>&, int64_t);                             \
-    template void block_forward<T>(const BlockParamsT<T>&, const BlockDims&, const RopeT<T>&,      \
-                                   const T*, int64_t, int64_t, BlockActsT<T>&);                    \
-    template void block_backward<T>(const BlockParamsT<T>&, const BlockDims&, const RopeT<T>&,     \
+#define CORTIQ_TUNE_BLOCK(T)                                                                   \
+    template BlockGradsT<T> zero_grads<T>(const BlockParamsT<T>&);                             \
+    template RopeT<T> rope_for<T>(const std::vector<float>&, int64_t);                         \
+    template void block_forward<T>(const BlockParamsT<T>&, const BlockDims&, const RopeT<T>&,  \
+                                   const T*, int64_t, int64_t, BlockActsT<T>&);                \
+    template void block_backward<T>(const BlockParamsT<T>&, const BlockDims&, const RopeT<T>&, \
                                     BlockActsT<T>&, const T*, T*, BlockGradsT<T>&);
 
 CORTIQ_TUNE_BLOCK(float)

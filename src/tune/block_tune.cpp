@@ -153,8 +153,7 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     p = std::move(best);
     res.fit_after = ev.relative(p, fit);
     res.flips = sign_changes(start, p);
-    res.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
 }
 

@@ -21,12 +21,12 @@
 namespace cortiq::tune {
 
 struct TuneOptions {
-    int epochs = 8;                // passes over the fit windows
-    int64_t batch_windows = 4;     // windows per Adam step
-    double lr_scales = 2e-3;       // Adam step on log|scale|
-    double lr_signs = 0.0;         // Adam step on the sign latents (0: signs fixed)
-    double latent_init = 1e-2;     // |z| at the start (a flip needs ~latent_init / lr_signs steps)
-    double lr_norms = 0.0;         // Adam step on the RMSNorm weights (0: fixed)
+    int epochs = 8;             // passes over the fit windows
+    int64_t batch_windows = 4;  // windows per Adam step
+    double lr_scales = 2e-3;    // Adam step on log|scale|
+    double lr_signs = 0.0;      // Adam step on the sign latents (0: signs fixed)
+    double latent_init = 1e-2;  // |z| at the start (a flip needs ~latent_init / lr_signs steps)
+    double lr_norms = 0.0;      // Adam step on the RMSNorm weights (0: fixed)
     double beta1 = 0.9, beta2 = 0.999;
 };
 

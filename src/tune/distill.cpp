@@ -73,8 +73,8 @@ void backward(Student& s, const RopeT<float>& rope, Pass& ps, std::vector<BlockG
                     static_cast<float*>(nullptr), static_cast<float*>(nullptr));
     ps.dx.resize(static_cast<size_t>(N * H));
     ps.dprev.resize(static_cast<size_t>(N * H));
-    rmsnorm_backward(dnormed.data(), ps.acts.back().out.data(), s.final_norm.data(),
-                     ps.rstd.data(), N, H, ps.dx.data(), static_cast<float*>(nullptr));
+    rmsnorm_backward(dnormed.data(), ps.acts.back().out.data(), s.final_norm.data(), ps.rstd.data(),
+                     N, H, ps.dx.data(), static_cast<float*>(nullptr));
     for (size_t l = s.blocks.size(); l-- > 0;) {
         block_backward(s.blocks[l], s.d, rope, ps.acts[l], ps.dx.data(),
                        l > 0 ? ps.dprev.data() : static_cast<float*>(nullptr), g[l]);

@@ -11,7 +11,9 @@ namespace cortiq::tune {
 
 namespace {
 
-CBLAS_TRANSPOSE op(bool t) { return t ? CblasTrans : CblasNoTrans; }
+CBLAS_TRANSPOSE op(bool t) {
+    return t ? CblasTrans : CblasNoTrans;
+}
 
 }  // namespace
 
@@ -25,9 +27,8 @@ void gemm<float>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
 }
 
 template <>
-void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha,
-                  const double* a, int64_t lda, const double* b, int64_t ldb, double beta,
-                  double* c, int64_t ldc) {
+void gemm<double>(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+                  int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
     if (m == 0 || n == 0) return;
     cblas_dgemm(CblasRowMajor, op(ta), op(tb), static_cast<int>(m), static_cast<int>(n),
                 static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb),
@@ -72,8 +73,8 @@ namespace {
 // x' = R(±θ) x on the pairs (j, j + d/2) of every head: sign +1 forward, −1
 // for the transpose.
 template <class T>
-void rotate(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period,
-            const T* cos, const T* sin, T sign) {
+void rotate(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period, const T* cos,
+            const T* sin, T sign) {
     const int64_t half = d / 2;
 #pragma omp parallel for
     for (int64_t i = 0; i < rows; ++i) {
@@ -108,8 +109,7 @@ void rope_backward(T* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d, in
 template <class T>
 void attention_forward(const T* q, const T* k, const T* v, int64_t L, int64_t heads,
                        int64_t kv_heads, int64_t d, T* out, T* probs) {
-    CORTIQ_ASSERT(heads % kv_heads == 0, "heads {} not a multiple of kv heads {}", heads,
-                  kv_heads);
+    CORTIQ_ASSERT(heads % kv_heads == 0, "heads {} not a multiple of kv heads {}", heads, kv_heads);
     const int64_t group = heads / kv_heads, ldq = heads * d, ldk = kv_heads * d;
     const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(d)));
     for (int64_t h = 0; h < heads; ++h) {
@@ -207,8 +207,8 @@ void linear_forward(const T* x, int64_t rows, int64_t n, const T* w, int64_t m, 
 }
 
 template <class T>
-void linear_backward(const T* dy, const T* x, int64_t rows, int64_t n, const T* w, int64_t m,
-                     T* dx, T* dw, T* db) {
+void linear_backward(const T* dy, const T* x, int64_t rows, int64_t n, const T* w, int64_t m, T* dx,
+                     T* dw, T* db) {
     if (dx) gemm<T>(false, false, rows, n, m, T(1), dy, m, w, n, T(0), dx, n);
     if (dw) gemm<T>(true, false, m, n, rows, T(1), dy, m, x, n, T(1), dw, n);
     if (db)

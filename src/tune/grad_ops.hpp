@@ -51,8 +51,7 @@ void attention_forward(const T* q, const T* k, const T* v, int64_t L, int64_t he
 // dk_g = Σ_h dSᵀ q_h / √d, dv_g = Σ_h P_hᵀ dout_h (dq, dk, dv overwritten).
 template <class T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* probs,
-                        int64_t L, int64_t heads, int64_t kv_heads, int64_t d, T* dq, T* dk,
-                        T* dv);
+                        int64_t L, int64_t heads, int64_t kv_heads, int64_t d, T* dq, T* dk, T* dv);
 
 // y = silu(gate) ∘ up over n values.
 template <class T>
@@ -66,8 +65,7 @@ void swiglu_backward(const T* dy, const T* gate, const T* up, int64_t n, T* dgat
 template <class T>
 void embedding_forward(const T* table, int64_t dim, const int32_t* tokens, int64_t rows, T* out);
 template <class T>
-void embedding_backward(const T* dout, int64_t dim, const int32_t* tokens, int64_t rows,
-                        T* dtable);
+void embedding_backward(const T* dout, int64_t dim, const int32_t* tokens, int64_t rows, T* dtable);
 
 // Dense linear y = x Wᵀ (+ b): x rows × n, W m × n. Backward: dx = dy W
 // (overwritten; may be null), dw += dyᵀ x (may be null), db += Σ_rows dy.
@@ -75,8 +73,8 @@ template <class T>
 void linear_forward(const T* x, int64_t rows, int64_t n, const T* w, int64_t m, const T* bias,
                     T* y);
 template <class T>
-void linear_backward(const T* dy, const T* x, int64_t rows, int64_t n, const T* w, int64_t m,
-                     T* dx, T* dw, T* db);
+void linear_backward(const T* dy, const T* x, int64_t rows, int64_t n, const T* w, int64_t m, T* dx,
+                     T* dw, T* db);
 
 // The BLR linear layer (SPEC §1): y = Σ_p h_p ∘ S_U,p (ℓ_p ∘ S_V,pᵀ (g_p ∘ x))
 // per row x. Signs are held as ±1 values so the products are GEMMs; during

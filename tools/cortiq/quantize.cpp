@@ -67,8 +67,7 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--tune-batch", a->o.tune.batch_windows, "block tuning: windows per step")
         ->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--tune-lr", a->o.tune.lr_scales,
-                    "block tuning: Adam step on the log-scales");
+    cmd->add_option("--tune-lr", a->o.tune.lr_scales, "block tuning: Adam step on the log-scales");
     cmd->add_option("--tune-lr-signs", a->o.tune.lr_signs,
                     "block tuning: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-latent", a->o.tune.latent_init,

@@ -15,8 +15,8 @@
 
 namespace cortiq::calib {
 
-using cortiq::cuda::DVec;
 using cortiq::cuda::download_f;
+using cortiq::cuda::DVec;
 
 // One model on the device and the hidden states of its two windows sets
 // (fit and held out, each of one length), windows × T × hidden.
@@ -192,7 +192,8 @@ std::vector<MatF> GpuStates::hidden(int set) {
     const std::vector<float> all = download_f(cs.x.get(), cs.windows * each, g.stream());
     std::vector<MatF> out;
     for (int64_t w = 0; w < cs.windows; ++w)
-        out.emplace_back(cs.T, H, std::vector<float>(all.begin() + w * each, all.begin() + (w + 1) * each));
+        out.emplace_back(cs.T, H,
+                         std::vector<float>(all.begin() + w * each, all.begin() + (w + 1) * each));
     return out;
 }
 
