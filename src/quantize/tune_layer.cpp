@@ -1,6 +1,7 @@
 // A step of encode_layer with --tune block: the BLR layers of the freshly
 // encoded block fitted to the original model's block outputs
-// (tune/block_tune.hpp), re-packed at the same rank and paths, put in place.
+// (tune/block_tune.hpp; on the GPU with --device gpu), re-packed at the same
+// rank and paths, put in place.
 #include <fmt/format.h>
 
 #include <chrono>
@@ -70,9 +71,12 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     tune::BlockParamsT<float> p = block_params(run, layer);
     auto [xf, yf] = run.states.block_pairs(0, layer);
     auto [xs, ys] = run.states.block_pairs(1, layer);
+    // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in float32
+    const auto tune_fn =
+        run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
-        tune::tune_block(p, dims_of(cfg), model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
-                         {std::move(xs), std::move(ys)}, run.o.tune);
+        tune_fn(p, dims_of(cfg), model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
+                {std::move(xs), std::move(ys)}, run.o.tune);
     if (res.best_epoch > 0) install_block(run, layer, p, &rec);
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;

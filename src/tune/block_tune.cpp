@@ -83,6 +83,8 @@ struct Evaluator {
     }
 };
 
+}  // namespace
+
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b) {
     int64_t n = 0;
     const auto la = a.linears(), lb = b.linears();
@@ -96,8 +98,6 @@ int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b)
     }
     return n;
 }
-
-}  // namespace
 
 BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
                            const std::vector<float>& inv_freq, const WindowPairs& fit,

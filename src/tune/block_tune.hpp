@@ -47,6 +47,16 @@ struct WindowPairs {
 BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
                            const std::vector<float>& inv_freq, const WindowPairs& fit,
                            const WindowPairs& sel, const TuneOptions& o);
+// The same on the GPU (tune/cuda/block_tune.cpp): the same steps, Adam
+// updates, shuffling (same fixed seed) and choice of the epoch kept, in
+// float32 on the device (the calling thread's current device). Without CUDA
+// (tune/block_tune_nocuda.cpp) it throws.
+BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const WindowPairs& fit,
+                               const WindowPairs& sel, const TuneOptions& o);
+
+// The signs that differ between two blocks of the same shapes.
+int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b);
 
 // Factors (float64) ⇄ the float weights tuning works on.
 BlrWeightsT<float> to_weights(const blr::Factors& f);

@@ -1,0 +1,261 @@
+// The decoder block's forward and backward on the device, stage by stage the
+// twin of tune/block.cpp.
+#include "tune/cuda/block.hpp"
+
+#include "core/error.hpp"
+
+namespace cortiq::tune::cuda {
+
+namespace {
+
+using cortiq::cuda::download_f;
+using cortiq::cuda::upload_f;
+
+void copy_d2d(float* dst, const float* src, int64_t n, cudaStream_t st) {
+    if (n > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, st));
+}
+
+void zero(DVec& v, cudaStream_t st) {
+    if (!v.empty()) CUDA_CHECK(cudaMemsetAsync(v.get(), 0, sizeof(float) * v.size(), st));
+}
+
+DLinear upload_linear(const LinearT<float>& l, cudaStream_t st) {
+    DLinear d{l.m, l.n, std::nullopt, upload_f(l.w, st), upload_f(l.bias, st)};
+    if (l.blr) {
+        DBlr b{l.blr->m, l.blr->n, l.blr->r, {}};
+        for (const auto& q : l.blr->paths)
+            b.paths.push_back({upload_f(q.h, st), upload_f(q.l, st), upload_f(q.g, st),
+                               upload_f(q.su, st), upload_f(q.sv, st)});
+        d.blr = std::move(b);
+    }
+    return d;
+}
+
+void into(const DVec& d, std::vector<float>& v, cudaStream_t st) {
+    CORTIQ_ASSERT(d.size() == static_cast<int64_t>(v.size()), "device {} vs host {} values",
+                  d.size(), v.size());
+    v = download_f(d.get(), d.size(), st);
+}
+
+void lin_forward(const Gpu& g, const DLinear& l, const float* x, int64_t rows, DVec& y,
+                 DBlrCache& cache, DBlrScratch& s) {
+    ensure(y, rows * l.m, g.stream());
+    if (l.blr) {
+        blr_forward(g, *l.blr, x, rows, y.get(), cache, s);
+        if (!l.bias.empty()) add_bias(g, y.get(), l.bias.get(), rows, l.m);
+    } else {
+        linear_forward(g, x, rows, l.n, l.w.get(), l.m, l.bias.empty() ? nullptr : l.bias.get(),
+                       y.get());
+    }
+}
+
+// dx (rows × n) = ∂/∂x of the layer given dy, added into dx when `add`; the
+// BLR gradients into gr.
+void lin_backward(const Gpu& g, const DLinear& l, const float* x, int64_t rows,
+                  const DBlrCache& cache, const float* dy, DVec& dx, bool add,
+                  std::optional<DBlrGrad>& gr, DBlrScratch& s) {
+    ensure(dx, rows * l.n, g.stream());
+    if (l.blr)
+        blr_backward(g, *l.blr, x, rows, cache, dy, dx.get(), add, *gr, s);
+    else
+        linear_backward_dx(g, dy, rows, l.n, l.w.get(), l.m, dx.get(), add);
+}
+
+float* opt(DVec& v) { return v.empty() ? nullptr : v.get(); }
+
+}  // namespace
+
+DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
+    DBlockParams d;
+    d.in_norm = upload_f(p.in_norm, st);
+    d.post_norm = upload_f(p.post_norm, st);
+    d.q_norm = upload_f(p.q_norm, st);
+    d.k_norm = upload_f(p.k_norm, st);
+    const auto src = p.linears();
+    const auto dst = d.linears();
+    for (size_t i = 0; i < src.size(); ++i) *dst[i] = upload_linear(*src[i], st);
+    return d;
+}
+
+void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t st) {
+    into(d.in_norm, p.in_norm, st);
+    into(d.post_norm, p.post_norm, st);
+    into(d.q_norm, p.q_norm, st);
+    into(d.k_norm, p.k_norm, st);
+    const auto src = d.linears();
+    auto dst = p.linears();
+    for (size_t i = 0; i < src.size(); ++i) {
+        if (!src[i]->blr) continue;
+        CORTIQ_ASSERT(dst[i]->blr && dst[i]->blr->paths.size() == src[i]->blr->paths.size(),
+                      "device and host block differ in layer {}", i);
+        for (size_t k = 0; k < src[i]->blr->paths.size(); ++k) {
+            const DBlrPath& s = src[i]->blr->paths[k];
+            auto& q = dst[i]->blr->paths[k];
+            into(s.h, q.h, st);
+            into(s.l, q.l, st);
+            into(s.g, q.g, st);
+            into(s.su, q.su, st);
+            into(s.sv, q.sv, st);
+        }
+    }
+}
+
+DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t st) {
+    DBlockGrads g;
+    for (const auto* l : p.linears())
+        g.blr.push_back(l->blr ? std::optional<DBlrGrad>(blr_zero_grad(*l->blr, st))
+                               : std::nullopt);
+    g.in_norm = DVec(p.in_norm.size(), st);
+    g.post_norm = DVec(p.post_norm.size(), st);
+    g.q_norm = DVec(p.q_norm.size(), st);
+    g.k_norm = DVec(p.k_norm.size(), st);
+    clear(g, st);
+    return g;
+}
+
+void clear(DBlockGrads& g, cudaStream_t st) {
+    for (auto& b : g.blr)
+        if (b)
+            for (auto& q : b->paths) {
+                zero(q.h, st);
+                zero(q.l, st);
+                zero(q.g, st);
+                zero(q.su, st);
+                zero(q.sv, st);
+            }
+    zero(g.in_norm, st);
+    zero(g.post_norm, st);
+    zero(g.q_norm, st);
+    zero(g.k_norm, st);
+}
+
+BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t st) {
+    BlockGradsT<float> h;
+    for (const auto& b : g.blr) {
+        if (!b) {
+            h.blr.emplace_back(std::nullopt);
+            continue;
+        }
+        BlrGradT<float> o{b->m, b->n, b->r, {}};
+        for (const auto& q : b->paths)
+            o.paths.push_back({download_f(q.h.get(), q.h.size(), st),
+                               download_f(q.l.get(), q.l.size(), st),
+                               download_f(q.g.get(), q.g.size(), st),
+                               download_f(q.su.get(), q.su.size(), st),
+                               download_f(q.sv.get(), q.sv.size(), st)});
+        h.blr.emplace_back(std::move(o));
+    }
+    h.in_norm = download_f(g.in_norm.get(), g.in_norm.size(), st);
+    h.post_norm = download_f(g.post_norm.get(), g.post_norm.size(), st);
+    h.q_norm = download_f(g.q_norm.get(), g.q_norm.size(), st);
+    h.k_norm = download_f(g.k_norm.get(), g.k_norm.size(), st);
+    return h;
+}
+
+DRope upload(const RopeT<float>& r, cudaStream_t st) {
+    return {r.period, upload_f(r.cos, st), upload_f(r.sin, st)};
+}
+
+void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                   const float* x, int64_t windows, int64_t L, DBlockActs& a) {
+    const int64_t N = windows * L, H = d.hidden, hd = d.head_dim;
+    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    const float eps = static_cast<float>(d.eps);
+    const cudaStream_t st = g.stream();
+    CORTIQ_ASSERT(rope.period == L, "RoPE table for {} positions, windows of {}", rope.period, L);
+    a.windows = windows;
+    a.L = L;
+    a.cache.resize(7);
+    ensure(a.x, N * H, st);
+    copy_d2d(a.x.get(), x, N * H, st);
+    ensure(a.n1, N * H, st);
+    ensure(a.rstd1, N, st);
+    rmsnorm_forward(g, x, N, H, p.in_norm.get(), eps, a.n1.get(), a.rstd1.get());
+    lin_forward(g, p.q, a.n1.get(), N, a.q_lin, a.cache[0], a.blr);
+    lin_forward(g, p.k, a.n1.get(), N, a.k_lin, a.cache[1], a.blr);
+    lin_forward(g, p.v, a.n1.get(), N, a.v, a.cache[2], a.blr);
+    ensure(a.q, N * qw, st);
+    ensure(a.k, N * kw, st);
+    if (d.qk_norm) {
+        ensure(a.rstd_q, N * d.heads, st);
+        ensure(a.rstd_k, N * d.kv_heads, st);
+        rmsnorm_forward(g, a.q_lin.get(), N * d.heads, hd, p.q_norm.get(), eps, a.q.get(),
+                        a.rstd_q.get());
+        rmsnorm_forward(g, a.k_lin.get(), N * d.kv_heads, hd, p.k_norm.get(), eps, a.k.get(),
+                        a.rstd_k.get());
+    } else {
+        copy_d2d(a.q.get(), a.q_lin.get(), N * qw, st);
+        copy_d2d(a.k.get(), a.k_lin.get(), N * kw, st);
+    }
+    rope_forward(g, a.q.get(), N, qw, d.heads, hd, L, rope.cos.get(), rope.sin.get());
+    rope_forward(g, a.k.get(), N, kw, d.kv_heads, hd, L, rope.cos.get(), rope.sin.get());
+    ensure(a.attn, N * qw, st);
+    ensure(a.probs, windows * d.heads * L * L, st);
+    attention_forward(g, a.q.get(), a.k.get(), a.v.get(), windows, L, d.heads, d.kv_heads, hd,
+                      a.attn.get(), a.probs.get());
+    lin_forward(g, p.o, a.attn.get(), N, a.h, a.cache[3], a.blr);
+    add_into(g, a.h.get(), x, N * H);
+    ensure(a.n2, N * H, st);
+    ensure(a.rstd2, N, st);
+    rmsnorm_forward(g, a.h.get(), N, H, p.post_norm.get(), eps, a.n2.get(), a.rstd2.get());
+    lin_forward(g, p.gate, a.n2.get(), N, a.gate, a.cache[4], a.blr);
+    lin_forward(g, p.up, a.n2.get(), N, a.up, a.cache[5], a.blr);
+    ensure(a.act, N * d.ffn, st);
+    swiglu_forward(g, a.gate.get(), a.up.get(), N * d.ffn, a.act.get());
+    lin_forward(g, p.down, a.act.get(), N, a.out, a.cache[6], a.blr);
+    add_into(g, a.out.get(), a.h.get(), N * H);
+}
+
+void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                    DBlockActs& a, const float* dout, float* dx, DBlockGrads& gr) {
+    const int64_t L = a.L, windows = a.windows, N = windows * L, H = d.hidden, hd = d.head_dim;
+    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    const cudaStream_t st = g.stream();
+    ensure(a.dh, N * H, st);
+    copy_d2d(a.dh.get(), dout, N * H, st);
+    // MLP: out = h + down(act)
+    lin_backward(g, p.down, a.act.get(), N, a.cache[6], dout, a.dact, false, gr.blr[6], a.blr);
+    ensure(a.dgate, N * d.ffn, st);
+    ensure(a.dup, N * d.ffn, st);
+    swiglu_backward(g, a.dact.get(), a.gate.get(), a.up.get(), N * d.ffn, a.dgate.get(),
+                    a.dup.get());
+    lin_backward(g, p.gate, a.n2.get(), N, a.cache[4], a.dgate.get(), a.dn2, false, gr.blr[4],
+                 a.blr);
+    lin_backward(g, p.up, a.n2.get(), N, a.cache[5], a.dup.get(), a.dn2, true, gr.blr[5], a.blr);
+    ensure(a.tmp, N * H, st);
+    rmsnorm_backward(g, a.dn2.get(), a.h.get(), p.post_norm.get(), a.rstd2.get(), N, H,
+                     a.tmp.get(), opt(gr.post_norm));
+    add_into(g, a.dh.get(), a.tmp.get(), N * H);
+    // attention: h = x + o(attn)
+    lin_backward(g, p.o, a.attn.get(), N, a.cache[3], a.dh.get(), a.dattn, false, gr.blr[3],
+                 a.blr);
+    ensure(a.dq, N * qw, st);
+    ensure(a.dk, N * kw, st);
+    ensure(a.dv, N * kw, st);
+    ensure(a.ds, windows * d.heads * L * L, st);
+    attention_backward(g, a.dattn.get(), a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows,
+                       L, d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
+    rope_backward(g, a.dq.get(), N, qw, d.heads, hd, L, rope.cos.get(), rope.sin.get());
+    rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, L, rope.cos.get(), rope.sin.get());
+    if (d.qk_norm) {
+        ensure(a.dql, N * qw, st);
+        ensure(a.dkl, N * kw, st);
+        rmsnorm_backward(g, a.dq.get(), a.q_lin.get(), p.q_norm.get(), a.rstd_q.get(),
+                         N * d.heads, hd, a.dql.get(), opt(gr.q_norm));
+        rmsnorm_backward(g, a.dk.get(), a.k_lin.get(), p.k_norm.get(), a.rstd_k.get(),
+                         N * d.kv_heads, hd, a.dkl.get(), opt(gr.k_norm));
+        std::swap(a.dq, a.dql);
+        std::swap(a.dk, a.dkl);
+    }
+    lin_backward(g, p.q, a.n1.get(), N, a.cache[0], a.dq.get(), a.dn1, false, gr.blr[0], a.blr);
+    lin_backward(g, p.k, a.n1.get(), N, a.cache[1], a.dk.get(), a.dn1, true, gr.blr[1], a.blr);
+    lin_backward(g, p.v, a.n1.get(), N, a.cache[2], a.dv.get(), a.dn1, true, gr.blr[2], a.blr);
+    rmsnorm_backward(g, a.dn1.get(), a.x.get(), p.in_norm.get(), a.rstd1.get(), N, H, a.tmp.get(),
+                     opt(gr.in_norm));
+    if (dx) {
+        copy_d2d(dx, a.dh.get(), N * H, st);
+        add_into(g, dx, a.tmp.get(), N * H);
+    }
+}
+
+}  // namespace cortiq::tune::cuda

@@ -1,0 +1,66 @@
+// The CUDA twin of tune/block.hpp: a decoder block's forward and backward on
+// device buffers (float32), the same stages in the same order, so that
+// tests/test_tune_grad_gpu.cpp can hold every activation and gradient against
+// the CPU block. Parameters, gradients and activations live on the device;
+// upload/download move them to and from the host structures of tune/block.hpp.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "tune/block.hpp"
+#include "tune/cuda/grad_ops.hpp"
+
+namespace cortiq::tune::cuda {
+
+struct DLinear {
+    int64_t m = 0, n = 0;
+    std::optional<DBlr> blr;  // set: y = BLR(x); else y = x Wᵀ
+    DVec w;                   // m × n when dense
+    DVec bias;                // empty or m values
+};
+
+struct DBlockParams {
+    DVec in_norm, post_norm, q_norm, k_norm;
+    DLinear q, k, v, o, gate, up, down;
+    // The linears in the order of tune::BlockParamsT::linears().
+    std::vector<DLinear*> linears() { return {&q, &k, &v, &o, &gate, &up, &down}; }
+    std::vector<const DLinear*> linears() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
+};
+DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t stream);
+// What tuning changes (BLR scales and signs, norm weights) copied back into p.
+void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t stream);
+
+struct DBlockGrads {
+    std::vector<std::optional<DBlrGrad>> blr;  // order of linears(); unset for dense ones
+    DVec in_norm, post_norm, q_norm, k_norm;
+};
+DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t stream);
+void clear(DBlockGrads& g, cudaStream_t stream);
+BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t stream);
+
+struct DRope {
+    int64_t period = 0;
+    DVec cos, sin;
+};
+DRope upload(const RopeT<float>& r, cudaStream_t stream);
+
+// The forward's activations (names of tune::BlockActsT) and the backward's
+// scratch, kept between calls so a tuning loop allocates once.
+struct DBlockActs {
+    int64_t windows = 0, L = 0;
+    DVec x, n1, rstd1, q_lin, k_lin, rstd_q, rstd_k, q, k, v, probs, attn, h, n2, rstd2, gate, up,
+        act, out;
+    std::vector<DBlrCache> cache;  // per linear
+    DBlrScratch blr;
+    DVec dh, dact, dgate, dup, dn2, tmp, dattn, dq, dk, dv, dql, dkl, dn1, ds;
+};
+
+// As tune::block_forward; x: windows · L rows of `hidden` on the device.
+void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                   const float* x, int64_t windows, int64_t L, DBlockActs& a);
+// As tune::block_backward: gradients added into gr, dx (may be null) overwritten.
+void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                    DBlockActs& a, const float* dout, float* dx, DBlockGrads& gr);
+
+}  // namespace cortiq::tune::cuda

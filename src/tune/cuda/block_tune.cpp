@@ -1,0 +1,217 @@
+// tune_block on the GPU: tune/block_tune.cpp step for step (the same loss,
+// batches, shuffling with the same seed, Adam updates and choice of the epoch
+// kept), with the block's forward and backward, the loss and Adam on the
+// device. The windows are uploaded once; the host sees the losses and, when
+// the held-out loss improves, a copy of the tuned values.
+#include "tune/block_tune.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/error.hpp"
+#include "tune/cuda/block.hpp"
+#include "tune/cuda/block_tune.hpp"
+
+namespace cortiq::tune {
+
+namespace {
+
+using cuda::AdamKind;
+using cuda::DBlockActs;
+using cuda::DBlockGrads;
+using cuda::DBlockParams;
+using cuda::DRope;
+using cuda::DVec;
+using cuda::Gpu;
+
+// The windows of a WindowPairs on the device, each L × hidden.
+struct DWindows {
+    std::vector<DVec> x, y;
+    int64_t each = 0;  // values per window
+};
+
+DWindows upload(const WindowPairs& w, cudaStream_t st) {
+    DWindows d;
+    for (size_t i = 0; i < w.x.size(); ++i) {
+        CORTIQ_ASSERT(w.x[i].size() == w.x[0].size() && w.y[i].size() == w.x[0].size(),
+                      "calibration windows of different sizes");
+        d.x.push_back(cortiq::cuda::upload_f(
+            std::vector<float>(w.x[i].data(), w.x[i].data() + w.x[i].size()), st));
+        d.y.push_back(cortiq::cuda::upload_f(
+            std::vector<float>(w.y[i].data(), w.y[i].data() + w.y[i].size()), st));
+    }
+    d.each = w.x.empty() ? 0 : w.x[0].size();
+    return d;
+}
+
+// The windows [first, first + count) of `order`, rows concatenated, into out.
+void gather(const Gpu& g, const std::vector<DVec>& w, const std::vector<size_t>& order,
+            size_t first, size_t count, int64_t each, DVec& out) {
+    cuda::ensure(out, each * static_cast<int64_t>(count), g.stream());
+    for (size_t i = 0; i < count; ++i)
+        CUDA_CHECK(cudaMemcpyAsync(out.get() + i * each, w[order[first + i]].get(),
+                                   sizeof(float) * each, cudaMemcpyDeviceToDevice, g.stream()));
+}
+
+class Evaluator {
+  public:
+    Evaluator(const Gpu& g, const BlockDims& d, const DRope& rope, int64_t batch, int64_t L)
+        : g(g), d(d), rope(rope), batch(batch), L(L), sums(2, g.stream()) {}
+
+    // Σ‖block(x) − y‖² over the windows and Σ‖y − x‖²
+    std::pair<double, double> run(const DBlockParams& p, const DWindows& w) {
+        std::vector<size_t> order(w.x.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        CUDA_CHECK(cudaMemsetAsync(sums.get(), 0, 2 * sizeof(double), g.stream()));
+        for (size_t s = 0; s < order.size(); s += static_cast<size_t>(batch)) {
+            const size_t c = std::min(order.size() - s, static_cast<size_t>(batch));
+            gather(g, w.x, order, s, c, w.each, x);
+            gather(g, w.y, order, s, c, w.each, y);
+            cuda::block_forward(g, p, d, rope, x.get(), static_cast<int64_t>(c), L, a);
+            cuda::block_loss(g, a.out.get(), y.get(), x.get(), w.each * static_cast<int64_t>(c),
+                             sums.get(), 0.0f, nullptr);
+        }
+        double h[2] = {0, 0};
+        CUDA_CHECK(cudaMemcpyAsync(h, sums.get(), sizeof h, cudaMemcpyDeviceToHost, g.stream()));
+        g.sync();
+        return {h[0], h[1]};
+    }
+    double relative(const DBlockParams& p, const DWindows& w) {
+        const auto [err, ref] = run(p, w);
+        return ref > 0 ? err / ref : err;
+    }
+
+  private:
+    const Gpu& g;
+    const BlockDims& d;
+    const DRope& rope;
+    int64_t batch, L;
+    DVec x, y;
+    DBlockActs a;
+    cortiq::cuda::DeviceBuffer<double> sums;
+};
+
+// One Adam parameter vector on the device.
+struct Slot {
+    DVec* p;
+    const DVec* g;
+    AdamKind kind;
+    double lr;
+    DVec m, v, z;
+};
+
+void add_slot(std::vector<Slot>& slots, DVec& p, const DVec& g, AdamKind k, double lr,
+              cudaStream_t st, double latent_init = 0) {
+    Slot s{&p, &g, k, lr, DVec(p.size(), st), DVec(p.size(), st), {}};
+    CUDA_CHECK(cudaMemsetAsync(s.m.get(), 0, sizeof(float) * p.size(), st));
+    CUDA_CHECK(cudaMemsetAsync(s.v.get(), 0, sizeof(float) * p.size(), st));
+    if (k == AdamKind::latent) {  // z = p · latent_init, as on the CPU
+        std::vector<float> h = cortiq::cuda::download_f(p.get(), p.size(), st);
+        for (auto& x : h) x = static_cast<float>(x * latent_init);
+        s.z = cortiq::cuda::upload_f(h, st);
+    }
+    slots.push_back(std::move(s));
+}
+
+}  // namespace
+
+BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const WindowPairs& fit,
+                               const WindowPairs& sel, const TuneOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CORTIQ_CHECK(!fit.x.empty() && fit.x.size() == fit.y.size() && sel.x.size() == sel.y.size(),
+                 "block tuning needs paired fit windows ({} inputs, {} targets)", fit.x.size(),
+                 fit.y.size());
+    const int64_t L = fit.x[0].rows();
+    const Gpu g;
+    const cudaStream_t st = g.stream();
+    const DRope rope = cuda::upload(rope_for<float>(inv_freq, L), st);
+    DBlockParams dp = cuda::upload(p, st);
+    const DWindows dfit = upload(fit, st), dsel = upload(sel, st);
+    Evaluator ev(g, d, rope, std::max<int64_t>(1, o.batch_windows), L);
+    BlockTuneResult res;
+    const auto [err0, ref_fit] = ev.run(dp, dfit);
+    res.fit_before = ref_fit > 0 ? err0 / ref_fit : err0;
+    res.sel_before = sel.x.empty() ? res.fit_before : ev.relative(dp, dsel);
+    res.fit_after = res.fit_before;
+    res.sel_after = res.sel_before;
+    const BlockParamsT<float> start = p;
+    BlockParamsT<float> best = p;
+
+    DBlockGrads gr = cuda::zero_grads(dp, st);
+    std::vector<Slot> slots;
+    auto lins = dp.linears();
+    for (size_t i = 0; i < lins.size(); ++i) {
+        if (!lins[i]->blr) continue;
+        for (size_t k = 0; k < lins[i]->blr->paths.size(); ++k) {
+            auto& q = lins[i]->blr->paths[k];
+            auto& gq = gr.blr[i]->paths[k];
+            add_slot(slots, q.h, gq.h, AdamKind::log_scale, o.lr_scales, st);
+            add_slot(slots, q.l, gq.l, AdamKind::log_scale, o.lr_scales, st);
+            add_slot(slots, q.g, gq.g, AdamKind::log_scale, o.lr_scales, st);
+            if (o.lr_signs > 0) {
+                add_slot(slots, q.su, gq.su, AdamKind::latent, o.lr_signs, st, o.latent_init);
+                add_slot(slots, q.sv, gq.sv, AdamKind::latent, o.lr_signs, st, o.latent_init);
+            }
+        }
+    }
+    if (o.lr_norms > 0) {
+        add_slot(slots, dp.in_norm, gr.in_norm, AdamKind::plain, o.lr_norms, st);
+        add_slot(slots, dp.post_norm, gr.post_norm, AdamKind::plain, o.lr_norms, st);
+        if (d.qk_norm) {
+            add_slot(slots, dp.q_norm, gr.q_norm, AdamKind::plain, o.lr_norms, st);
+            add_slot(slots, dp.k_norm, gr.k_norm, AdamKind::plain, o.lr_norms, st);
+        }
+    }
+    if (slots.empty()) return res;
+
+    std::mt19937_64 rng(0x5eed);  // the CPU's seed: the same batches in the same order
+    std::vector<size_t> order(fit.x.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    DVec x, y, dout;
+    DBlockActs a;
+    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
+    const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
+    const float fb1 = static_cast<float>(o.beta1), fb2 = static_cast<float>(o.beta2);
+    int64_t t = 0;
+    for (int e = 1; e <= o.epochs; ++e) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (size_t s = 0; s < order.size(); s += batch) {
+            const size_t c = std::min(order.size() - s, batch);
+            gather(g, dfit.x, order, s, c, dfit.each, x);
+            gather(g, dfit.y, order, s, c, dfit.each, y);
+            cuda::block_forward(g, dp, d, rope, x.get(), static_cast<int64_t>(c), L, a);
+            cuda::ensure(dout, y.size(), st);
+            cuda::block_loss(g, a.out.get(), y.get(), x.get(), y.size(), nullptr, scale,
+                             dout.get());
+            cuda::clear(gr, st);
+            cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
+            ++t;
+            const double c1 = 1 - std::pow(o.beta1, static_cast<double>(t));
+            const double c2 = 1 - std::pow(o.beta2, static_cast<double>(t));
+            for (auto& sl : slots)
+                cuda::adam_step(g, sl.kind, sl.p->get(), sl.g->get(), sl.m.get(), sl.v.get(),
+                                sl.z.empty() ? nullptr : sl.z.get(), sl.p->size(),
+                                static_cast<float>(sl.lr / c1), static_cast<float>(1 / c2), fb1,
+                                fb2);
+        }
+        const double sel_loss = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
+        if (sel_loss < res.sel_after) {
+            res.sel_after = sel_loss;
+            res.best_epoch = e;
+            cuda::download_into(dp, best, st);
+        }
+    }
+    p = std::move(best);
+    res.fit_after = ev.relative(cuda::upload(p, st), dfit);
+    res.flips = sign_changes(start, p);
+    g.sync();
+    res.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return res;
+}
+
+}  // namespace cortiq::tune

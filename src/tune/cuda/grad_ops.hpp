@@ -1,0 +1,110 @@
+// The CUDA twins of tune/grad_ops.hpp: float32 forward and backward passes of
+// the operations of a decoder block, same names, same shapes, same
+// conventions (row-major activations, one row per token; dx outputs
+// overwritten unless `accumulate` says otherwise; parameter gradients added).
+// Every launcher enqueues on the Gpu's stream; the products are cuBLAS GEMMs
+// in plain FP32 (no TF32: the parity test holds them to float32 rounding).
+// tests/test_tune_grad_gpu.cpp checks each against the CPU float64 block.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/cuda/device.hpp"
+
+namespace cortiq::tune::cuda {
+
+using cortiq::cuda::DeviceBuffer;
+using cortiq::cuda::DVec;
+using cortiq::cuda::Gpu;
+
+// ── cuBLAS behind row-major signatures (blas.cpp) ──────────────────────────────
+// C (m × n, row stride ldc) = alpha · op(A) · op(B) + beta · C, as tune::gemm.
+void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc);
+// `count` such products, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
+// may be 0: one operand shared by every product).
+void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb,
+                  int64_t sb, float beta, float* c, int64_t ldc, int64_t sc, int64_t count);
+
+// ── element-wise and reductions (grad_ops.cu) ──────────────────────────────────
+// out[i, j] = a[i, j] · s[j] (rows × cols); out += … when accumulate. out may be a.
+void scale_cols(const Gpu& g, const float* a, const float* s, int64_t rows, int64_t cols,
+                float* out, bool accumulate);
+// acc[j] += Σ_i a[i, j] · b[i, j] (summed in float64, as on the CPU).
+void col_dots(const Gpu& g, const float* a, const float* b, int64_t rows, int64_t cols,
+              float* acc);
+// y += x over n values.
+void add_into(const Gpu& g, float* y, const float* x, int64_t n);
+// y[i, j] += b[j] (rows × m).
+void add_bias(const Gpu& g, float* y, const float* b, int64_t rows, int64_t m);
+
+// ── the operations of tune/grad_ops.hpp ────────────────────────────────────────
+void rmsnorm_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, const float* w,
+                     float eps, float* y, float* rstd);
+// dw may be null.
+void rmsnorm_backward(const Gpu& g, const float* dy, const float* x, const float* w,
+                      const float* rstd, int64_t rows, int64_t n, float* dx, float* dw);
+
+void rope_forward(const Gpu& g, float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d,
+                  int64_t period, const float* cos, const float* sin);
+void rope_backward(const Gpu& g, float* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d,
+                   int64_t period, const float* cos, const float* sin);
+
+// Causal GQA over `windows` windows of L tokens at once (attention.cu):
+// q, out: windows·L × heads·d; k, v: windows·L × kv_heads·d; probs:
+// windows × heads × L × L (kept).
+void attention_forward(const Gpu& g, const float* q, const float* k, const float* v,
+                       int64_t windows, int64_t L, int64_t heads, int64_t kv_heads, int64_t d,
+                       float* out, float* probs);
+// dq, dk, dv overwritten; ds: scratch of windows × heads × L × L.
+void attention_backward(const Gpu& g, const float* dout, const float* q, const float* k,
+                        const float* v, const float* probs, int64_t windows, int64_t L,
+                        int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk,
+                        float* dv, float* ds);
+
+void swiglu_forward(const Gpu& g, const float* gate, const float* up, int64_t n, float* y);
+void swiglu_backward(const Gpu& g, const float* dy, const float* gate, const float* up, int64_t n,
+                     float* dgate, float* dup);
+
+// ── linear layers (linear.cpp) ─────────────────────────────────────────────────
+// y = x Wᵀ (+ b); backward dx = dy W (added into dx when accumulate).
+void linear_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, const float* w,
+                    int64_t m, const float* bias, float* y);
+void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, const float* w,
+                        int64_t m, float* dx, bool accumulate);
+
+// The BLR layer on the device: ±1 signs held as float so the products are GEMMs.
+struct DBlrPath {
+    DVec h, l, g;  // m, r, n scales
+    DVec su, sv;   // m × r and n × r, entries ±1
+};
+struct DBlr {
+    int64_t m = 0, n = 0, r = 0;
+    std::vector<DBlrPath> paths;
+};
+using DBlrGrad = DBlr;
+// Per path: t = (g ∘ x) S_V (rows × r), u = (ℓ ∘ t) S_Uᵀ (rows × m).
+struct DBlrCache {
+    std::vector<DVec> t, u;
+};
+// Scratch the BLR backward reuses between calls.
+struct DBlrScratch {
+    DVec du, tl, dtl, xg, dxg;
+};
+
+DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream);
+void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, float* y,
+                 DBlrCache& cache, DBlrScratch& s);
+// As tune::blr_backward; dx (may be null) overwritten, or added into when accumulate.
+void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows,
+                  const DBlrCache& cache, const float* dy, float* dx, bool accumulate,
+                  DBlrGrad& grad, DBlrScratch& s);
+
+// Makes b hold n values (reallocating only when the size differs).
+void ensure(DVec& b, int64_t n, cudaStream_t stream);
+
+}  // namespace cortiq::tune::cuda

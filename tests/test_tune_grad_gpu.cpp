@@ -1,0 +1,355 @@
+// The CUDA block (tune/cuda/) against the CPU one (tune/block.hpp, whose
+// float64 backward test_tune_grad checks against finite differences): the
+// forward output and every gradient a tuning step uses, for a Llama-style
+// block with biases and a Qwen3-style block with q/k norms, on the fixture of
+// test_tune_grad and on a larger one (windows longer than a warp); then
+// tune_block_gpu against tune_block (float CPU) over a few epochs, and the
+// time per epoch of both on a block of tiny-llama-6m's size.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "core/gpu.hpp"
+#include "tune/block.hpp"
+#include "tune/block_tune.hpp"
+#ifdef CORTIQ_HAVE_CUDA
+#include "tune/cuda/block.hpp"
+#endif
+
+namespace cortiq::tune {
+namespace {
+
+#define REQUIRE_GPU() \
+    if (!::cortiq::gpu_available()) GTEST_SKIP() << ::cortiq::gpu_unavailable_reason()
+
+#ifdef CORTIQ_HAVE_CUDA
+
+using Vec = std::vector<double>;
+
+Vec randn(std::mt19937_64& rng, size_t n, double s = 1.0) {
+    std::normal_distribution<double> nd(0.0, s);
+    Vec v(n);
+    for (auto& x : v) x = nd(rng);
+    return v;
+}
+
+Vec random_signs(std::mt19937_64& rng, size_t n) {
+    Vec v(n);
+    for (auto& x : v) x = (rng() & 1) ? 1.0 : -1.0;
+    return v;
+}
+
+LinearT<double> blr_linear(std::mt19937_64& rng, int64_t m, int64_t n, int64_t r, int paths,
+                           bool bias) {
+    LinearT<double> l{m, n, BlrWeightsT<double>{m, n, r, {}}, {}, {}};
+    for (int p = 0; p < paths; ++p) {
+        const double s = 1.0 / std::sqrt(static_cast<double>(n * r));
+        BlrPathT<double> q{randn(rng, m, 1.0), randn(rng, r, 1.0), randn(rng, n, s),
+                           random_signs(rng, m * r), random_signs(rng, n * r)};
+        l.blr->paths.push_back(std::move(q));
+    }
+    if (bias) l.bias = randn(rng, m, 0.1);
+    return l;
+}
+
+LinearT<double> dense_linear(std::mt19937_64& rng, int64_t m, int64_t n) {
+    return {m, n, std::nullopt, randn(rng, m * n, 1.0 / std::sqrt(static_cast<double>(n))), {}};
+}
+
+// The sizes of a fixture: test_tune_grad's (8, 4, 2, 4, 12; 2 windows of 5)
+// and larger ones.
+struct Size {
+    int64_t hidden, heads, kv_heads, head_dim, ffn, windows, L;
+    int64_t rank;  // the rank of the widest layers (test_tune_grad: 3..5)
+};
+constexpr Size kSmall{8, 4, 2, 4, 12, 2, 5, 0};
+
+struct Fixture {
+    BlockDims d;
+    BlockParamsT<double> p;
+    std::vector<float> inv_freq;
+    int64_t windows = 2, L = 5;
+    Vec x, c;  // input, and the loss weights: loss = Σ c ∘ out
+};
+
+// test_tune_grad's make_fixture (the same draws for kSmall), sizes from s.
+Fixture make_fixture(bool qwen3, uint64_t seed, const Size& s = kSmall) {
+    std::mt19937_64 rng(seed);
+    Fixture f;
+    f.d = BlockDims{s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, 1e-6, qwen3};
+    f.windows = s.windows;
+    f.L = s.L;
+    const int64_t H = s.hidden, qw = s.heads * s.head_dim, kw = s.kv_heads * s.head_dim,
+                  ffn = s.ffn;
+    auto ones_ish = [&](int64_t n) {
+        Vec v = randn(rng, n, 0.2);
+        for (auto& x : v) x += 1.0;
+        return v;
+    };
+    f.p.in_norm = ones_ish(H);
+    f.p.post_norm = ones_ish(H);
+    if (qwen3) {
+        f.p.q_norm = ones_ish(s.head_dim);
+        f.p.k_norm = ones_ish(s.head_dim);
+    }
+    const bool bias = !qwen3;  // Qwen2-style q/k/v biases
+    const int64_t r = s.rank;
+    f.p.q = blr_linear(rng, qw, H, r ? r : 3, 2, bias);
+    f.p.k = blr_linear(rng, kw, H, r ? r : 3, 1, bias);
+    f.p.v = dense_linear(rng, kw, H);  // a layer kept dense
+    f.p.o = blr_linear(rng, H, qw, r ? r : 4, 2, false);
+    f.p.gate = blr_linear(rng, ffn, H, r ? r : 4, 1, false);
+    f.p.up = blr_linear(rng, ffn, H, r ? r : 4, 2, false);
+    f.p.down = blr_linear(rng, H, ffn, r ? r : 5, 2, false);
+    if (s.head_dim == 4) {
+        f.inv_freq = {1.0f, 0.1f};
+    } else {
+        for (int64_t j = 0; j < s.head_dim / 2; ++j)
+            f.inv_freq.push_back(static_cast<float>(
+                std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(s.head_dim))));
+    }
+    f.x = randn(rng, f.windows * f.L * H);
+    f.c = randn(rng, f.windows * f.L * H);
+    return f;
+}
+
+std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+
+BlockParamsT<float> to_f(const BlockParamsT<double>& p) {
+    BlockParamsT<float> o;
+    o.in_norm = to_f(p.in_norm);
+    o.post_norm = to_f(p.post_norm);
+    o.q_norm = to_f(p.q_norm);
+    o.k_norm = to_f(p.k_norm);
+    const auto src = p.linears();
+    auto dst = o.linears();
+    for (size_t i = 0; i < src.size(); ++i) {
+        LinearT<float>& l = *dst[i];
+        l.m = src[i]->m;
+        l.n = src[i]->n;
+        l.w = to_f(src[i]->w);
+        l.bias = to_f(src[i]->bias);
+        if (!src[i]->blr) continue;
+        BlrWeightsT<float> w{src[i]->blr->m, src[i]->blr->n, src[i]->blr->r, {}};
+        for (const auto& q : src[i]->blr->paths)
+            w.paths.push_back({to_f(q.h), to_f(q.l), to_f(q.g), to_f(q.su), to_f(q.sv)});
+        l.blr = std::move(w);
+    }
+    return o;
+}
+
+// Float32 against float64: each GPU value within kTol of the largest
+// magnitude of its CPU vector (float32's rounding through a block of GEMMs of
+// a few hundred terms stays near 1e-6 of that; 1e-4 leaves room and still
+// catches a wrong index or a missing term).
+constexpr double kTol = 1e-4;
+
+struct Worst {
+    double ratio = 0;
+    std::string what;
+};
+
+void expect_close(const std::vector<float>& gpu, const Vec& cpu, const std::string& what,
+                  Worst& worst) {
+    ASSERT_EQ(gpu.size(), cpu.size()) << what;
+    double mag = 0, diff = 0;
+    for (size_t i = 0; i < cpu.size(); ++i) {
+        mag = std::max(mag, std::abs(cpu[i]));
+        diff = std::max(diff, std::abs(gpu[i] - cpu[i]));
+    }
+    ASSERT_GT(mag, 0) << what << ": an all-zero reference checks nothing";
+    const double ratio = diff / mag;
+    EXPECT_LE(ratio, kTol) << what << ": max |gpu − cpu| " << diff << ", max |cpu| " << mag;
+    if (ratio > worst.ratio) worst = {ratio, what};
+}
+
+void check_block_gpu(bool qwen3, uint64_t seed, const Size& s, const char* label) {
+    Fixture f = make_fixture(qwen3, seed, s);
+    const int64_t N = f.windows * f.L, H = f.d.hidden;
+    // the reference: CPU float64
+    const RopeT<double> rope_d = rope_for<double>(f.inv_freq, f.L);
+    BlockActsT<double> a;
+    block_forward(f.p, f.d, rope_d, f.x.data(), f.windows, f.L, a);
+    BlockGradsT<double> g = zero_grads(f.p);
+    Vec dx(f.x.size());
+    block_backward(f.p, f.d, rope_d, a, f.c.data(), dx.data(), g);
+    // the device: float32
+    const cuda::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    const cuda::DBlockParams dp = cuda::upload(to_f(f.p), st);
+    const cuda::DRope rope = cuda::upload(rope_for<float>(f.inv_freq, f.L), st);
+    const cuda::DVec x = cortiq::cuda::upload_f(to_f(f.x), st);
+    const cuda::DVec c = cortiq::cuda::upload_f(to_f(f.c), st);
+    cuda::DVec ddx(N * H, st);
+    cuda::DBlockActs da;
+    cuda::block_forward(gpu, dp, f.d, rope, x.get(), f.windows, f.L, da);
+    cuda::DBlockGrads dg = cuda::zero_grads(dp, st);
+    cuda::block_backward(gpu, dp, f.d, rope, da, c.get(), ddx.get(), dg);
+    const BlockGradsT<float> hg = cuda::download(dg, st);
+
+    Worst worst;
+    expect_close(cortiq::cuda::download_f(da.out.get(), N * H, st), a.out, "out", worst);
+    expect_close(cortiq::cuda::download_f(ddx.get(), N * H, st), dx, "dx", worst);
+    expect_close(hg.in_norm, g.in_norm, "input norm", worst);
+    expect_close(hg.post_norm, g.post_norm, "post-attention norm", worst);
+    if (qwen3) {
+        expect_close(hg.q_norm, g.q_norm, "q norm", worst);
+        expect_close(hg.k_norm, g.k_norm, "k norm", worst);
+    }
+    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    int checked = 0;
+    for (size_t i = 0; i < g.blr.size(); ++i) {
+        ASSERT_EQ(g.blr[i].has_value(), hg.blr[i].has_value()) << names[i];
+        if (!g.blr[i]) continue;
+        for (size_t p = 0; p < g.blr[i]->paths.size(); ++p) {
+            const auto& cq = g.blr[i]->paths[p];
+            const auto& gq = hg.blr[i]->paths[p];
+            const std::string w = std::string(names[i]) + " path " + std::to_string(p);
+            expect_close(gq.h, cq.h, w + " h", worst);
+            expect_close(gq.l, cq.l, w + " l", worst);
+            expect_close(gq.g, cq.g, w + " g", worst);
+            expect_close(gq.su, cq.su, w + " S_U", worst);
+            expect_close(gq.sv, cq.sv, w + " S_V", worst);
+            ++checked;
+        }
+    }
+    EXPECT_EQ(checked, 10);
+    std::printf("[%s] worst max|gpu − cpu| / max|cpu| over out, dx and %d gradients: %.2e (%s)\n",
+                label, 2 + 2 * (qwen3 ? 2 : 1) + 5 * checked, worst.ratio, worst.what.c_str());
+}
+
+constexpr Size kLarger{64, 4, 2, 16, 96, 3, 70, 12};
+
+TEST(TuneGradGpu, LlamaBlockWithBiasesMatchesTheCpuBlock) {
+    REQUIRE_GPU();
+    check_block_gpu(false, 3, kSmall, "llama, test_tune_grad's fixture");
+    check_block_gpu(false, 5, kLarger, "llama, 3 windows of 70");
+}
+
+TEST(TuneGradGpu, Qwen3BlockWithQkNormsMatchesTheCpuBlock) {
+    REQUIRE_GPU();
+    check_block_gpu(true, 7, kSmall, "qwen3, test_tune_grad's fixture");
+    check_block_gpu(true, 9, kLarger, "qwen3, 3 windows of 70");
+}
+
+// A tuning problem with a known answer: the targets are the outputs of the
+// same block with every scale perturbed by exp(±0.2 noise), the inputs random.
+struct TuneProblem {
+    Fixture f;
+    BlockParamsT<float> start;
+    WindowPairs fit, sel;
+};
+
+TuneProblem make_problem(bool qwen3, uint64_t seed, const Size& s, int64_t fit_windows,
+                         int64_t sel_windows) {
+    TuneProblem t{make_fixture(qwen3, seed, s), {}, {}, {}};
+    std::mt19937_64 rng(seed + 100);
+    std::normal_distribution<double> nd(0.0, 0.2);
+    BlockParamsT<double> target = t.f.p;
+    for (auto* l : target.linears())
+        if (l->blr)
+            for (auto& q : l->blr->paths)
+                for (auto* v : {&q.h, &q.l, &q.g})
+                    for (auto& x : *v) x *= std::exp(nd(rng));
+    const RopeT<double> rope = rope_for<double>(t.f.inv_freq, s.L);
+    const int64_t H = s.hidden;
+    auto window = [&](WindowPairs& w) {
+        const Vec x = randn(rng, s.L * H);
+        BlockActsT<double> a;
+        block_forward(target, t.f.d, rope, x.data(), 1, s.L, a);
+        MatF mx(s.L, H), my(s.L, H);
+        for (int64_t i = 0; i < s.L * H; ++i) {
+            mx.data()[i] = static_cast<float>(x[i]);
+            my.data()[i] = static_cast<float>(a.out[i]);
+        }
+        w.x.push_back(std::move(mx));
+        w.y.push_back(std::move(my));
+    };
+    for (int64_t i = 0; i < fit_windows; ++i) window(t.fit);
+    for (int64_t i = 0; i < sel_windows; ++i) window(t.sel);
+    t.start = to_f(t.f.p);
+    return t;
+}
+
+void compare_tuning(bool qwen3, const TuneOptions& o, double after_tol, const char* label) {
+    const Size s{32, 4, 2, 8, 48, 1, 24, 6};
+    TuneProblem t = make_problem(qwen3, qwen3 ? 21 : 20, s, 6, 2);
+    BlockParamsT<float> pc = t.start, pg = t.start;
+    const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
+    const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
+    std::printf("[%s] fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
+                "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
+                label, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after, rc.sel_before,
+                rc.sel_after, rg.sel_before, rg.sel_after, rc.best_epoch, rg.best_epoch,
+                static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
+    // before: the same float32 forward on both sides, summed in float64
+    EXPECT_NEAR(rg.fit_before, rc.fit_before, 1e-4 * rc.fit_before);
+    EXPECT_NEAR(rg.sel_before, rc.sel_before, 1e-4 * rc.sel_before);
+    // after: rounding differences grow through the Adam steps, a few percent
+    EXPECT_LT(rc.fit_after, 0.9 * rc.fit_before) << "the problem should be tunable";
+    EXPECT_NEAR(rg.fit_after, rc.fit_after, after_tol * rc.fit_after);
+    EXPECT_NEAR(rg.sel_after, rc.sel_after, after_tol * rc.sel_after);
+    EXPECT_LE(rg.sel_after, rg.sel_before);
+}
+
+TEST(TuneBlockGpu, ScalesAndNormsFollowTheCpuTuning) {
+    REQUIRE_GPU();
+    TuneOptions o;
+    o.epochs = 4;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_norms = 1e-3;
+    compare_tuning(false, o, 0.03, "llama, scales + norms");
+    compare_tuning(true, o, 0.03, "qwen3, scales + norms");
+}
+
+TEST(TuneBlockGpu, SignLatentsFollowTheCpuTuning) {
+    REQUIRE_GPU();
+    TuneOptions o;
+    o.epochs = 4;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 5e-4;
+    o.latent_init = 2e-3;
+    // a latent near zero may flip on one side only: looser
+    compare_tuning(false, o, 0.10, "llama, scales + signs");
+}
+
+// Seconds per epoch (the evaluation of the held-out windows included) on a
+// block of tiny-llama-6m's size: hidden 256, 4 heads, 2 kv heads, head_dim 64,
+// ffn 768, 8 fit windows of 512 tokens (2 held out), rank 100 per linear.
+TEST(TuneBlockGpu, TimingOnATinyLlamaSizedBlock) {
+    REQUIRE_GPU();
+    const Size s{256, 4, 2, 64, 768, 1, 512, 100};
+    TuneProblem t = make_problem(false, 30, s, 8, 2);
+    TuneOptions o;
+    o.epochs = 2;
+    o.lr_scales = 1e-2;
+    BlockParamsT<float> pc = t.start, pg = t.start;
+    const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
+    const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
+    std::printf("[timing, tiny-llama-6m-sized block, %d epochs] cpu %.3f s/epoch, gpu %.3f "
+                "s/epoch (%.1fx; totals with the start's evaluation %.2f s, %.2f s); fit %.5f → "
+                "%.5f (cpu), %.5f → %.5f (gpu)\n",
+                o.epochs, rc.seconds / o.epochs, rg.seconds / o.epochs, rc.seconds / rg.seconds,
+                rc.seconds, rg.seconds, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after);
+    EXPECT_NEAR(rg.fit_before, rc.fit_before, 1e-4 * rc.fit_before);
+    EXPECT_NEAR(rg.fit_after, rc.fit_after, 0.03 * rc.fit_after);
+}
+
+#else
+
+TEST(TuneGradGpu, NeedsCuda) { GTEST_SKIP() << ::cortiq::gpu_unavailable_reason(); }
+
+TEST(TuneBlockGpu, WithoutCudaThrows) {
+    BlockParamsT<float> p;
+    EXPECT_THROW(tune_block_gpu(p, {}, {}, {}, {}, {}), std::exception);
+}
+
+#endif
+
+}  // namespace
+}  // namespace cortiq::tune
