@@ -20,6 +20,11 @@
 
 namespace cortiq::quant {
 
+std::string resolve_tune_mode(const std::string& mode, encode::Device device) {
+    if (mode != "auto") return mode;
+    return device == encode::Device::gpu ? "block" : "none";
+}
+
 QuantizeReport quantize(const QuantizeOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     QuantizeReport rep;

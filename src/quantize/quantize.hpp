@@ -34,14 +34,16 @@ struct QuantizeOptions {
     //   H ← (1 − s)·H + s·diag(H),
     // so the encoder trusts the calibration text's input correlations less
     // (they overfit a narrow text; the diagonal — each input's energy — carries
-    // over to other texts better). 0 keeps H as measured.
-    double gram_shrink = 0.0;
+    // over to other texts better). 0 keeps H as measured. 0.7 measured best
+    // on texts of other domains than the calibration's (docs/tuning.md).
+    double gram_shrink = 0.7;
     // Output-aware tuning after each decoder layer is encoded (issue 13):
     // "none", or "block" (tune/block_tune.hpp: the layer's BLR scales, and
     // signs when tune.lr_signs > 0, fitted to the original model's block
     // outputs). Needs the original model, loaded whatever --match says.
     // "block+kd" (or "kd"): then logit distillation of the whole model
     // (tune/distill.hpp) with the options in `kd`.
+    // "auto" (the command line's default) is resolved by resolve_tune_mode.
     std::string tune_mode = "none";
     tune::TuneOptions tune;
     tune::TuneOptions kd = {2, 1, 1e-3, 0.0, 1e-2, 0.0};
@@ -89,6 +91,12 @@ struct QuantizeReport {
 };
 
 QuantizeReport quantize(const QuantizeOptions& o);
+
+// --tune auto: the best tuning the device runs in about the time of the
+// encoding: "block" with --device gpu (block tuning runs on the GPU,
+// tune/cuda), "none" on the CPU (minutes per layer on a few cores; ask for
+// it with --tune block or block+kd). Any other mode is returned as it is.
+std::string resolve_tune_mode(const std::string& mode, encode::Device device);
 
 // The least-squares target of --match original. With C = (1/T) Σ x_o x_cᵀ
 // (original and compressed inputs), H the Gram of the compressed inputs and

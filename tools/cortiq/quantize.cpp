@@ -24,6 +24,7 @@ struct QuantizeArgs {
 void add_quantize(CLI::App& app) {
     auto a = std::make_shared<QuantizeArgs>();
     a->o.calib.seqlen = 0;  // model default
+    a->o.tune_mode = "auto";
     auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
     cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
     cmd->add_option("--bpw", a->o.bpw,
@@ -54,10 +55,11 @@ void add_quantize(CLI::App& app) {
                     "less overfitting of the calibration text")
         ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--tune", a->o.tune_mode,
-                    "output-aware tuning: none; block (each layer's BLR scales/signs fitted to "
+                    "output-aware tuning: auto (default: block with --device gpu, none on the "
+                    "CPU); none; block (each layer's BLR scales/signs fitted to "
                     "the original model's block outputs); block+kd (then the whole model "
                     "distilled on the original's next-token distribution); kd")
-        ->check(CLI::IsMember({"none", "block", "block+kd", "kd"}));
+        ->check(CLI::IsMember({"auto", "none", "block", "block+kd", "kd"}));
     cmd->add_option("--kd-epochs", a->o.kd.epochs, "distillation: passes over the fit windows")
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
@@ -93,6 +95,7 @@ void add_quantize(CLI::App& app) {
         a->o.enc.paths = encode::parse_paths(a->paths);
         a->o.device = encode::parse_device(a->device);
         a->o.match_original = a->match == "original";
+        a->o.tune_mode = quant::resolve_tune_mode(a->o.tune_mode, a->o.device);
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);
