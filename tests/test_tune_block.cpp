@@ -104,6 +104,7 @@ TEST(TuneBlock, RecoversPerturbedScalesAndNeverEndsAboveTheStartHeldOut) {
     o.epochs = 30;
     o.batch_windows = 2;
     o.lr_scales = 1e-2;
+    o.lr_signs = 0;  // the scales alone
     const auto r = tune::tune_block(p, s.d, s.inv_freq, s.fit, s.sel, o);
     EXPECT_GT(r.fit_before, 0.0);
     EXPECT_LE(r.sel_after, r.sel_before);
@@ -276,6 +277,7 @@ TEST(Distill, PullsAPerturbedStudentTowardsItsTeacher) {
     o.epochs = 20;
     o.batch_windows = 2;
     o.lr_scales = 1e-2;
+    o.lr_signs = 0;
     const auto r = tune::distill(student, teacher, fit, sel, o);
     EXPECT_GT(r.kl_fit_before, 0.0);
     EXPECT_LE(r.kl_sel_after, r.kl_sel_before);
