@@ -15,6 +15,7 @@
 #include "core/gpu.hpp"
 #include "tune/block.hpp"
 #include "tune/block_tune.hpp"
+#include "tune_fixtures.hpp"
 #ifdef CORTIQ_HAVE_CUDA
 #include "tune/cuda/block.hpp"
 #endif
@@ -27,37 +28,7 @@ namespace {
 
 #ifdef CORTIQ_HAVE_CUDA
 
-using Vec = std::vector<double>;
-
-Vec randn(std::mt19937_64& rng, size_t n, double s = 1.0) {
-    std::normal_distribution<double> nd(0.0, s);
-    Vec v(n);
-    for (auto& x : v) x = nd(rng);
-    return v;
-}
-
-Vec random_signs(std::mt19937_64& rng, size_t n) {
-    Vec v(n);
-    for (auto& x : v) x = (rng() & 1) ? 1.0 : -1.0;
-    return v;
-}
-
-LinearT<double> blr_linear(std::mt19937_64& rng, int64_t m, int64_t n, int64_t r, int paths,
-                           bool bias) {
-    LinearT<double> l{m, n, BlrWeightsT<double>{m, n, r, {}}, {}, {}};
-    for (int p = 0; p < paths; ++p) {
-        const double s = 1.0 / std::sqrt(static_cast<double>(n * r));
-        BlrPathT<double> q{randn(rng, m, 1.0), randn(rng, r, 1.0), randn(rng, n, s),
-                           random_signs(rng, m * r), random_signs(rng, n * r)};
-        l.blr->paths.push_back(std::move(q));
-    }
-    if (bias) l.bias = randn(rng, m, 0.1);
-    return l;
-}
-
-LinearT<double> dense_linear(std::mt19937_64& rng, int64_t m, int64_t n) {
-    return {m, n, std::nullopt, randn(rng, m * n, 1.0 / std::sqrt(static_cast<double>(n))), {}};
-}
+using namespace fixtures;
 
 // The sizes of a fixture: test_tune_grad's (8, 4, 2, 4, 12; 2 windows of 5)
 // and larger ones.
@@ -108,15 +79,17 @@ Fixture make_fixture(bool qwen3, uint64_t seed, const Size& s = kSmall) {
         f.inv_freq = {1.0f, 0.1f};
     } else {
         for (int64_t j = 0; j < s.head_dim / 2; ++j)
-            f.inv_freq.push_back(static_cast<float>(
-                std::pow(10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(s.head_dim))));
+            f.inv_freq.push_back(static_cast<float>(std::pow(
+                10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(s.head_dim))));
     }
     f.x = randn(rng, f.windows * f.L * H);
     f.c = randn(rng, f.windows * f.L * H);
     return f;
 }
 
-std::vector<float> to_f(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+std::vector<float> to_f(const Vec& v) {
+    return std::vector<float>(v.begin(), v.end());
+}
 
 BlockParamsT<float> to_f(const BlockParamsT<double>& p) {
     BlockParamsT<float> o;
@@ -280,11 +253,12 @@ void compare_tuning(bool qwen3, const TuneOptions& o, double after_tol, const ch
     BlockParamsT<float> pc = t.start, pg = t.start;
     const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
     const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
-    std::printf("[%s] fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
-                "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
-                label, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after, rc.sel_before,
-                rc.sel_after, rg.sel_before, rg.sel_after, rc.best_epoch, rg.best_epoch,
-                static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
+    std::printf(
+        "[%s] fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
+        "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
+        label, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after, rc.sel_before,
+        rc.sel_after, rg.sel_before, rg.sel_after, rc.best_epoch, rg.best_epoch,
+        static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
     // before: the same float32 forward on both sides, summed in float64
     EXPECT_NEAR(rg.fit_before, rc.fit_before, 1e-4 * rc.fit_before);
     EXPECT_NEAR(rg.sel_before, rc.sel_before, 1e-4 * rc.sel_before);
@@ -331,18 +305,21 @@ TEST(TuneBlockGpu, TimingOnATinyLlamaSizedBlock) {
     BlockParamsT<float> pc = t.start, pg = t.start;
     const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
     const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
-    std::printf("[timing, tiny-llama-6m-sized block, %d epochs] cpu %.3f s/epoch, gpu %.3f "
-                "s/epoch (%.1fx; totals with the start's evaluation %.2f s, %.2f s); fit %.5f → "
-                "%.5f (cpu), %.5f → %.5f (gpu)\n",
-                o.epochs, rc.seconds / o.epochs, rg.seconds / o.epochs, rc.seconds / rg.seconds,
-                rc.seconds, rg.seconds, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after);
+    std::printf(
+        "[timing, tiny-llama-6m-sized block, %d epochs] cpu %.3f s/epoch, gpu %.3f "
+        "s/epoch (%.1fx; totals with the start's evaluation %.2f s, %.2f s); fit %.5f → "
+        "%.5f (cpu), %.5f → %.5f (gpu)\n",
+        o.epochs, rc.seconds / o.epochs, rg.seconds / o.epochs, rc.seconds / rg.seconds, rc.seconds,
+        rg.seconds, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after);
     EXPECT_NEAR(rg.fit_before, rc.fit_before, 1e-4 * rc.fit_before);
     EXPECT_NEAR(rg.fit_after, rc.fit_after, 0.03 * rc.fit_after);
 }
 
 #else
 
-TEST(TuneGradGpu, NeedsCuda) { GTEST_SKIP() << ::cortiq::gpu_unavailable_reason(); }
+TEST(TuneGradGpu, NeedsCuda) {
+    GTEST_SKIP() << ::cortiq::gpu_unavailable_reason();
+}
 
 TEST(TuneBlockGpu, WithoutCudaThrows) {
     BlockParamsT<float> p;

@@ -12,18 +12,21 @@ here = os.path.dirname(os.path.abspath(__file__))
 docs = os.path.join(here, "..", "..", "docs")
 d = json.load(open(os.path.join(docs, "tuning.json")))
 texts = list(d["float"].keys())
-groups = [("1.0 bpw, 64 windows", [r for r in d["runs"] if r["samples"] == 64]),
-          ("0.9 / 0.42 bpw, 32 windows", [r for r in d["runs"] if r["samples"] == 32])]
-fig, axes = plt.subplots(1, 2, figsize=(15, 6))
-for ax, (title, runs) in zip(axes, groups):
+floats = [d["float"][t] for t in texts]
+groups = [("tiny-llama-6m, 1.0 bpw, 64 windows", floats, [r for r in d["runs"] if r["samples"] == 64]),
+          ("tiny-llama-6m, 32 windows", floats, [r for r in d["runs"] if r["samples"] == 32]),
+          ("tiny-qwen3-6m, 32 windows", d["qwen3"]["float"], d["qwen3"]["runs"])]
+fig, axes = plt.subplots(1, 3, figsize=(20, 6.5), gridspec_kw={"width_ratios": [10, 6, 2.5]})
+for ax, (title, fl, runs) in zip(axes, groups):
     w = 0.8 / len(texts)
     for k, t in enumerate(texts):
-        ratios = [r["ppl"][k] / d["float"][t] for r in runs]
+        ratios = [r["ppl"][k] / fl[k] for r in runs]
         ax.bar([i + k * w for i in range(len(runs))], ratios, w, label=t)
     ax.set_xticks([i + w for i in range(len(runs))])
     ax.set_xticklabels([f'{r["name"]}\n{r["bpw"]:.3f} bpw' for r in runs], rotation=70, ha="right", fontsize=7)
     ax.set_ylabel("perplexity / float perplexity")
-    ax.set_title(f"tiny-llama-6m, calibrated on tinystories-calib: {title}")
+    ax.set_title(f"{title}\n(calibrated on tinystories-calib)", fontsize=9)
+    ax.set_yscale("log")
     ax.axhline(1.0, color="k", lw=0.5)
     ax.legend(fontsize=8)
 fig.tight_layout()

@@ -219,12 +219,13 @@ void linear_backward(const T* dy, const T* x, int64_t rows, int64_t n, const T* 
 // ── BLR linear ──────────────────────────────────────────────────────────────────
 namespace {
 
-// out[i, j] = a[i, j] · s[j] over rows × cols
+// out[i, j] = a[i, j] · s[j] over rows × cols (added to out when `add`)
 template <class T>
-void scale_cols(const T* a, const T* s, int64_t rows, int64_t cols, T* out) {
+void scale_cols(const T* a, const T* s, int64_t rows, int64_t cols, T* out, bool add = false) {
 #pragma omp parallel for
     for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = a[i * cols + j] * s[j];
+        for (int64_t j = 0; j < cols; ++j)
+            out[i * cols + j] = (add ? out[i * cols + j] : T(0)) + a[i * cols + j] * s[j];
 }
 
 // acc[j] += Σ_i a[i, j] · b[i, j]
@@ -256,12 +257,7 @@ void blr_forward(const BlrWeightsT<T>& w, const T* x, int64_t rows, T* y, BlrCac
         gemm<T>(false, false, rows, r, n, T(1), xg.data(), n, q.sv.data(), r, T(0), t.data(), r);
         scale_cols(t.data(), q.l.data(), rows, r, tl.data());
         gemm<T>(false, true, rows, m, r, T(1), tl.data(), r, q.su.data(), r, T(0), u.data(), m);
-        if (p == 0)
-            scale_cols(u.data(), q.h.data(), rows, m, y);
-        else
-#pragma omp parallel for
-            for (int64_t i = 0; i < rows; ++i)
-                for (int64_t j = 0; j < m; ++j) y[i * m + j] += u[i * m + j] * q.h[j];
+        scale_cols(u.data(), q.h.data(), rows, m, y, p > 0);  // Σ over the paths
     }
 }
 
@@ -288,12 +284,7 @@ void blr_backward(const BlrWeightsT<T>& w, const T* x, int64_t rows, const BlrCa
         gemm<T>(true, false, n, r, rows, T(1), xg.data(), n, dtl.data(), r, T(1), gq.sv.data(), r);
         col_dots(dxg.data(), x, rows, n, gq.g.data());
         if (!dx) continue;
-        if (p == 0)
-            scale_cols(dxg.data(), q.g.data(), rows, n, dx);
-        else
-#pragma omp parallel for
-            for (int64_t i = 0; i < rows; ++i)
-                for (int64_t j = 0; j < n; ++j) dx[i * n + j] += dxg[i * n + j] * q.g[j];
+        scale_cols(dxg.data(), q.g.data(), rows, n, dx, p > 0);
     }
 }
 
