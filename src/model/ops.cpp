@@ -10,6 +10,7 @@
 
 #include "core/parallel.hpp"
 #include "linalg/panel_gemm.hpp"
+#include "model/vec_exp.hpp"
 
 namespace cortiq::model {
 
@@ -156,40 +157,10 @@ void rope(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t head_dim,
     });
 }
 
-// exp(x) for x ≤ 0 (Cephes expf: x = n·ln2 + r, a degree-5 polynomial in r,
-// 2ⁿ through the exponent bits), relative error ~2e-7, in a form the
-// compiler vectorises; exp(x) = 0 below −87.
-static inline float exp_nonpositive(float x) {
-    const bool under = x < -87.0f;
-    x = under ? -87.0f : x;
-    const float fn = static_cast<float>(static_cast<int32_t>(x * 1.44269504088896341f - 0.5f));
-    const float r = x - fn * 0.693359375f + fn * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    const int32_t bits = (static_cast<int32_t>(fn) + 127) << 23;
-    float two_n;
-    std::memcpy(&two_n, &bits, sizeof two_n);
-    return under ? 0.0f : p * two_n;
-}
-
-__attribute__((target_clones("avx2", "default"))) void softmax(float* s, int64_t n) {
+void softmax(float* s, int64_t n) {
     if (n <= 0) return;
-    float mx = s[0];
-#pragma omp simd reduction(max : mx)
-    for (int64_t j = 0; j < n; ++j) mx = std::max(mx, s[j]);
-    float sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t j = 0; j < n; ++j) {
-        s[j] = exp_nonpositive(s[j] - mx);
-        sum += s[j];
-    }
+    const float sum = exp_shifted_inplace(s, n, max_of(s, n));
     const float inv = 1.0f / sum;
-#pragma omp simd
     for (int64_t j = 0; j < n; ++j) s[j] *= inv;
 }
 
@@ -239,22 +210,10 @@ void attention(const float* q, int64_t T, int64_t ldq, const float* k, const flo
 }
 
 // silu(z)·u with e = exp(−|z|): sigmoid(z) = 1/(1+e) for z ≥ 0, e/(1+e) below.
-__attribute__((target_clones("avx2", "default"))) static void swiglu_span(const float* gate,
-                                                                          const float* up,
-                                                                          int64_t n, float* y) {
-#pragma omp simd
-    for (int64_t i = 0; i < n; ++i) {
-        const float z = gate[i];
-        const float e = exp_nonpositive(-std::fabs(z));
-        const float sig = (z >= 0 ? 1.0f : e) / (1.0f + e);
-        y[i] = z * sig * up[i];
-    }
-}
-
 void swiglu(const float* gate, const float* up, int64_t n, float* y) {
     for_rows((n + kTaskElems - 1) / kTaskElems, kTaskElems, [&](int64_t c) {
         const int64_t b = c * kTaskElems, e = std::min(n, b + kTaskElems);
-        swiglu_span(gate + b, up + b, e - b, y + b);
+        silu_mul(gate + b, up + b, e - b, y + b);
     });
 }
 
@@ -277,22 +236,6 @@ void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y)
     CORTIQ_ASSERT(w.cols() == n, "{} vs {}", w.cols(), n);
     // y = x · Wᵀ
     la::panel_sgemm(true, rows, w.rows(), n, x, n, w.data(), 0.0f, y, w.rows());
-}
-
-// Σ_j exp(l_j − mx) (all arguments ≤ 0): float lanes per chunk of 256,
-// chunks summed in double.
-__attribute__((target_clones("avx2", "default"))) static double sum_exp_shifted(const float* l,
-                                                                                int64_t n,
-                                                                                float mx) {
-    double s = 0;
-    for (int64_t b = 0; b < n; b += 256) {
-        const int64_t e = std::min(n, b + 256);
-        float part = 0;
-#pragma omp simd reduction(+ : part)
-        for (int64_t j = b; j < e; ++j) part += exp_nonpositive(l[j] - mx);
-        s += part;
-    }
-    return s;
 }
 
 std::vector<double> logsumexp_rows(const MatF& logits) {
