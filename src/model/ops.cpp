@@ -243,8 +243,7 @@ std::vector<double> logsumexp_rows(const MatF& logits) {
     const int64_t V = logits.cols();
     for_rows(logits.rows(), V, [&](int64_t i) {
         const float* l = logits.row(i);
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < V; ++j) mx = std::max(mx, l[j]);
+        const float mx = max_of(l, V);
         out[static_cast<size_t>(i)] = mx + std::log(sum_exp_shifted(l, V, mx));
     });
     return out;
