@@ -5,6 +5,7 @@
 
 #include <chrono>
 
+#include "core/memory_usage.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
 #include "tune/distill.hpp"
@@ -39,13 +40,14 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
                             {"kl_sel_after", r.kl_sel_after},
                             {"best_epoch", r.best_epoch},
                             {"flips", r.flips},
-                            {"seconds", secs}};
+                            {"seconds", secs},
+                            {"peak_rss_bytes", peak_rss_bytes()}};
     if (run.o.verbose)
         run.bar.print(
             fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
-                        "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s",
+                        "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
                         r.kl_fit_before, r.kl_fit_after, r.kl_sel_before, r.kl_sel_after,
-                        r.best_epoch, r.flips, secs));
+                        r.best_epoch, r.flips, secs, peak_rss_bytes() / 1e6));
 }
 
 }  // namespace cortiq::quant

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "blr/sign.hpp"
+#include "core/memory_usage.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
 
@@ -87,13 +88,14 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
                                        {"sel_after", res.sel_after},
                                        {"best_epoch", res.best_epoch},
                                        {"flips", res.flips},
-                                       {"seconds", secs}});
+                                       {"seconds", secs},
+                                       {"peak_rss_bytes", peak_rss_bytes()}});
     if (run.o.verbose)
         run.bar.print(fmt::format(
             "layer {} tuned: block error {:.4f} → {:.4f} (held out {:.4f} → {:.4f}), epoch {} "
-            "kept, {} signs flipped, {:.1f}s",
+            "kept, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
             layer, res.fit_before, res.fit_after, res.sel_before, res.sel_after, res.best_epoch,
-            res.flips, secs));
+            res.flips, secs, peak_rss_bytes() / 1e6));
 }
 
 }  // namespace cortiq::quant
