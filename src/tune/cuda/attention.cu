@@ -6,24 +6,18 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "model/cuda/reduce.cuh"
 #include "tune/cuda/grad_ops.hpp"
 
 namespace cortiq::tune::cuda {
 
+// the runtime's warp reductions (model/cuda/reduce.cuh)
+using model::cuda::warp_max;
+using model::cuda::warp_sum;
+
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kRowsPerBlock = 4;
-
-__device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-    return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-    return v;
-}
 
 // Row r of the scores (rows of L; row i = r mod L of its window and head):
 // P = softmax over keys 0..i, zeros after.
@@ -94,8 +88,8 @@ void attention_forward(const Gpu& g, const float* q, const float* k, const float
 
 void attention_backward(const Gpu& g, const float* dout, const float* q, const float* k,
                         const float* v, const float* probs, int64_t windows, int64_t L,
-                        int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk,
-                        float* dv, float* ds) {
+                        int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk, float* dv,
+                        float* ds) {
     if (windows == 0 || L == 0) return;
     const int64_t group = heads / kv_heads, ldq = heads * d, ldk = kv_heads * d;
     const int64_t sq = L * ldq, sk = L * ldk, sp = heads * L * L;
@@ -106,23 +100,23 @@ void attention_backward(const Gpu& g, const float* dout, const float* q, const f
     for (int64_t h = 0; h < heads; ++h) {
         const int64_t kg = (h / group) * d;
         // dv_g += P_hᵀ dout_h
-        gemm_batched(g, true, false, L, d, L, 1.0f, probs + h * L * L, L, sp, dout + h * d, ldq,
-                     sq, 1.0f, dv + kg, ldk, sk, windows);
+        gemm_batched(g, true, false, L, d, L, 1.0f, probs + h * L * L, L, sp, dout + h * d, ldq, sq,
+                     1.0f, dv + kg, ldk, sk, windows);
         // dP = dout_h v_gᵀ
         gemm_batched(g, false, true, L, L, d, 1.0f, dout + h * d, ldq, sq, v + kg, ldk, sk, 0.0f,
                      ds + h * L * L, L, sp, windows);
     }
     const int64_t rows = windows * heads * L;
-    causal_softmax_backward_kernel<<<row_blocks(rows), 32 * kRowsPerBlock, 0, st>>>(ds, probs,
-                                                                                    rows, L, scale);
+    causal_softmax_backward_kernel<<<row_blocks(rows), 32 * kRowsPerBlock, 0, st>>>(ds, probs, rows,
+                                                                                    L, scale);
     CUDA_LAUNCH_CHECK();
     for (int64_t h = 0; h < heads; ++h) {
         const int64_t kg = (h / group) * d;
         // dq_h = dS k_g (the 1/√d is in dS); dk_g += dSᵀ q_h
         gemm_batched(g, false, false, L, d, L, 1.0f, ds + h * L * L, L, sp, k + kg, ldk, sk, 0.0f,
                      dq + h * d, ldq, sq, windows);
-        gemm_batched(g, true, false, L, d, L, 1.0f, ds + h * L * L, L, sp, q + h * d, ldq, sq,
-                     1.0f, dk + kg, ldk, sk, windows);
+        gemm_batched(g, true, false, L, d, L, 1.0f, ds + h * L * L, L, sp, q + h * d, ldq, sq, 1.0f,
+                     dk + kg, ldk, sk, windows);
     }
 }
 

@@ -4,24 +4,23 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "model/cuda/reduce.cuh"
 #include "tune/cuda/grad_ops.hpp"
 
 namespace cortiq::tune::cuda {
 
+// the runtime's warp reductions (model/cuda/reduce.cuh)
+using model::cuda::warp_max;
+using model::cuda::warp_sum;
+
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kThreads = 256;
 constexpr int kRowsPerBlock = 4;  // warps per block for the per-row kernels
 
 unsigned blocks_for(int64_t n) {
     const int64_t b = (n + kThreads - 1) / kThreads;
     return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
-}
-
-__device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
-    return v;
 }
 
 __global__ void scale_cols_kernel(const float* a, const float* s, int64_t rows, int64_t cols,
@@ -184,8 +183,8 @@ void rmsnorm_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, cons
 void rmsnorm_backward(const Gpu& g, const float* dy, const float* x, const float* w,
                       const float* rstd, int64_t rows, int64_t n, float* dx, float* dw) {
     if (rows == 0) return;
-    rmsnorm_backward_kernel<<<row_blocks(rows), 32 * kRowsPerBlock, 0, g.stream()>>>(
-        dy, x, w, rstd, rows, n, dx);
+    rmsnorm_backward_kernel<<<row_blocks(rows), 32 * kRowsPerBlock, 0, g.stream()>>>(dy, x, w, rstd,
+                                                                                     rows, n, dx);
     CUDA_LAUNCH_CHECK();
     if (dw) col_dots_rs(g, dy, x, rstd, rows, n, dw);  // dw += Σ_rows dy ∘ x̂
 }
@@ -215,8 +214,7 @@ void swiglu_forward(const Gpu& g, const float* gate, const float* up, int64_t n,
 void swiglu_backward(const Gpu& g, const float* dy, const float* gate, const float* up, int64_t n,
                      float* dgate, float* dup) {
     if (n == 0) return;
-    swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(dy, gate, up, n, dgate,
-                                                                       dup);
+    swiglu_backward_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(dy, gate, up, n, dgate, dup);
     CUDA_LAUNCH_CHECK();
 }
 
