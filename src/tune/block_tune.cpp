@@ -85,6 +85,13 @@ struct Evaluator {
 
 }  // namespace
 
+int64_t window_length(const WindowPairs& fit, const WindowPairs& sel) {
+    CORTIQ_CHECK(!fit.x.empty() && fit.x.size() == fit.y.size() && sel.x.size() == sel.y.size(),
+                 "block tuning needs paired fit windows ({} inputs, {} targets)", fit.x.size(),
+                 fit.y.size());
+    return fit.x[0].rows();
+}
+
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b) {
     int64_t n = 0;
     const auto la = a.linears(), lb = b.linears();
@@ -103,10 +110,7 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
                            const std::vector<float>& inv_freq, const WindowPairs& fit,
                            const WindowPairs& sel, const TuneOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
-    CORTIQ_CHECK(!fit.x.empty() && fit.x.size() == fit.y.size() && sel.x.size() == sel.y.size(),
-                 "block tuning needs paired fit windows ({} inputs, {} targets)", fit.x.size(),
-                 fit.y.size());
-    const int64_t L = fit.x[0].rows();
+    const int64_t L = window_length(fit, sel);
     const RopeT<float> rope = rope_for<float>(inv_freq, L);
     const Evaluator ev{d, rope, std::max<int64_t>(1, o.batch_windows)};
     BlockTuneResult res;

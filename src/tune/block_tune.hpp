@@ -57,6 +57,10 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
                                const std::vector<float>& inv_freq, const WindowPairs& fit,
                                const WindowPairs& sel, const TuneOptions& o);
 
+// The length L of the windows after checking that fit holds windows and
+// both sets pair each input with a target (both tuners start with it).
+int64_t window_length(const WindowPairs& fit, const WindowPairs& sel);
+
 // The signs that differ between two blocks of the same shapes.
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b);
 

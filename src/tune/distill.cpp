@@ -136,18 +136,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     }
     s.blocks = std::move(best);
     r.kl_fit_after = mean_kl(fit);
-    for (size_t l = 0; l < s.blocks.size(); ++l) {
-        auto a = s.blocks[l].linears();
-        auto b = start[l].linears();
-        for (size_t i = 0; i < a.size(); ++i) {
-            if (!a[i]->blr) continue;
-            for (size_t k = 0; k < a[i]->blr->paths.size(); ++k) {
-                const auto &qa = a[i]->blr->paths[k], &qb = b[i]->blr->paths[k];
-                for (size_t j = 0; j < qa.su.size(); ++j) r.flips += qa.su[j] != qb.su[j];
-                for (size_t j = 0; j < qa.sv.size(); ++j) r.flips += qa.sv[j] != qb.sv[j];
-            }
-        }
-    }
+    for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }

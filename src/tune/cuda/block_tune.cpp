@@ -122,10 +122,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
                                const std::vector<float>& inv_freq, const WindowPairs& fit,
                                const WindowPairs& sel, const TuneOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
-    CORTIQ_CHECK(!fit.x.empty() && fit.x.size() == fit.y.size() && sel.x.size() == sel.y.size(),
-                 "block tuning needs paired fit windows ({} inputs, {} targets)", fit.x.size(),
-                 fit.y.size());
-    const int64_t L = fit.x[0].rows();
+    const int64_t L = window_length(fit, sel);
     const Gpu g;
     const cudaStream_t st = g.stream();
     const DRope rope = cuda::upload(rope_for<float>(inv_freq, L), st);
@@ -209,8 +206,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     res.fit_after = ev.relative(cuda::upload(p, st), dfit);
     res.flips = sign_changes(start, p);
     g.sync();
-    res.seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
 }
 
