@@ -19,63 +19,30 @@ namespace {
 
 using namespace fixtures;
 
-struct Fixture {
-    BlockDims d;
-    BlockParamsT<double> p;
-    RopeT<double> rope;
-    int64_t windows = 2, L = 5;
-    Vec x, c;  // input, and the loss weights: loss = Σ c ∘ out
+// The block of tune_fixtures.hpp with its RoPE table and the loss Σ c ∘ out.
+struct Problem {
+    Fixture f;
+    RopeT<double> rope = rope_for<double>(f.inv_freq, f.L);
 
     double loss() {
         BlockActsT<double> a;
-        block_forward(p, d, rope, x.data(), windows, L, a);
+        block_forward(f.p, f.d, rope, f.x.data(), f.windows, f.L, a);
         double s = 0;
-        for (size_t i = 0; i < c.size(); ++i) s += c[i] * a.out[i];
+        for (size_t i = 0; i < f.c.size(); ++i) s += f.c[i] * a.out[i];
         return s;
     }
 };
 
-Fixture make_fixture(bool qwen3, uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    Fixture f;
-    f.d = BlockDims{8, 4, 2, 4, 12, 1e-6, qwen3};
-    const int64_t H = 8, qw = 16, kw = 8, ffn = 12;
-    auto ones_ish = [&](int64_t n) {
-        Vec v = randn(rng, n, 0.2);
-        for (auto& x : v) x += 1.0;
-        return v;
-    };
-    f.p.in_norm = ones_ish(H);
-    f.p.post_norm = ones_ish(H);
-    if (qwen3) {
-        f.p.q_norm = ones_ish(4);
-        f.p.k_norm = ones_ish(4);
-    }
-    const bool bias = !qwen3;  // Qwen2-style q/k/v biases
-    f.p.q = blr_linear(rng, qw, H, 3, 2, bias);
-    f.p.k = blr_linear(rng, kw, H, 3, 1, bias);
-    f.p.v = dense_linear(rng, kw, H);  // a layer kept dense
-    f.p.o = blr_linear(rng, H, qw, 4, 2, false);
-    f.p.gate = blr_linear(rng, ffn, H, 4, 1, false);
-    f.p.up = blr_linear(rng, ffn, H, 4, 2, false);
-    f.p.down = blr_linear(rng, H, ffn, 5, 2, false);
-    std::vector<float> inv_freq{1.0f, 0.1f};
-    f.rope = rope_for<double>(inv_freq, f.L);
-    f.x = randn(rng, f.windows * f.L * H);
-    f.c = randn(rng, f.windows * f.L * H);
-    return f;
-}
-
 // |analytic − numeric| ≤ tol · max(1, |numeric|) for every entry of `v`
-void check(Fixture& f, Vec& v, const Vec& analytic, const std::string& what) {
+void check(Problem& pr, Vec& v, const Vec& analytic, const std::string& what) {
     ASSERT_EQ(v.size(), analytic.size()) << what;
     const double h = 1e-6;
     for (size_t i = 0; i < v.size(); ++i) {
         const double keep = v[i];
         v[i] = keep + h;
-        const double up = f.loss();
+        const double up = pr.loss();
         v[i] = keep - h;
-        const double down = f.loss();
+        const double down = pr.loss();
         v[i] = keep;
         const double num = (up - down) / (2 * h);
         ASSERT_NEAR(analytic[i], num, 1e-6 * std::max(1.0, std::abs(num)))
@@ -84,19 +51,20 @@ void check(Fixture& f, Vec& v, const Vec& analytic, const std::string& what) {
 }
 
 void check_block(bool qwen3) {
-    Fixture f = make_fixture(qwen3, qwen3 ? 7 : 3);
+    Problem pr{make_fixture(qwen3, qwen3 ? 7 : 3)};
+    Fixture& f = pr.f;
     BlockActsT<double> a;
-    block_forward(f.p, f.d, f.rope, f.x.data(), f.windows, f.L, a);
+    block_forward(f.p, f.d, pr.rope, f.x.data(), f.windows, f.L, a);
     BlockGradsT<double> g = zero_grads(f.p);
     Vec dx(f.x.size());
-    block_backward(f.p, f.d, f.rope, a, f.c.data(), dx.data(), g);
+    block_backward(f.p, f.d, pr.rope, a, f.c.data(), dx.data(), g);
 
-    check(f, f.x, dx, "dx");
-    check(f, f.p.in_norm, g.in_norm, "input norm");
-    check(f, f.p.post_norm, g.post_norm, "post-attention norm");
+    check(pr, f.x, dx, "dx");
+    check(pr, f.p.in_norm, g.in_norm, "input norm");
+    check(pr, f.p.post_norm, g.post_norm, "post-attention norm");
     if (qwen3) {
-        check(f, f.p.q_norm, g.q_norm, "q norm");
-        check(f, f.p.k_norm, g.k_norm, "k norm");
+        check(pr, f.p.q_norm, g.q_norm, "q norm");
+        check(pr, f.p.k_norm, g.k_norm, "k norm");
     }
     const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
     auto lins = f.p.linears();
@@ -107,11 +75,11 @@ void check_block(bool qwen3) {
             auto& q = lins[i]->blr->paths[p];
             const auto& gq = g.blr[i]->paths[p];
             const std::string w = std::string(names[i]) + " path " + std::to_string(p);
-            check(f, q.h, gq.h, w + " h");
-            check(f, q.l, gq.l, w + " l");
-            check(f, q.g, gq.g, w + " g");
-            check(f, q.su, gq.su, w + " S_U");
-            check(f, q.sv, gq.sv, w + " S_V");
+            check(pr, q.h, gq.h, w + " h");
+            check(pr, q.l, gq.l, w + " l");
+            check(pr, q.g, gq.g, w + " g");
+            check(pr, q.su, gq.su, w + " S_U");
+            check(pr, q.sv, gq.sv, w + " S_V");
             ++checked;
         }
     }

@@ -30,63 +30,6 @@ namespace {
 
 using namespace fixtures;
 
-// The sizes of a fixture: test_tune_grad's (8, 4, 2, 4, 12; 2 windows of 5)
-// and larger ones.
-struct Size {
-    int64_t hidden, heads, kv_heads, head_dim, ffn, windows, L;
-    int64_t rank;  // the rank of the widest layers (test_tune_grad: 3..5)
-};
-constexpr Size kSmall{8, 4, 2, 4, 12, 2, 5, 0};
-
-struct Fixture {
-    BlockDims d;
-    BlockParamsT<double> p;
-    std::vector<float> inv_freq;
-    int64_t windows = 2, L = 5;
-    Vec x, c;  // input, and the loss weights: loss = Σ c ∘ out
-};
-
-// test_tune_grad's make_fixture (the same draws for kSmall), sizes from s.
-Fixture make_fixture(bool qwen3, uint64_t seed, const Size& s = kSmall) {
-    std::mt19937_64 rng(seed);
-    Fixture f;
-    f.d = BlockDims{s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, 1e-6, qwen3};
-    f.windows = s.windows;
-    f.L = s.L;
-    const int64_t H = s.hidden, qw = s.heads * s.head_dim, kw = s.kv_heads * s.head_dim,
-                  ffn = s.ffn;
-    auto ones_ish = [&](int64_t n) {
-        Vec v = randn(rng, n, 0.2);
-        for (auto& x : v) x += 1.0;
-        return v;
-    };
-    f.p.in_norm = ones_ish(H);
-    f.p.post_norm = ones_ish(H);
-    if (qwen3) {
-        f.p.q_norm = ones_ish(s.head_dim);
-        f.p.k_norm = ones_ish(s.head_dim);
-    }
-    const bool bias = !qwen3;  // Qwen2-style q/k/v biases
-    const int64_t r = s.rank;
-    f.p.q = blr_linear(rng, qw, H, r ? r : 3, 2, bias);
-    f.p.k = blr_linear(rng, kw, H, r ? r : 3, 1, bias);
-    f.p.v = dense_linear(rng, kw, H);  // a layer kept dense
-    f.p.o = blr_linear(rng, H, qw, r ? r : 4, 2, false);
-    f.p.gate = blr_linear(rng, ffn, H, r ? r : 4, 1, false);
-    f.p.up = blr_linear(rng, ffn, H, r ? r : 4, 2, false);
-    f.p.down = blr_linear(rng, H, ffn, r ? r : 5, 2, false);
-    if (s.head_dim == 4) {
-        f.inv_freq = {1.0f, 0.1f};
-    } else {
-        for (int64_t j = 0; j < s.head_dim / 2; ++j)
-            f.inv_freq.push_back(static_cast<float>(std::pow(
-                10000.0, -2.0 * static_cast<double>(j) / static_cast<double>(s.head_dim))));
-    }
-    f.x = randn(rng, f.windows * f.L * H);
-    f.c = randn(rng, f.windows * f.L * H);
-    return f;
-}
-
 std::vector<float> to_f(const Vec& v) {
     return std::vector<float>(v.begin(), v.end());
 }
