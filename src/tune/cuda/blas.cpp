@@ -25,8 +25,8 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
 }
 
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb,
-                  int64_t sb, float beta, float* c, int64_t ldc, int64_t sc, int64_t count) {
+                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb,
+                  float beta, float* c, int64_t ldc, int64_t sc, int64_t count) {
     if (m == 0 || n == 0 || count == 0) return;
     CORTIQ_ASSERT(k > 0, "gemm with an empty inner dimension");
     const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;

@@ -12,7 +12,8 @@ using cortiq::cuda::download_f;
 using cortiq::cuda::upload_f;
 
 void copy_d2d(float* dst, const float* src, int64_t n, cudaStream_t st) {
-    if (n > 0) CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, st));
+    if (n > 0)
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, sizeof(float) * n, cudaMemcpyDeviceToDevice, st));
 }
 
 void zero(DVec& v, cudaStream_t st) {
@@ -61,7 +62,9 @@ void lin_backward(const Gpu& g, const DLinear& l, const float* x, int64_t rows,
         linear_backward_dx(g, dy, rows, l.n, l.w.get(), l.m, dx.get(), add);
 }
 
-float* opt(DVec& v) { return v.empty() ? nullptr : v.get(); }
+float* opt(DVec& v) {
+    return v.empty() ? nullptr : v.get();
+}
 
 }  // namespace
 
@@ -138,11 +141,10 @@ BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t st) {
         }
         BlrGradT<float> o{b->m, b->n, b->r, {}};
         for (const auto& q : b->paths)
-            o.paths.push_back({download_f(q.h.get(), q.h.size(), st),
-                               download_f(q.l.get(), q.l.size(), st),
-                               download_f(q.g.get(), q.g.size(), st),
-                               download_f(q.su.get(), q.su.size(), st),
-                               download_f(q.sv.get(), q.sv.size(), st)});
+            o.paths.push_back(
+                {download_f(q.h.get(), q.h.size(), st), download_f(q.l.get(), q.l.size(), st),
+                 download_f(q.g.get(), q.g.size(), st), download_f(q.su.get(), q.su.size(), st),
+                 download_f(q.sv.get(), q.sv.size(), st)});
         h.blr.emplace_back(std::move(o));
     }
     h.in_norm = download_f(g.in_norm.get(), g.in_norm.size(), st);
@@ -223,25 +225,24 @@ void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, con
                  a.blr);
     lin_backward(g, p.up, a.n2.get(), N, a.cache[5], a.dup.get(), a.dn2, true, gr.blr[5], a.blr);
     ensure(a.tmp, N * H, st);
-    rmsnorm_backward(g, a.dn2.get(), a.h.get(), p.post_norm.get(), a.rstd2.get(), N, H,
-                     a.tmp.get(), opt(gr.post_norm));
+    rmsnorm_backward(g, a.dn2.get(), a.h.get(), p.post_norm.get(), a.rstd2.get(), N, H, a.tmp.get(),
+                     opt(gr.post_norm));
     add_into(g, a.dh.get(), a.tmp.get(), N * H);
     // attention: h = x + o(attn)
-    lin_backward(g, p.o, a.attn.get(), N, a.cache[3], a.dh.get(), a.dattn, false, gr.blr[3],
-                 a.blr);
+    lin_backward(g, p.o, a.attn.get(), N, a.cache[3], a.dh.get(), a.dattn, false, gr.blr[3], a.blr);
     ensure(a.dq, N * qw, st);
     ensure(a.dk, N * kw, st);
     ensure(a.dv, N * kw, st);
     ensure(a.ds, windows * d.heads * L * L, st);
-    attention_backward(g, a.dattn.get(), a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows,
-                       L, d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
+    attention_backward(g, a.dattn.get(), a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
+                       d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
     rope_backward(g, a.dq.get(), N, qw, d.heads, hd, L, rope.cos.get(), rope.sin.get());
     rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, L, rope.cos.get(), rope.sin.get());
     if (d.qk_norm) {
         ensure(a.dql, N * qw, st);
         ensure(a.dkl, N * kw, st);
-        rmsnorm_backward(g, a.dq.get(), a.q_lin.get(), p.q_norm.get(), a.rstd_q.get(),
-                         N * d.heads, hd, a.dql.get(), opt(gr.q_norm));
+        rmsnorm_backward(g, a.dq.get(), a.q_lin.get(), p.q_norm.get(), a.rstd_q.get(), N * d.heads,
+                         hd, a.dql.get(), opt(gr.q_norm));
         rmsnorm_backward(g, a.dk.get(), a.k_lin.get(), p.k_norm.get(), a.rstd_k.get(),
                          N * d.kv_heads, hd, a.dkl.get(), opt(gr.k_norm));
         std::swap(a.dq, a.dql);

@@ -27,16 +27,15 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
 // `count` such products, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
 // may be 0: one operand shared by every product).
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb,
-                  int64_t sb, float beta, float* c, int64_t ldc, int64_t sc, int64_t count);
+                  const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb,
+                  float beta, float* c, int64_t ldc, int64_t sc, int64_t count);
 
 // ── element-wise and reductions (grad_ops.cu) ──────────────────────────────────
 // out[i, j] = a[i, j] · s[j] (rows × cols); out += … when accumulate. out may be a.
 void scale_cols(const Gpu& g, const float* a, const float* s, int64_t rows, int64_t cols,
                 float* out, bool accumulate);
 // acc[j] += Σ_i a[i, j] · b[i, j] (summed in float64, as on the CPU).
-void col_dots(const Gpu& g, const float* a, const float* b, int64_t rows, int64_t cols,
-              float* acc);
+void col_dots(const Gpu& g, const float* a, const float* b, int64_t rows, int64_t cols, float* acc);
 // y += x over n values.
 void add_into(const Gpu& g, float* y, const float* x, int64_t n);
 // y[i, j] += b[j] (rows × m).
@@ -63,8 +62,8 @@ void attention_forward(const Gpu& g, const float* q, const float* k, const float
 // dq, dk, dv overwritten; ds: scratch of windows × heads × L × L.
 void attention_backward(const Gpu& g, const float* dout, const float* q, const float* k,
                         const float* v, const float* probs, int64_t windows, int64_t L,
-                        int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk,
-                        float* dv, float* ds);
+                        int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk, float* dv,
+                        float* ds);
 
 void swiglu_forward(const Gpu& g, const float* gate, const float* up, int64_t n, float* y);
 void swiglu_backward(const Gpu& g, const float* dy, const float* gate, const float* up, int64_t n,
@@ -100,9 +99,8 @@ DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream);
 void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, float* y,
                  DBlrCache& cache, DBlrScratch& s);
 // As tune::blr_backward; dx (may be null) overwritten, or added into when accumulate.
-void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows,
-                  const DBlrCache& cache, const float* dy, float* dx, bool accumulate,
-                  DBlrGrad& grad, DBlrScratch& s);
+void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, const DBlrCache& cache,
+                  const float* dy, float* dx, bool accumulate, DBlrGrad& grad, DBlrScratch& s);
 
 // Makes b hold n values (reallocating only when the size differs).
 void ensure(DVec& b, int64_t n, cudaStream_t stream);

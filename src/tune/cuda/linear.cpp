@@ -25,8 +25,8 @@ DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream) {
         return v;
     };
     for (size_t p = 0; p < w.paths.size(); ++p)
-        gr.paths.push_back({zeros(w.m), zeros(w.r), zeros(w.n), zeros(w.m * w.r),
-                            zeros(w.n * w.r)});
+        gr.paths.push_back(
+            {zeros(w.m), zeros(w.r), zeros(w.n), zeros(w.m * w.r), zeros(w.n * w.r)});
     return gr;
 }
 
@@ -54,9 +54,8 @@ void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, floa
     }
 }
 
-void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows,
-                  const DBlrCache& cache, const float* dy, float* dx, bool accumulate,
-                  DBlrGrad& grad, DBlrScratch& s) {
+void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, const DBlrCache& cache,
+                  const float* dy, float* dx, bool accumulate, DBlrGrad& grad, DBlrScratch& s) {
     const int64_t m = w.m, n = w.n, r = w.r;
     const cudaStream_t st = g.stream();
     ensure(s.du, rows * m, st);
@@ -68,21 +67,21 @@ void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows,
         const DBlrPath& q = w.paths[p];
         DBlrPath& gq = grad.paths[p];
         const float* t = cache.t[p].get();
-        col_dots(g, dy, cache.u[p].get(), rows, m, gq.h.get());           // dh += Σ dy ∘ u
-        scale_cols(g, dy, q.h.get(), rows, m, s.du.get(), false);         // du = dy ∘ h
+        col_dots(g, dy, cache.u[p].get(), rows, m, gq.h.get());    // dh += Σ dy ∘ u
+        scale_cols(g, dy, q.h.get(), rows, m, s.du.get(), false);  // du = dy ∘ h
         gemm(g, false, false, rows, r, m, 1.0f, s.du.get(), m, q.su.get(), r, 0.0f, s.dtl.get(),
-             r);                                                          // dtl = du S_U
-        scale_cols(g, t, q.l.get(), rows, r, s.tl.get(), false);          // ℓ ∘ t
+             r);                                                  // dtl = du S_U
+        scale_cols(g, t, q.l.get(), rows, r, s.tl.get(), false);  // ℓ ∘ t
         gemm(g, true, false, m, r, rows, 1.0f, s.du.get(), m, s.tl.get(), r, 1.0f, gq.su.get(),
-             r);                                                          // dS_U += duᵀ (ℓ ∘ t)
-        col_dots(g, s.dtl.get(), t, rows, r, gq.l.get());                 // dℓ += Σ dtl ∘ t
+             r);                                           // dS_U += duᵀ (ℓ ∘ t)
+        col_dots(g, s.dtl.get(), t, rows, r, gq.l.get());  // dℓ += Σ dtl ∘ t
         scale_cols(g, s.dtl.get(), q.l.get(), rows, r, s.dtl.get(), false);  // dt = dtl ∘ ℓ
         gemm(g, false, true, rows, n, r, 1.0f, s.dtl.get(), r, q.sv.get(), r, 0.0f, s.dxg.get(),
-             n);                                                          // dxg = dt S_Vᵀ
-        scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);          // g ∘ x
+             n);                                                  // dxg = dt S_Vᵀ
+        scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);  // g ∘ x
         gemm(g, true, false, n, r, rows, 1.0f, s.xg.get(), n, s.dtl.get(), r, 1.0f, gq.sv.get(),
-             r);                                                          // dS_V += (g ∘ x)ᵀ dt
-        col_dots(g, s.dxg.get(), x, rows, n, gq.g.get());                 // dg += Σ dxg ∘ x
+             r);                                           // dS_V += (g ∘ x)ᵀ dt
+        col_dots(g, s.dxg.get(), x, rows, n, gq.g.get());  // dg += Σ dxg ∘ x
         if (dx) scale_cols(g, s.dxg.get(), q.g.get(), rows, n, dx, accumulate || p > 0);
     }
 }

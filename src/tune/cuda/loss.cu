@@ -51,8 +51,8 @@ void block_loss(const Gpu& g, const float* out, const float* y, const float* x, 
                 double* sums, float scale, float* dout) {
     if (n == 0) return;
     const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 1024);
-    block_loss_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, g.stream()>>>(out, y, x, n,
-                                                                                  sums, scale, dout);
+    block_loss_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, g.stream()>>>(
+        out, y, x, n, sums, scale, dout);
     CUDA_LAUNCH_CHECK();
 }
 
