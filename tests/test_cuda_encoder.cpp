@@ -315,6 +315,43 @@ TEST(CudaKnots, GptqVKernelsReachTheCpuObjectiveAtLargeRank) {
               << eb << ", cpu " << e << "\n";
 }
 
+// The lazy kernel's flip log is a ring of 4,096 entries per column; the
+// decider waits for the owner warps before it would overwrite an entry one of
+// them has not applied. Real columns flip a few hundred bits, so the wrap and
+// the wait never run at test shapes; Tuning::gptq_log_cap shrinks the ring so
+// that they do (64 entries: a wrap every two chunks' flips). The ring's size
+// changes only when the decider waits, never the arithmetic or its order: the
+// signs, the flip count and the latent errors must be identical. r = 600 puts
+// 19 chunks on 14 owner warps, so some owners hold two (the r > 448 path).
+TEST(CudaKnots, GptqVLazyLogWrapChangesNothing) {
+    SKIP_WITHOUT_GPU();
+    const int64_t m = 640, n = 608, r = 600;
+    const Options o;
+    std::vector<blr::Factors> out;
+    std::vector<int64_t> flips;
+    std::vector<double> errs;
+    for (int cap : {0, 256, 64}) {
+        cu::Tuning t;
+        t.gptq_kernel = cu::GptqKernel::lazy;
+        t.gptq_log_cap = cap;
+        Fixture f(m, n, 91, t);
+        const blr::Factors base = cpu::build_init(*f.tc, r, 2, small_options());
+        cu::DeviceFactors d = cu::to_device(base, f.gpu.stream());
+        flips.push_back(cu::gptq_v(d, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block));
+        errs.push_back(cu::err(d, *f.c, cu::Metric::h));
+        out.push_back(cu::to_host(d, f.gpu.stream()));
+    }
+    // more flips per column, on average, than the smallest ring holds: it wrapped
+    EXPECT_GT(flips[0], 64 * n) << "the log did not wrap at 64 entries";
+    for (size_t i = 1; i < out.size(); ++i) {
+        EXPECT_EQ(flips[i], flips[0]);
+        EXPECT_EQ(errs[i], errs[0]);
+        EXPECT_EQ(agreement(out[i].paths[1].sv, out[0].paths[1].sv), 1.0);
+    }
+    std::cerr << "r" << r << ": " << flips[0] << " flips (" << flips[0] / n
+              << " per column), err " << errs[0] << "\n";
+}
+
 TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {
     SKIP_WITHOUT_GPU();
     for (auto [m, n] : {std::pair<int64_t, int64_t>{160, 128}, {96, 160}}) {

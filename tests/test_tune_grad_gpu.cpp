@@ -15,6 +15,7 @@
 #include "core/gpu.hpp"
 #include "tune/block.hpp"
 #include "tune/block_tune.hpp"
+#include "tune/distill.hpp"
 #include "tune_fixtures.hpp"
 #ifdef CORTIQ_HAVE_CUDA
 #include "tune/cuda/block.hpp"
@@ -258,10 +259,106 @@ TEST(TuneBlockGpu, TimingOnATinyLlamaSizedBlock) {
     EXPECT_NEAR(rg.fit_after, rc.fit_after, 0.03 * rc.fit_after);
 }
 
+// distill_gpu against distill (float CPU): a student of two blocks whose
+// scales (and signs) were perturbed, its teacher the unperturbed model
+// through the CPU operations. The same batches and Adam steps on both sides.
+void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label) {
+    const Size s{32, 4, 2, 8, 48, 1, 24, 6};
+    TuneProblem a = make_problem(qwen3, qwen3 ? 41 : 40, s, 1, 0);
+    TuneProblem b = make_problem(qwen3, qwen3 ? 43 : 42, s, 1, 0);
+    std::mt19937_64 rng(7);
+    const int64_t V = 50, H = s.hidden, L = s.L;
+    const Vec ev = randn(rng, V * H, 1.0), hv = randn(rng, V * H, 0.5);
+    MatF embed(V, H), head(V, H);
+    for (int64_t i = 0; i < V * H; ++i) {
+        embed.data()[i] = static_cast<float>(ev[i]);
+        head.data()[i] = static_cast<float>(hv[i]);
+    }
+    Student truth;
+    truth.embed = &embed;
+    truth.head = &head;
+    truth.d = a.f.d;
+    truth.inv_freq = a.f.inv_freq;
+    truth.final_norm.assign(H, 1.0f);
+    truth.blocks = {a.start, b.start};
+    const auto rope = rope_for<float>(truth.inv_freq, L);
+    const TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
+        std::vector<float> x(L * H), normed(L * H), rstd(L);
+        embedding_forward(embed.data(), H, toks.data(), L, x.data());
+        BlockActsT<float> acts;
+        for (const auto& blk : truth.blocks) {
+            block_forward(blk, truth.d, rope, x.data(), 1, L, acts);
+            x = acts.out;
+        }
+        rmsnorm_forward(x.data(), L, H, truth.final_norm.data(), static_cast<float>(truth.d.eps),
+                        normed.data(), rstd.data());
+        MatF logits(L, V);
+        linear_forward(normed.data(), L, H, head.data(), V, static_cast<const float*>(nullptr),
+                       logits.data());
+        return logits;
+    };
+    std::vector<std::vector<int32_t>> fit, sel;
+    for (int w = 0; w < 8; ++w) {
+        std::vector<int32_t> t(L);
+        for (auto& v : t) v = static_cast<int32_t>(rng() % V);
+        (w < 6 ? fit : sel).push_back(t);
+    }
+    Student sc = truth;
+    std::normal_distribution<double> nd(0.0, 0.3);
+    for (auto& blk : sc.blocks)
+        for (auto* l : blk.linears())
+            if (l->blr)
+                for (auto& q : l->blr->paths)
+                    for (auto* v : {&q.h, &q.l, &q.g})
+                        for (auto& x : *v) x *= static_cast<float>(std::exp(nd(rng)));
+    Student sg = sc;
+    const DistillResult rc = distill(sc, teacher, fit, sel, o);
+    const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o);
+    std::printf(
+        "[%s] KL fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
+        "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
+        label, rc.kl_fit_before, rc.kl_fit_after, rg.kl_fit_before, rg.kl_fit_after,
+        rc.kl_sel_before, rc.kl_sel_after, rg.kl_sel_before, rg.kl_sel_after, rc.best_epoch,
+        rg.best_epoch, static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
+    EXPECT_NEAR(rg.kl_fit_before, rc.kl_fit_before, 1e-4 * rc.kl_fit_before);
+    EXPECT_NEAR(rg.kl_sel_before, rc.kl_sel_before, 1e-4 * rc.kl_sel_before);
+    EXPECT_LT(rc.kl_fit_after, 0.9 * rc.kl_fit_before) << "the problem should be tunable";
+    EXPECT_NEAR(rg.kl_fit_after, rc.kl_fit_after, after_tol * rc.kl_fit_after);
+    EXPECT_NEAR(rg.kl_sel_after, rc.kl_sel_after, after_tol * rc.kl_sel_after);
+    EXPECT_LE(rg.kl_sel_after, rg.kl_sel_before);
+}
+
+TEST(DistillGpu, ScalesFollowTheCpuDistillation) {
+    REQUIRE_GPU();
+    TuneOptions o;
+    o.epochs = 4;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 0;
+    compare_distill(false, o, 0.03, "distill, llama, scales");
+    compare_distill(true, o, 0.03, "distill, qwen3, scales");
+}
+
+TEST(DistillGpu, SignLatentsFollowTheCpuDistillation) {
+    REQUIRE_GPU();
+    TuneOptions o;
+    o.epochs = 4;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 5e-4;
+    o.latent_init = 2e-3;
+    compare_distill(false, o, 0.10, "distill, llama, scales + signs");
+}
+
 #else
 
 TEST(TuneGradGpu, NeedsCuda) {
     GTEST_SKIP() << ::cortiq::gpu_unavailable_reason();
+}
+
+TEST(DistillGpu, WithoutCudaThrows) {
+    Student st;
+    EXPECT_THROW(distill_gpu(st, {}, {}, {}, {}), std::exception);
 }
 
 TEST(TuneBlockGpu, WithoutCudaThrows) {

@@ -22,7 +22,7 @@ namespace cortiq::quant {
 
 std::string resolve_tune_mode(const std::string& mode, encode::Device device) {
     if (mode != "auto") return mode;
-    return device == encode::Device::gpu ? "block" : "none";
+    return device == encode::Device::gpu ? "block+kd" : "none";
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {

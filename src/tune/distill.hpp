@@ -41,5 +41,14 @@ using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
 DistillResult distill(Student& s, const TeacherFn& teacher,
                       const std::vector<std::vector<int32_t>>& fit,
                       const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o);
+// The same on the GPU (tune/cuda/distill.cpp): the same batches in the same
+// order (same seed), the same Adam updates and choice of the epoch kept, in
+// float32 on the calling thread's current device. The teacher runs once per
+// window; its log-probabilities stay on the device when they fit in half of
+// its free memory, else the teacher runs again for each use. Without CUDA it
+// throws.
+DistillResult distill_gpu(Student& s, const TeacherFn& teacher,
+                          const std::vector<std::vector<int32_t>>& fit,
+                          const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o);
 
 }  // namespace cortiq::tune

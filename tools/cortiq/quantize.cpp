@@ -55,13 +55,15 @@ void add_quantize(CLI::App& app) {
                     "less overfitting of the calibration text")
         ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--tune", a->o.tune_mode,
-                    "output-aware tuning: auto (default: block with --device gpu, none on the "
-                    "CPU); none; block (each layer's BLR scales/signs fitted to "
+                    "output-aware tuning: auto (default: block+kd with --device gpu, none on "
+                    "the CPU); none; block (each layer's BLR scales/signs fitted to "
                     "the original model's block outputs); block+kd (then the whole model "
                     "distilled on the original's next-token distribution); kd")
         ->check(CLI::IsMember({"auto", "none", "block", "block+kd", "kd"}));
     cmd->add_option("--kd-epochs", a->o.kd.epochs, "distillation: passes over the fit windows")
         ->check(CLI::Range(1, 1000));
+    cmd->add_option("--kd-batch", a->o.kd.batch_windows, "distillation: windows per step")
+        ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");

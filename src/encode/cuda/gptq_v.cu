@@ -37,6 +37,9 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
         lazy = l.nb >= 1;
     }
     if (!lazy) l = plan_batched(c.gpu, r, block, c.tuning.gptq_threads, c.tuning.gptq_prefetch);
+    const int cap = c.tuning.gptq_log_cap;
+    CORTIQ_CHECK(cap == 0 || (cap >= 64 && cap <= 4096 && (cap & (cap - 1)) == 0),
+                 "gptq_log_cap must be 0 or a power of two from 64 to 4096, not {}", cap);
     CORTIQ_CHECK(r <= gptq_v_max_rank() && l.nb >= 1,
                  "gptq_v: rank {} is above the device column search's limit ({} bytes of shared "
                  "memory per block); use the CPU encoder",
@@ -91,7 +94,8 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
                .flips = counts.get(),
                .passes_run = counts.get() + 1,
                .ldk = lazy ? rp : r,
-               .stats = counts.get() + 2};
+               .stats = counts.get() + 2,
+               .log_cap = c.tuning.gptq_log_cap};
     if (lazy)
         prepare_lazy(l);
     else

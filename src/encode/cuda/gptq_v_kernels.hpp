@@ -25,6 +25,7 @@ struct GptqArgs {
     int64_t ldk;                     // row stride of k (lazy kernel: r padded to 32, zeros)
     unsigned long long* stats;       // lazy kernel: chunk visits, log entries applied from
                                      // the near blocks and from L2, waits for blocks
+    int log_cap = 0;                 // lazy kernel: entries of its flip-log ring (0: all 4,096)
 };
 
 // A launch plan: threads per block, columns per block (bounded by shared memory).

@@ -106,6 +106,10 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
     int* flog = reinterpret_cast<int*>(ring + kRing * kNear * kTile);  // (bit << 1) | (old < 0)
     float* eb = reinterpret_cast<float*>(flog + kLogCap);  // nb × r errors of this block
     float* ucol = eb + nb * r;                             // Uc[j0 + q, j] of the current column
+    // The ring's logical size: kLogCap, or a smaller power of two that tests
+    // set (Tuning::gptq_log_cap) so that its wrap and the decider's wait run at
+    // small shapes; the result must not depend on it.
+    const int cap = a.log_cap > 0 ? a.log_cap : kLogCap;
     __shared__ int nlog_sh;                                // entries logged in this column
     __shared__ int col_done;                               // the decider has finished the column
     __shared__ int dvisit;                                 // the visit the decider is in
@@ -157,13 +161,13 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
                     __threadfence_block();
                     const float* blk = ring + slot * kNear * kTile;
                     // the ring of the log must hold this visit's flips (≤ 32)
-                    if (nlog + kChunk - min_applied > kLogCap) {
+                    if (nlog + kChunk - min_applied > cap) {
                         do {
                             int m = lane < kOwners ? ld_volatile(&applied[lane + 1]) : INT32_MAX;
                             for (int o = 16; o > 0; o >>= 1)
                                 m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
                             min_applied = m;
-                        } while (nlog + kChunk - min_applied > kLogCap);
+                        } while (nlog + kChunk - min_applied > cap);
                     }
                     // the owner's published ks and how much of the log it holds
                     float ks_l;
@@ -187,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
                             v[q] = 0.f;
                             o[q] = 0.f;
                             if (i0 + q < nlog) {
-                                const int e = flog[(i0 + q) & (kLogCap - 1)];
+                                const int e = flog[(i0 + q) & (cap - 1)];
                                 const int f = e >> 1, cf = f / kChunk;
                                 int d = c - cf;
                                 if (d < 0) d += nch;
@@ -224,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
                         ks_l -= 2.f * old * blk[cb * kChunk + lane];
                         if (lane == cb) sg_l = -sg_l;
                         if (lane == 0) {
-                            flog[nlog & (kLogCap - 1)] = ((base + cb) << 1) | (old < 0 ? 1 : 0);
+                            flog[nlog & (cap - 1)] = ((base + cb) << 1) | (old < 0 ? 1 : 0);
                             __threadfence_block();  // the entry before the count
                             st_volatile(&nlog_sh, nlog + 1);
                         }
@@ -264,7 +268,7 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
                     float o[kBatch];
 #pragma unroll
                     for (int i = 0; i < kBatch; ++i) {
-                        const int e = i < cnt ? ld_volatile(&flog[(have + i) & (kLogCap - 1)]) : 0;
+                        const int e = i < cnt ? ld_volatile(&flog[(have + i) & (cap - 1)]) : 0;
                         f[i] = e >> 1;
                         o[i] = (e & 1) ? -1.f : 1.f;
                     }

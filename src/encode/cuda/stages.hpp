@@ -56,6 +56,10 @@ struct Tuning {
     // 32 registers per thread hold (8 rows at r = 1475, mostly unused: a flip
     // changes α and β, and the next candidate is rarely the prefetched one).
     int gptq_prefetch = 0;
+    // gptq_v (lazy): entries of the flip-log ring used, a power of two from 64
+    // to 4096; 0: 4096. Only tests set it, to make the ring wrap at small
+    // shapes: the result does not depend on it.
+    int gptq_log_cap = 0;
     // The P = 2 and P = 1 candidates on two streams at once (two host threads).
     bool parallel_candidates = true;
     // encode_tensor checks its memory estimate against the free device memory

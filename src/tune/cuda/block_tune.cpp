@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.hpp"
+#include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
 #include "tune/cuda/block_tune.hpp"
 
@@ -19,7 +20,6 @@ namespace cortiq::tune {
 
 namespace {
 
-using cuda::AdamKind;
 using cuda::DBlockActs;
 using cuda::DBlockGrads;
 using cuda::DBlockParams;
@@ -94,28 +94,6 @@ class Evaluator {
     cortiq::cuda::DeviceBuffer<double> sums;
 };
 
-// One Adam parameter vector on the device.
-struct Slot {
-    DVec* p;
-    const DVec* g;
-    AdamKind kind;
-    double lr;
-    DVec m, v, z;
-};
-
-void add_slot(std::vector<Slot>& slots, DVec& p, const DVec& g, AdamKind k, double lr,
-              cudaStream_t st, double latent_init = 0) {
-    Slot s{&p, &g, k, lr, DVec(p.size(), st), DVec(p.size(), st), {}};
-    CUDA_CHECK(cudaMemsetAsync(s.m.get(), 0, sizeof(float) * p.size(), st));
-    CUDA_CHECK(cudaMemsetAsync(s.v.get(), 0, sizeof(float) * p.size(), st));
-    if (k == AdamKind::latent) {  // z = p · latent_init, as on the CPU
-        std::vector<float> h = cortiq::cuda::download_f(p.get(), p.size(), st);
-        for (auto& x : h) x = static_cast<float>(x * latent_init);
-        s.z = cortiq::cuda::upload_f(h, st);
-    }
-    slots.push_back(std::move(s));
-}
-
 }  // namespace
 
 BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
@@ -139,30 +117,8 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     BlockParamsT<float> best = p;
 
     DBlockGrads gr = cuda::zero_grads(dp, st);
-    std::vector<Slot> slots;
-    auto lins = dp.linears();
-    for (size_t i = 0; i < lins.size(); ++i) {
-        if (!lins[i]->blr) continue;
-        for (size_t k = 0; k < lins[i]->blr->paths.size(); ++k) {
-            auto& q = lins[i]->blr->paths[k];
-            auto& gq = gr.blr[i]->paths[k];
-            add_slot(slots, q.h, gq.h, AdamKind::log_scale, o.lr_scales, st);
-            add_slot(slots, q.l, gq.l, AdamKind::log_scale, o.lr_scales, st);
-            add_slot(slots, q.g, gq.g, AdamKind::log_scale, o.lr_scales, st);
-            if (o.lr_signs > 0) {
-                add_slot(slots, q.su, gq.su, AdamKind::latent, o.lr_signs, st, o.latent_init);
-                add_slot(slots, q.sv, gq.sv, AdamKind::latent, o.lr_signs, st, o.latent_init);
-            }
-        }
-    }
-    if (o.lr_norms > 0) {
-        add_slot(slots, dp.in_norm, gr.in_norm, AdamKind::plain, o.lr_norms, st);
-        add_slot(slots, dp.post_norm, gr.post_norm, AdamKind::plain, o.lr_norms, st);
-        if (d.qk_norm) {
-            add_slot(slots, dp.q_norm, gr.q_norm, AdamKind::plain, o.lr_norms, st);
-            add_slot(slots, dp.k_norm, gr.k_norm, AdamKind::plain, o.lr_norms, st);
-        }
-    }
+    cuda::AdamSlots slots;
+    slots.add_block(dp, gr, d, o, st);
     if (slots.empty()) return res;
 
     std::mt19937_64 rng(0x5eed);  // the CPU's seed: the same batches in the same order
@@ -172,8 +128,6 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    const float fb1 = static_cast<float>(o.beta1), fb2 = static_cast<float>(o.beta2);
-    int64_t t = 0;
     for (int e = 1; e <= o.epochs; ++e) {
         std::shuffle(order.begin(), order.end(), rng);
         for (size_t s = 0; s < order.size(); s += batch) {
@@ -186,14 +140,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
                              dout.get());
             cuda::clear(gr, st);
             cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
-            ++t;
-            const double c1 = 1 - std::pow(o.beta1, static_cast<double>(t));
-            const double c2 = 1 - std::pow(o.beta2, static_cast<double>(t));
-            for (auto& sl : slots)
-                cuda::adam_step(g, sl.kind, sl.p->get(), sl.g->get(), sl.m.get(), sl.v.get(),
-                                sl.z.empty() ? nullptr : sl.z.get(), sl.p->size(),
-                                static_cast<float>(sl.lr / c1), static_cast<float>(1 / c2), fb1,
-                                fb2);
+            slots.step(g, o.beta1, o.beta2);
         }
         const double sel_loss = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
         if (sel_loss < res.sel_after) {

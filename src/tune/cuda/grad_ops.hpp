@@ -102,6 +102,16 @@ void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, floa
 void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, const DBlrCache& cache,
                   const float* dy, float* dx, bool accumulate, DBlrGrad& grad, DBlrScratch& s);
 
+// ── distillation (loss.cu) ─────────────────────────────────────────────────────
+// out[i] = table[tokens[i]] (rows × dim); tokens on the device.
+void embedding_forward(const Gpu& g, const float* table, int64_t dim, const int32_t* tokens,
+                       int64_t rows, float* out);
+// As tune::kl_forward_backward: *sum += Σ_rows KL(p_teacher ‖ softmax(logits))
+// (float64 on the device), and dlogits = scale · (softmax(logits) − p_teacher)
+// when dlogits is not null; teacher_logp holds the teacher's log-probabilities.
+void kl_loss(const Gpu& g, const float* logits, const float* teacher_logp, int64_t rows,
+             int64_t vocab, float scale, double* sum, float* dlogits);
+
 // Makes b hold n values (reallocating only when the size differs).
 void ensure(DVec& b, int64_t n, cudaStream_t stream);
 

@@ -1,0 +1,239 @@
+// distill on the GPU: tune/distill.cpp step for step (the same windows per
+// batch in the same shuffled order, the same loss and Adam updates, the same
+// choice of the epoch kept), with the embedding lookup, every block's forward
+// and backward, the final norm, the head and the KL divergence on the device.
+// The teacher (the original model, on the host) runs once per window when its
+// log-probabilities fit on the device.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "core/error.hpp"
+#include "tune/cuda/adam_slots.hpp"
+#include "tune/cuda/block.hpp"
+#include "tune/distill.hpp"
+
+namespace cortiq::tune {
+
+namespace {
+
+using cuda::DBlockActs;
+using cuda::DBlockGrads;
+using cuda::DBlockParams;
+using cuda::DVec;
+using cuda::Gpu;
+using Windows = std::vector<std::vector<int32_t>>;
+
+// The teacher's log-probabilities (L × vocab) of one window, as the CPU's
+// log_softmax_rows makes them.
+std::vector<float> teacher_logp(const TeacherFn& teacher, const std::vector<int32_t>& toks) {
+    MatF t = teacher(toks);
+    std::vector<float> out(t.data(), t.data() + t.size());
+    const int64_t V = t.cols();
+    for (int64_t i = 0; i < t.rows(); ++i) {
+        float* r = out.data() + i * V;
+        const float mx = *std::max_element(r, r + V);
+        double s = 0;
+        for (int64_t j = 0; j < V; ++j) s += std::exp(static_cast<double>(r[j] - mx));
+        const float lse = mx + static_cast<float>(std::log(s));
+        for (int64_t j = 0; j < V; ++j) r[j] -= lse;
+    }
+    return out;
+}
+
+// The teacher's log-probabilities of the fit and held-out windows: computed
+// once and kept on the device, or (too large) computed for each use.
+class TeacherCache {
+  public:
+    TeacherCache(const TeacherFn& t, const Windows& fit, const Windows& sel, int64_t per_window,
+                 cudaStream_t st)
+        : teacher_(t), st_(st) {
+        size_t free = 0, total = 0;
+        CUDA_CHECK(cudaMemGetInfo(&free, &total));
+        const double bytes = 4.0 * per_window * static_cast<double>(fit.size() + sel.size());
+        keep_ = bytes <= 0.5 * static_cast<double>(free);
+        if (!keep_) return;
+        for (const auto* set : {&fit, &sel})
+            for (const auto& w : *set)
+                kept_[set == &sel].push_back(cortiq::cuda::upload_f(teacher_logp(t, w), st));
+    }
+    // Copies the window's log-probabilities to dst (device).
+    void copy(const Windows& set, bool is_sel, size_t i, float* dst) {
+        if (keep_) {
+            const DVec& v = kept_[is_sel][i];
+            CUDA_CHECK(cudaMemcpyAsync(dst, v.get(), sizeof(float) * v.size(),
+                                       cudaMemcpyDeviceToDevice, st_));
+            return;
+        }
+        const std::vector<float> h = teacher_logp(teacher_, set[i]);
+        CUDA_CHECK(cudaMemcpyAsync(dst, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice,
+                                   st_));
+        CUDA_CHECK(cudaStreamSynchronize(st_));  // h is freed on return
+    }
+
+  private:
+    const TeacherFn& teacher_;
+    cudaStream_t st_;
+    bool keep_ = false;
+    std::vector<DVec> kept_[2];
+};
+
+struct DStudent {
+    DVec embed, final_norm, head;
+    std::vector<DBlockParams> blocks;
+    std::vector<DBlockGrads> grads;
+    std::vector<DBlockActs> acts;
+    cuda::DRope rope;
+};
+
+class Trainer {
+  public:
+    Trainer(const Gpu& g, Student& s, TeacherCache& tc, int64_t L)
+        : g(g), s(s), tc(tc), L(L), H(s.d.hidden), V(s.embed->rows()), sum(1, g.stream()) {
+        const cudaStream_t st = g.stream();
+        const auto up = [&](const float* p, size_t n) {
+            return cortiq::cuda::upload_f(std::vector<float>(p, p + n), st);
+        };
+        ds.embed = up(s.embed->data(), s.embed->size());
+        ds.head = up(s.head->data(), s.head->size());
+        ds.final_norm = up(s.final_norm.data(), s.final_norm.size());
+        ds.rope = cuda::upload(rope_for<float>(s.inv_freq, L), st);
+        for (const auto& b : s.blocks) {
+            ds.blocks.push_back(cuda::upload(b, st));
+            ds.grads.push_back(cuda::zero_grads(ds.blocks.back(), st));
+        }
+        ds.acts.resize(s.blocks.size());
+    }
+
+    // Forward of windows [first, first + count) of `order` in `set`; returns
+    // Σ KL and, when scale > 0, leaves scale · ∂KL/∂logits for backward().
+    double forward(const Windows& set, bool is_sel, const std::vector<size_t>& order, size_t first,
+                   size_t count, float scale) {
+        const cudaStream_t st = g.stream();
+        const int64_t N = L * static_cast<int64_t>(count);
+        std::vector<int32_t> toks;
+        cuda::ensure(tlogp, N * V, st);
+        for (size_t i = 0; i < count; ++i) {
+            const auto& w = set[order[first + i]];
+            CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == L, "windows of different lengths");
+            toks.insert(toks.end(), w.begin(), w.end());
+            tc.copy(set, is_sel, order[first + i], tlogp.get() + i * L * V);
+        }
+        dtoks = cortiq::cuda::DeviceBuffer<int32_t>(N, st);
+        CUDA_CHECK(cudaMemcpyAsync(dtoks.get(), toks.data(), sizeof(int32_t) * toks.size(),
+                                   cudaMemcpyHostToDevice, st));
+        cuda::ensure(x, N * H, st);
+        cuda::embedding_forward(g, ds.embed.get(), H, dtoks.get(), N, x.get());
+        const float* in = x.get();
+        for (size_t l = 0; l < ds.blocks.size(); ++l) {
+            cuda::block_forward(g, ds.blocks[l], s.d, ds.rope, in, static_cast<int64_t>(count), L,
+                                ds.acts[l]);
+            in = ds.acts[l].out.get();
+        }
+        cuda::ensure(normed, N * H, st);
+        cuda::ensure(rstd, N, st);
+        cuda::rmsnorm_forward(g, in, N, H, ds.final_norm.get(), static_cast<float>(s.d.eps),
+                              normed.get(), rstd.get());
+        cuda::ensure(logits, N * V, st);
+        cuda::linear_forward(g, normed.get(), N, H, ds.head.get(), V, nullptr, logits.get());
+        if (scale > 0) cuda::ensure(dlogits, N * V, st);
+        CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), st));
+        cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
+                      scale > 0 ? dlogits.get() : nullptr);
+        double h = 0;
+        CUDA_CHECK(cudaMemcpyAsync(&h, sum.get(), sizeof h, cudaMemcpyDeviceToHost, st));
+        g.sync();
+        return h;
+    }
+
+    void backward() {
+        const cudaStream_t st = g.stream();
+        const int64_t N = rstd.size();
+        cuda::ensure(dnormed, N * H, st);
+        cuda::linear_backward_dx(g, dlogits.get(), N, H, ds.head.get(), V, dnormed.get(), false);
+        cuda::ensure(dx, N * H, st);
+        cuda::ensure(dprev, N * H, st);
+        cuda::rmsnorm_backward(g, dnormed.get(), ds.acts.back().out.get(), ds.final_norm.get(),
+                               rstd.get(), N, H, dx.get(), nullptr);
+        for (size_t l = ds.blocks.size(); l-- > 0;) {
+            cuda::block_backward(g, ds.blocks[l], s.d, ds.rope, ds.acts[l], dx.get(),
+                                 l > 0 ? dprev.get() : nullptr, ds.grads[l]);
+            if (l > 0) std::swap(dx, dprev);
+        }
+    }
+
+    double mean_kl(const Windows& set, bool is_sel, size_t batch) {
+        std::vector<size_t> order(set.size());
+        std::iota(order.begin(), order.end(), size_t{0});
+        double total = 0;
+        for (size_t i = 0; i < set.size(); i += batch)
+            total += forward(set, is_sel, order, i, std::min(batch, set.size() - i), 0.0f);
+        return total / static_cast<double>(set.size() * static_cast<size_t>(L));
+    }
+
+    const Gpu& g;
+    Student& s;
+    TeacherCache& tc;
+    int64_t L, H, V;
+    DStudent ds;
+    DVec x, normed, rstd, logits, dlogits, tlogp, dnormed, dx, dprev;
+    cortiq::cuda::DeviceBuffer<int32_t> dtoks;
+    cortiq::cuda::DeviceBuffer<double> sum;
+};
+
+}  // namespace
+
+DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& fit,
+                          const Windows& sel, const TuneOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    CORTIQ_CHECK(!fit.empty() && !s.blocks.empty(), "distillation needs windows and blocks");
+    const int64_t L = static_cast<int64_t>(fit[0].size());
+    const Gpu g;
+    const cudaStream_t st = g.stream();
+    TeacherCache tc(teacher, fit, sel, L * s.embed->rows(), st);
+    Trainer tr(g, s, tc, L);
+    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
+    const bool has_sel = !sel.empty();
+    DistillResult r;
+    r.kl_fit_before = r.kl_fit_after = tr.mean_kl(fit, false, batch);
+    r.kl_sel_before = r.kl_sel_after = has_sel ? tr.mean_kl(sel, true, batch) : r.kl_fit_before;
+
+    cuda::AdamSlots adam;
+    for (size_t l = 0; l < s.blocks.size(); ++l)
+        adam.add_block(tr.ds.blocks[l], tr.ds.grads[l], s.d, o, st);
+    if (adam.empty()) return r;
+    const std::vector<BlockParamsT<float>> start = s.blocks;
+    std::vector<BlockParamsT<float>> best = s.blocks;
+    std::mt19937_64 rng(0xd15711);  // the CPU's seed: the same batches in the same order
+    std::vector<size_t> order(fit.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    for (int e = 1; e <= o.epochs; ++e) {
+        std::shuffle(order.begin(), order.end(), rng);
+        for (size_t i = 0; i < order.size(); i += batch) {
+            const size_t c = std::min(batch, order.size() - i);
+            const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
+            tr.forward(fit, false, order, i, c, scale);
+            for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
+            tr.backward();
+            adam.step(g, o.beta1, o.beta2);
+        }
+        const double kl = has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch);
+        if (kl < r.kl_sel_after) {
+            r.kl_sel_after = kl;
+            r.best_epoch = e;
+            for (size_t l = 0; l < best.size(); ++l)
+                cuda::download_into(tr.ds.blocks[l], best[l], st);
+        }
+    }
+    s.blocks = std::move(best);
+    for (size_t l = 0; l < s.blocks.size(); ++l) tr.ds.blocks[l] = cuda::upload(s.blocks[l], st);
+    r.kl_fit_after = tr.mean_kl(fit, false, batch);
+    for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
+    g.sync();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+}
+
+}  // namespace cortiq::tune
