@@ -13,17 +13,21 @@ docs = os.path.join(here, "..", "..", "docs")
 d = json.load(open(os.path.join(docs, "tuning.json")))
 texts = list(d["float"].keys())
 floats = [d["float"][t] for t in texts]
-groups = [("tiny-llama-6m, 1.0 bpw, 64 windows", floats, [r for r in d["runs"] if r["samples"] == 64]),
-          ("tiny-llama-6m, 32 windows", floats, [r for r in d["runs"] if r["samples"] == 32]),
-          ("tiny-qwen3-6m, 32 windows", d["qwen3"]["float"], d["qwen3"]["runs"])]
-fig, axes = plt.subplots(1, 3, figsize=(20, 6.5), gridspec_kw={"width_ratios": [10, 6, 2.5]})
+groups = [("CPU: tiny-llama-6m, 1.0 bpw, 64 windows", floats, [r for r in d["runs"] if r["samples"] == 64]),
+          ("CPU: tiny-llama-6m, 32 windows", floats, [r for r in d["runs"] if r["samples"] == 32]),
+          ("CPU: tiny-qwen3-6m, 32 windows", d["qwen3"]["float"], d["qwen3"]["runs"]),
+          ("H200: tiny-llama-6m", floats, d["gpu"]["runs"]),
+          ("H200: tiny-qwen3-6m, 128 windows", d["qwen3"]["float"], d["gpu"]["qwen3"])]
+fig, axes = plt.subplots(2, 3, figsize=(22, 13), gridspec_kw={"width_ratios": [10, 6, 2.5]})
+axes = [axes[0][0], axes[0][1], axes[0][2], axes[1][0], axes[1][2]]
+fig.delaxes(fig.axes[4])
 for ax, (title, fl, runs) in zip(axes, groups):
     w = 0.8 / len(texts)
     for k, t in enumerate(texts):
         ratios = [r["ppl"][k] / fl[k] for r in runs]
         ax.bar([i + k * w for i in range(len(runs))], ratios, w, label=t)
     ax.set_xticks([i + w for i in range(len(runs))])
-    ax.set_xticklabels([f'{r["name"]}\n{r["bpw"]:.3f} bpw' for r in runs], rotation=70, ha="right", fontsize=7)
+    ax.set_xticklabels([f'{r["name"]}, {r["samples"]} w\n{r["bpw"]:.3f} bpw' for r in runs], rotation=70, ha="right", fontsize=7)
     ax.set_ylabel("perplexity / float perplexity")
     ax.set_title(f"{title}\n(calibrated on tinystories-calib)", fontsize=9)
     ax.set_yscale("log")
