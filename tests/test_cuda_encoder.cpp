@@ -348,8 +348,8 @@ TEST(CudaKnots, GptqVLazyLogWrapChangesNothing) {
         EXPECT_EQ(errs[i], errs[0]);
         EXPECT_EQ(agreement(out[i].paths[1].sv, out[0].paths[1].sv), 1.0);
     }
-    std::cerr << "r" << r << ": " << flips[0] << " flips (" << flips[0] / n
-              << " per column), err " << errs[0] << "\n";
+    std::cerr << "r" << r << ": " << flips[0] << " flips (" << flips[0] / n << " per column), err "
+              << errs[0] << "\n";
 }
 
 TEST(CudaEncoder, WholeTensorWithinTwoPercentOfCpu) {

@@ -19,14 +19,20 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
                     a + r0 * lda, static_cast<int>(lda), b_trans ? b + c0 * K : b + c0,
                     static_cast<int>(ldb), beta, c + r0 * ldc + c0, static_cast<int>(ldc));
     };
-    const int64_t nt = omp_in_parallel() ? 1 : num_threads();
-    if (nt <= 1 || T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
-    if (T >= 32 * nt) {
-        const int64_t step = ((T + 2 * nt - 1) / (2 * nt) + 7) / 8 * 8;
+    // The panels depend on the shape only, never on the thread count: a BLAS
+    // call may round an element differently depending on the block it sits in
+    // (edge kernels, small-matrix paths), so panels that followed the threads
+    // made the runtime's outputs — and a quantize's bytes — depend on the
+    // cores that happened to be free (issue 17). Panels of 32 rows for a batch
+    // of rows, of 128 columns for a few rows; parallel_for runs them on the
+    // threads there are (serially on one).
+    if (T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
+    if (T >= 512) {
+        constexpr int64_t step = 32;
         parallel_for(0, (T + step - 1) / step,
                      [&](int64_t i) { tile(i * step, std::min(T, (i + 1) * step), 0, N); });
     } else {
-        const int64_t step = std::max<int64_t>(64, ((N + 2 * nt - 1) / (2 * nt) + 15) / 16 * 16);
+        constexpr int64_t step = 128;
         parallel_for(0, (N + step - 1) / step,
                      [&](int64_t i) { tile(0, T, i * step, std::min(N, (i + 1) * step)); });
     }

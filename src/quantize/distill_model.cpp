@@ -28,8 +28,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         return original.forward(toks);
     };
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
-    const auto distill =
-        run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
+    const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     const tune::DistillResult r = distill(s, teacher, cs.fit, cs.sel, run.o.kd);
     if (r.best_epoch > 0)
         for (int64_t l = 0; l < run.model.num_layers(); ++l)

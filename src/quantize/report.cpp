@@ -2,6 +2,9 @@
 // summary line, the --json summary, the journal's records).
 #include <fmt/format.h>
 
+#include <cmath>
+#include <string>
+
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
@@ -29,12 +32,28 @@ double ratio(int64_t a, int64_t b) {
     return b ? static_cast<double>(a) / b : 0.0;
 }
 
+// x to 9 significant digits. The errors and the drift weight are float64 sums
+// whose last bits follow how OpenBLAS splits them over threads; the payloads
+// do not. Rounded, the metadata (and so the file's bytes, and a resume's) do
+// not depend on the thread count either, unless two values a few ulps apart
+// straddle a rounding boundary (about one chance in 10⁶ per value).
+static double diagnostic(double x) {
+    if (!std::isfinite(x) || x == 0) return x;
+    return std::stod(fmt::format("{:.9g}", x));
+}
+
 nlohmann::json TensorReport::to_json(bool with_seconds) const {
-    nlohmann::json j = {{"method", method}, {"shape", {m, n}},    {"bpw_target", bpw_target},
-                        {"bits", bits},     {"bpw", bpw},         {"rank", rank},
-                        {"paths", paths},   {"err_fit", err_fit}, {"err_sel", err_sel},
+    nlohmann::json j = {{"method", method},
+                        {"shape", {m, n}},
+                        {"bpw_target", bpw_target},
+                        {"bits", bits},
+                        {"bpw", bpw},
+                        {"rank", rank},
+                        {"paths", paths},
+                        {"err_fit", diagnostic(err_fit)},
+                        {"err_sel", diagnostic(err_sel)},
                         {"line", line}};
-    if (drift_alpha >= 0) j["drift_alpha"] = drift_alpha;
+    if (drift_alpha >= 0) j["drift_alpha"] = diagnostic(drift_alpha);
     if (with_seconds) j["seconds"] = seconds;
     return j;
 }

@@ -110,10 +110,10 @@ __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
     // set (Tuning::gptq_log_cap) so that its wrap and the decider's wait run at
     // small shapes; the result must not depend on it.
     const int cap = a.log_cap > 0 ? a.log_cap : kLogCap;
-    __shared__ int nlog_sh;                                // entries logged in this column
-    __shared__ int col_done;                               // the decider has finished the column
-    __shared__ int dvisit;                                 // the visit the decider is in
-    __shared__ int ready[kRing];                           // the visit whose blocks a slot holds
+    __shared__ int nlog_sh;               // entries logged in this column
+    __shared__ int col_done;              // the decider has finished the column
+    __shared__ int dvisit;                // the visit the decider is in
+    __shared__ int ready[kRing];          // the visit whose blocks a slot holds
     __shared__ int applied[kOwners + 1];  // log entries every chunk of the owner holds
     __shared__ double red[2][32];
     __shared__ double ab[2];

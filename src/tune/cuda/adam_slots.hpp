@@ -16,8 +16,8 @@ namespace cortiq::tune::cuda {
 class AdamSlots {
   public:
     // p and g must outlive the slots and keep their buffers.
-    void add_block(DBlockParams& p, const DBlockGrads& g, const BlockDims& d,
-                   const TuneOptions& o, cudaStream_t st);
+    void add_block(DBlockParams& p, const DBlockGrads& g, const BlockDims& d, const TuneOptions& o,
+                   cudaStream_t st);
     bool empty() const { return slots_.empty(); }
     // One Adam step on every slot (bias corrections of step t + 1).
     void step(const Gpu& g, double beta1, double beta2);

@@ -4,6 +4,8 @@
 // and backward, the final norm, the head and the KL divergence on the device.
 // The teacher (the original model, on the host) runs once per window when its
 // log-probabilities fit on the device.
+#include "tune/distill.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -13,7 +15,6 @@
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
-#include "tune/distill.hpp"
 
 namespace cortiq::tune {
 
@@ -68,8 +69,8 @@ class TeacherCache {
             return;
         }
         const std::vector<float> h = teacher_logp(teacher_, set[i]);
-        CUDA_CHECK(cudaMemcpyAsync(dst, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice,
-                                   st_));
+        CUDA_CHECK(
+            cudaMemcpyAsync(dst, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice, st_));
         CUDA_CHECK(cudaStreamSynchronize(st_));  // h is freed on return
     }
 

@@ -73,7 +73,8 @@ __global__ void kl_kernel(const float* logits, const float* tlogp, int64_t vocab
     for (int64_t j = threadIdx.x; j < vocab; j += kThreads) mx = fmaxf(mx, l[j]);
     mx = block_reduce(mx, fpart, [](float a, float b) { return fmaxf(a, b); });
     double se = 0;
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) se += exp(static_cast<double>(l[j] - mx));
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads)
+        se += exp(static_cast<double>(l[j] - mx));
     se = block_reduce(se, dpart, [](double a, double b) { return a + b; });
     const double lse = mx + log(se);
     double kl = 0;
@@ -99,8 +100,8 @@ __global__ void embedding_kernel(const float* table, int64_t dim, const int32_t*
 void kl_loss(const Gpu& g, const float* logits, const float* teacher_logp, int64_t rows,
              int64_t vocab, float scale, double* sum, float* dlogits) {
     if (rows == 0) return;
-    kl_kernel<<<static_cast<unsigned>(rows), kThreads, 0, g.stream()>>>(logits, teacher_logp,
-                                                                        vocab, scale, sum, dlogits);
+    kl_kernel<<<static_cast<unsigned>(rows), kThreads, 0, g.stream()>>>(logits, teacher_logp, vocab,
+                                                                        scale, sum, dlogits);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -108,8 +109,8 @@ void embedding_forward(const Gpu& g, const float* table, int64_t dim, const int3
                        int64_t rows, float* out) {
     if (rows == 0) return;
     const int64_t blocks = std::min<int64_t>((rows * dim + kThreads - 1) / kThreads, 4096);
-    embedding_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, g.stream()>>>(table, dim,
-                                                                                 tokens, rows, out);
+    embedding_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, g.stream()>>>(table, dim, tokens,
+                                                                                 rows, out);
     CUDA_LAUNCH_CHECK();
 }
 
