@@ -16,6 +16,7 @@
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 #include "quantize/quantize.hpp"
+#include "quantize/record_grams.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -146,6 +147,46 @@ TEST(Qwen35Quantize, APlanCanCompressTheSmallTensors) {
               io::DType::U8);
     EXPECT_NO_THROW(model::Model::load((d / "p.safetensors").string()));
     fs::remove_all(d);
+}
+
+// `cortiq bench --from-model M --tensor T --calib TEXT` on Qwen3.5 names: the
+// weight is the checkpoint's, the Grams are the recorded input of that linear
+// (in_proj_z reads what in_proj_qkv reads: the same Grams), symmetric with a
+// positive diagonal; a name of the other layer type is a clear error.
+TEST(Qwen35Quantize, BenchRecordsTheGramsOfAQwen35Linear) {
+    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    const std::vector<std::string> calib{kCalib.string()};
+    const std::string p = "model.language_model.layers.";
+    const auto qkv = quant::bench_input_recorded(
+        kTiny.string(), p + "0.linear_attn.in_proj_qkv.weight", calib, 4, 64);
+    const auto z = quant::bench_input_recorded(kTiny.string(), p + "0.linear_attn.in_proj_z.weight",
+                                               calib, 4, 64);
+    const auto out = quant::bench_input_recorded(kTiny.string(),
+                                                 p + "0.linear_attn.out_proj.weight", calib, 4, 64);
+    const auto q =
+        quant::bench_input_recorded(kTiny.string(), p + "3.self_attn.q_proj.weight", calib, 4, 64);
+    const auto ck = io::Checkpoint::open(kTiny.string());
+    for (const auto* b : {&qkv, &z, &out, &q}) {
+        const int64_t n = b->w.cols();
+        ASSERT_EQ(b->h_fit.rows(), n);
+        ASSERT_EQ(b->h_sel.cols(), n);
+        for (int64_t i = 0; i < n; ++i) {
+            EXPECT_GT(b->h_fit(i, i), 0.0);
+            for (int64_t j = 0; j < i; ++j) EXPECT_EQ(b->h_fit(i, j), b->h_fit(j, i));
+        }
+    }
+    EXPECT_EQ(z.h_fit.vec(), qkv.h_fit.vec());
+    EXPECT_NE(out.h_fit.vec(), qkv.h_fit.vec());
+    const MatF wz = ck.load_matf(p + "0.linear_attn.in_proj_z.weight");
+    ASSERT_EQ(z.w.rows(), wz.rows());
+    for (int64_t i = 0; i < wz.size(); ++i) ASSERT_EQ(z.w.data()[i], wz.data()[i]);
+    // layer 0 is a DeltaNet layer, layer 3 full attention
+    EXPECT_THROW(
+        quant::bench_input_recorded(kTiny.string(), p + "0.self_attn.q_proj.weight", calib, 4, 64),
+        Error);
+    EXPECT_THROW(quant::bench_input_recorded(kTiny.string(), p + "3.linear_attn.out_proj.weight",
+                                             calib, 4, 64),
+                 Error);
 }
 
 }  // namespace

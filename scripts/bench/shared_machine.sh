@@ -26,10 +26,13 @@ echo "cores: $(nproc), load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 alone=$(run 0 CORTIQ_X=1)
 busy
 beside=$(run 0 CORTIQ_X=1)
+beside_all=$(run "$(nproc)" CORTIQ_X=1)
 spin="-"
 if [ "${1:-}" = --spin ]; then spin=$(run "$(nproc)" CORTIQ_WAIT_SET=1 OMP_WAIT_POLICY=active); fi
 kill $(jobs -p) 2>/dev/null || true
 printf "| quantize of the demo | seconds |\n|---|---|\n"
 printf "| alone | %.1f |\n| beside two busy loops | %.1f |\n" "$alone" "$beside"
+printf "| beside two busy loops, --threads %s | %.1f |\n" "$(nproc)" "$beside_all"
 [ "$spin" != "-" ] && printf "| beside two busy loops, threads spinning (before) | %s |\n" "$spin"
-awk -v a="$alone" -v b="$beside" 'BEGIN { printf "ratio beside/alone: %.2f\n", b / a }'
+awk -v a="$alone" -v b="$beside" -v c="$beside_all" \
+  'BEGIN { printf "ratio beside/alone: %.2f (--threads all: %.2f)\n", b / a, c / a }'

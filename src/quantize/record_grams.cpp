@@ -16,18 +16,26 @@ namespace cortiq::quant {
 encode::BenchInput bench_input_recorded(const std::string& model_dir, const std::string& tensor,
                                         const std::vector<std::string>& calib_paths,
                                         int64_t samples, int64_t seqlen) {
-    static const std::regex re(R"(model\.layers\.(\d+)\.(self_attn|mlp)\.(\w+)_proj\.weight)");
+    // model.layers.N.… (Llama family) or model.language_model.layers.N.…
+    // (Qwen3.5 checkpoints, whose DeltaNet layers have linear_attn.*)
+    static const std::regex re(
+        R"(model\.(?:language_model\.)?layers\.(\d+)\.(self_attn|mlp|linear_attn)\.(\w+)\.weight)");
     std::smatch mt;
     CORTIQ_CHECK(std::regex_match(tensor, mt, re),
                  "--tensor {}: recorded Grams need a decoder linear layer "
-                 "(model.layers.N.self_attn|mlp.X_proj.weight)",
+                 "(model.[language_model.]layers.N.self_attn|mlp|linear_attn.X.weight)",
                  tensor);
     const int64_t layer = std::stoll(mt[1]);
-    const std::string proj = mt[3];
-    const std::string input = proj == "q" || proj == "k" || proj == "v" ? "self_attn.q_proj"
-                              : proj == "o"                             ? "self_attn.o_proj"
-                              : proj == "gate" || proj == "up"          ? "mlp.gate_proj"
-                                                                        : "mlp.down_proj";
+    const std::string block = mt[2], proj = mt[3];
+    const std::string lin_name = block + "." + proj;
+    // the input each linear reads, under the name the forward's hook gives it
+    const std::string input =
+        block == "linear_attn"
+            ? (proj == "out_proj" ? "linear_attn.out_proj" : "linear_attn.in_proj_qkv")
+        : proj == "q_proj" || proj == "k_proj" || proj == "v_proj" ? "self_attn.q_proj"
+        : proj == "o_proj"                                         ? "self_attn.o_proj"
+        : proj == "gate_proj" || proj == "up_proj"                 ? "mlp.gate_proj"
+                                                                   : "mlp.down_proj";
     const model::Model mdl = model::Model::load(model_dir);
     CORTIQ_CHECK(layer < mdl.num_layers(), "--tensor {}: the model has {} layers", tensor,
                  mdl.num_layers());
@@ -43,8 +51,10 @@ encode::BenchInput bench_input_recorded(const std::string& model_dir, const std:
         names += p;
     }
     const auto cs = calib::make_calib_set(tok, texts, co, calib_paths);
-    const std::string lin = tensor.substr(tensor.find('.', 13) + 1);
-    const MatF w = mdl.linear(layer, lin.substr(0, lin.size() - 7)).w->dense();
+    const model::Linear& lin = mdl.linear(layer, lin_name);
+    CORTIQ_CHECK(lin.w != nullptr, "--tensor {}: layer {} of {} has no {} (another layer type)",
+                 tensor, layer, model_dir, lin_name);
+    const MatF w = lin.w->dense();
     calib::GramAccumulator fit(w.cols()), sel(w.cols());
     calib::GramAccumulator* target = nullptr;
     const model::LinearInputHook hook = [&](int64_t l, std::string_view in, const float* x,
