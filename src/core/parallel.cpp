@@ -57,8 +57,7 @@ int others_runnable() {
             // after the state: 15 fields (ppid … priority), then nice
             long nice = 0;
             if (std::sscanf(q + 4,
-                            "%*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld %*ld "
-                            "%*ld %ld",
+                            "%*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %ld",
                             &nice) == 1 &&
                 nice <= 0)
                 ++count;
@@ -67,6 +66,16 @@ int others_runnable() {
     }
     closedir(procs);
     return count;
+}
+
+// OMP_NUM_THREADS as a cap on the automatic count (0: not set), so that a
+// user or a CI job that limits OpenMP limits cortiq's OpenBLAS threads too.
+int env_cap() {
+    const char* e = std::getenv("OMP_NUM_THREADS");
+    if (!e) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    return end != e && v > 0 ? static_cast<int>(std::min<long>(v, 1 << 16)) : 0;
 }
 
 void apply(int threads) {
@@ -81,11 +90,12 @@ int free_cores() {
     std::array<int, 3> samples{};
     for (auto& s : samples) {
         s = others_runnable();
-        if (s < 0) return cores;
+        if (s < 0) return env_cap() > 0 ? std::min(env_cap(), cores) : cores;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::nth_element(samples.begin(), samples.begin() + 1, samples.end());
-    return std::clamp(cores - samples[1], 1, cores);
+    const int cap = env_cap();
+    return std::clamp(cores - samples[1], 1, cap > 0 ? std::min(cap, cores) : cores);
 }
 
 void set_num_threads(int threads) {

@@ -37,7 +37,8 @@ void set_num_threads(int threads);
 int num_threads();
 // Cores of this process's CPU set minus the threads of other processes that
 // are runnable now at a priority not below ours (niced background jobs yield;
-// the median of three samples from /proc), at least 1.
+// the median of three samples from /proc), at least 1, and at most
+// OMP_NUM_THREADS when that is set.
 int free_cores();
 // With set_num_threads(0) in force: follow free_cores() (long runs call it
 // between steps); otherwise nothing.
