@@ -11,9 +11,6 @@
 
 namespace cortiq::tune {
 
-namespace {
-
-// log softmax of each row, in place
 void log_softmax_rows(MatF& l) {
     for (int64_t i = 0; i < l.rows(); ++i) {
         float* r = l.data() + i * l.cols();
@@ -24,6 +21,8 @@ void log_softmax_rows(MatF& l) {
         for (int64_t j = 0; j < l.cols(); ++j) r[j] -= lse;
     }
 }
+
+namespace {
 
 struct Pass {
     std::vector<BlockActsT<float>> acts;

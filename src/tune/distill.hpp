@@ -35,6 +35,9 @@ struct DistillResult {
     double seconds = 0;
 };
 
+// Each row of l (logits) becomes its log-softmax, in place (float64 sums).
+void log_softmax_rows(MatF& l);
+
 // The teacher's logits of one window (T × vocab).
 using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
 

@@ -28,20 +28,11 @@ using cuda::Gpu;
 using Windows = std::vector<std::vector<int32_t>>;
 
 // The teacher's log-probabilities (L × vocab) of one window, as the CPU's
-// log_softmax_rows makes them.
+// distillation makes them.
 std::vector<float> teacher_logp(const TeacherFn& teacher, const std::vector<int32_t>& toks) {
     MatF t = teacher(toks);
-    std::vector<float> out(t.data(), t.data() + t.size());
-    const int64_t V = t.cols();
-    for (int64_t i = 0; i < t.rows(); ++i) {
-        float* r = out.data() + i * V;
-        const float mx = *std::max_element(r, r + V);
-        double s = 0;
-        for (int64_t j = 0; j < V; ++j) s += std::exp(static_cast<double>(r[j] - mx));
-        const float lse = mx + static_cast<float>(std::log(s));
-        for (int64_t j = 0; j < V; ++j) r[j] -= lse;
-    }
-    return out;
+    log_softmax_rows(t);
+    return std::vector<float>(t.data(), t.data() + t.size());
 }
 
 // The teacher's log-probabilities of the fit and held-out windows: computed
