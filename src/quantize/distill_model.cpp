@@ -4,8 +4,10 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <memory>
 
 #include "core/memory_usage.hpp"
+#include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
 #include "tune/distill.hpp"
@@ -24,8 +26,21 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     CORTIQ_CHECK(run.model.lm_head().bias.empty(), "--tune kd: a biased lm_head is not supported");
     s.head = &head;
     for (int64_t l = 0; l < run.model.num_layers(); ++l) s.blocks.push_back(block_params(run, l));
+    // With --device gpu the teacher runs on the GPU too (model::GpuModel, the
+    // runtime's tested forward): on the host a large model's forward pass over
+    // every window would take longer than the distillation itself. Where the
+    // original does not fit next to the student, it runs on the host.
+    std::unique_ptr<model::GpuModel> gpu_teacher;
+    if (run.o.device == encode::Device::gpu) {
+        try {
+            gpu_teacher = std::make_unique<model::GpuModel>(original);
+        } catch (const Error& e) {
+            run.bar.print(fmt::format(
+                "distillation: the original model runs on the CPU as the teacher ({})", e.what()));
+        }
+    }
     const tune::TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
-        return original.forward(toks);
+        return gpu_teacher ? gpu_teacher->forward(toks) : original.forward(toks);
     };
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
