@@ -3,12 +3,17 @@
 //                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
 //                    [--layer-dims 4096,11008]
 //                    [--in-flight 4] [--threads 0] [--gptq lazy|batched]
+//                    [--scaling 1,2,4,8 [--scaling-layers 32]]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
 // --cpu (same inputs); tuning variants on one size; and encode_many over the
-// seven tensors of one 4096-wide, 11008-MLP decoder layer against one at a time.
+// seven tensors of one 4096-wide, 11008-MLP decoder layer against one at a time;
+// --scaling: encode_many over that layer and over a model of that many such
+// layers on 1, 2, 4, 8 GPUs (those visible), with the scaling efficiency
+// (time on 1 / (k × time on k)) and each GPU's idle fraction (issue 16).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/gpu.hpp"
 #include "core/parallel.hpp"
 #include "encode/dispatch.hpp"
 
@@ -84,12 +90,82 @@ void print_rows(const char* title, const std::vector<Row>& rows) {
 
 }  // namespace
 
+// The fraction of [0, wall] in which GPU `dev` had no tensor in flight.
+double idle_fraction(const std::vector<ManyResult>& res, int dev, double wall) {
+    std::vector<std::pair<double, double>> iv;
+    for (const auto& r : res)
+        if (r.device == dev) iv.emplace_back(r.start_s, r.end_s);
+    std::sort(iv.begin(), iv.end());
+    double busy = 0, end = 0;
+    for (const auto& [a, b] : iv) {
+        if (b <= end) continue;
+        busy += b - std::max(a, end);
+        end = b;
+    }
+    return wall > 0 ? std::max(0.0, 1.0 - busy / wall) : 0.0;
+}
+
+// encode_many over `layers` copies of one decoder layer's seven tensors (the
+// same weights and Grams: the work of a model of that depth, the memory of
+// one layer), on the first k GPUs for each k of `counts` that is visible.
+void scaling(cu::Gpu& gpu, const Options& o, int64_t hid, int64_t mlp,
+             const std::vector<int>& counts, const std::vector<int64_t>& depths, int in_flight) {
+    std::vector<std::pair<MatD, MatD>> grams;
+    for (int k = 0; k < 4; ++k)
+        grams.push_back(cu::synthetic_grams(gpu, k == 3 ? mlp : hid, 101 + k));
+    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    const int64_t ms[] = {hid, hid, hid, hid, mlp, mlp, hid};
+    const int64_t ns[] = {hid, hid, hid, hid, hid, hid, mlp};
+    const size_t ins[] = {0, 0, 0, 1, 2, 2, 3};
+    std::vector<MatD> ws;
+    for (int k = 0; k < 7; ++k) ws.push_back(cu::synthetic_weight(gpu, ms[k], ns[k], 200 + k));
+    const int visible = gpu_count();
+    fmt::print("\n== scaling over GPUs ({} visible), {}/{} layers, {} in flight per GPU ==\n",
+               visible, hid, mlp, in_flight);
+    fmt::print(
+        "| layers | GPUs | seconds | efficiency | idle fraction per GPU "
+        "|\n|---|---|---|---|---|\n");
+    for (const int64_t depth : depths) {
+        std::vector<ManyInput> inputs;
+        std::vector<ManyJob> jobs;
+        for (int64_t l = 0; l < depth; ++l) {
+            for (auto& g : grams) inputs.push_back({&g.first, &g.second, "input"});
+            for (int k = 0; k < 7; ++k)
+                jobs.push_back({fmt::format("{}.{}", l, names[k]), &ws[static_cast<size_t>(k)],
+                                static_cast<size_t>(4 * l) + ins[k], o});
+        }
+        double t1 = 0;
+        for (const int k : counts) {
+            if (k > visible) {
+                fmt::print("| {} | {} | (only {} visible) | | |\n", depth, k, visible);
+                continue;
+            }
+            ManyOptions mo;
+            mo.in_flight = in_flight;
+            for (int g = 0; g < k; ++g) mo.gpus.push_back(g);
+            const auto t0 = Clock::now();
+            const auto res = encode_many(inputs, jobs, mo);
+            const double wall = seconds_since(t0);
+            if (k == 1) t1 = wall;
+            std::string idle;
+            for (int g = 0; g < k; ++g)
+                idle += fmt::format("{}{:.2f}", g ? " " : "", idle_fraction(res, g, wall));
+            fmt::print("| {} | {} | {:.1f} | {} | {} |\n", depth, k, wall,
+                       t1 > 0 ? fmt::format("{:.2f}", t1 / (k * wall)) : "-", idle);
+            std::fflush(stdout);
+        }
+    }
+}
+
 int main(int argc, char** argv) {
     std::string sizes = "896x4864,4864x896,2048x8192,4096x4096,4096x11008,11008x4096";
     std::string cpu_sizes, variants, variant_names;
     bool layer = false;
     int64_t hid = 4096, mlp = 11008;  // --layer-dims HIDDEN,MLP
     int in_flight = 4, threads = 0;
+    bool sizes_given = false;
+    std::vector<int> scaling_counts;                // --scaling 1,2,4,8
+    std::vector<int64_t> scaling_depths = {1, 32};  // --scaling-layers 32 (and 1)
     double bpw = 1.0;
     cu::Tuning size_tuning;  // --gptq lazy|batched: the column search of --sizes
     for (int i = 1; i < argc; ++i) {
@@ -98,9 +174,10 @@ int main(int argc, char** argv) {
             CORTIQ_CHECK(i + 1 < argc, "{} needs a value", a);
             return argv[++i];
         };
-        if (a == "--sizes")
+        if (a == "--sizes") {
             sizes = next();
-        else if (a == "--cpu")
+            sizes_given = true;
+        } else if (a == "--cpu")
             cpu_sizes = next();
         else if (a == "--variants")
             variants = next();
@@ -113,7 +190,12 @@ int main(int argc, char** argv) {
             hid = std::stoll(v.substr(0, v.find(',')));
             mlp = std::stoll(v.substr(v.find(',') + 1));
             layer = true;
-        } else if (a == "--in-flight")
+        } else if (a == "--scaling") {
+            std::stringstream ss(next());
+            for (std::string t; std::getline(ss, t, ',');) scaling_counts.push_back(std::stoi(t));
+        } else if (a == "--scaling-layers")
+            scaling_depths = {1, std::stoll(next())};
+        else if (a == "--in-flight")
             in_flight = std::stoi(next());
         else if (a == "--threads")
             threads = std::stoi(next());
@@ -126,6 +208,7 @@ int main(int argc, char** argv) {
         } else
             CORTIQ_FAIL("unknown flag {}", a);
     }
+    if (!scaling_counts.empty() && !sizes_given) sizes.clear();  // --scaling alone: only that
     try {
         CORTIQ_CHECK(gpu_available(), "{}", gpu_unavailable_reason());
         set_num_threads(threads);
@@ -220,6 +303,8 @@ int main(int argc, char** argv) {
             }
             print_rows("CPU (float64 reference) vs GPU", cr);
         }
+        if (!scaling_counts.empty())
+            scaling(gpu, o, hid, mlp, scaling_counts, scaling_depths, in_flight);
         if (layer) {
             // one decoder layer: q,k,v,o 4096x4096 (q/k/v share an input), gate/up
             // 11008x4096 (shared input), down 4096x11008

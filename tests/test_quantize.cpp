@@ -208,6 +208,14 @@ TEST_F(Quantize, BadInputGivesOneClearErrorAndNoOutput) {
     EXPECT_NE(r.out.find("--force"), std::string::npos) << r.out;
     EXPECT_EQ(slurp(q), "x");
     fs::remove(q);
+    // --gpus: only with --device gpu, and only GPUs that exist
+    r = run_cli(args + " --calib " + kCalib + " --gpus 0");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("--gpus needs --device gpu"), std::string::npos) << r.out;
+    r = run_cli(args + " --calib " + kCalib + " --device gpu --gpus 4096");
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("4096"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(q));
     // unknown architecture; missing tokenizer; non-finite weights
     fs::create_directories(d / "m");
     for (const char* f :

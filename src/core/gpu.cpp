@@ -2,6 +2,8 @@
 #ifndef CORTIQ_HAVE_CUDA
 #include "core/gpu.hpp"
 
+#include "core/error.hpp"
+
 namespace cortiq {
 
 bool gpu_available() {
@@ -9,6 +11,12 @@ bool gpu_available() {
 }
 std::string gpu_unavailable_reason() {
     return "this cortiq was built without CUDA";
+}
+int gpu_count() {
+    return 0;
+}
+void use_gpu(int id) {
+    CORTIQ_FAIL("GPU {}: {}", id, gpu_unavailable_reason());
 }
 
 }  // namespace cortiq

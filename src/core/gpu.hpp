@@ -12,5 +12,11 @@ bool gpu_available();
 // Why not, in one line ("this cortiq was built without CUDA", "no CUDA device
 // visible ..."); empty when one is.
 std::string gpu_unavailable_reason();
+// The number of CUDA devices visible (0 without CUDA or without a device).
+int gpu_count();
+// Makes CUDA device `id` the calling thread's current device (quantize
+// --gpus: its first GPU runs what one GPU runs); a clear error when it does
+// not exist or this build has no CUDA.
+void use_gpu(int id);
 
 }  // namespace cortiq

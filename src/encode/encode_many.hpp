@@ -41,13 +41,17 @@ struct ManyJob {
 struct ManyResult {
     Encoded enc;
     Profile prof;     // filled when ManyOptions::profile
-    int device = -1;  // the GPU that encoded it; -1: the CPU
+    int device = -1;  // the GPU that encoded it (a CUDA device id); -1: the CPU
+    // When it ran, in seconds since encode_many began (the GPU path): what a
+    // benchmark needs for each GPU's idle time.
+    double start_s = 0, end_s = 0;
 };
 
 struct ManyOptions {
     Device device = Device::gpu;
     int in_flight = 0;          // tensors in flight per GPU (0: 4)
-    int max_gpus = 0;           // GPUs to use (0: all visible)
+    int max_gpus = 0;           // GPUs to use (0: all visible); ignored when gpus is set
+    std::vector<int> gpus;      // the CUDA devices to use (quantize --gpus 0,2); empty: max_gpus
     bool profile = false;       // per-tensor stage profile (synchronises the device per stage)
     bool cpu_fallback = false;  // a tensor that cannot fit in device memory runs on the CPU
     // Called once per job as it finishes (from a worker thread, one call at a time).

@@ -12,8 +12,8 @@ namespace cortiq::quant {
 
 std::vector<encode::Encoded> encode_group(
     const std::vector<GroupJob>& jobs, const MatD& h_fit, const MatD& h_sel,
-    const encode::Options& base, encode::Device device, int gpu_jobs, const std::string& what,
-    const std::function<void(size_t, const encode::Encoded&)>& on_done) {
+    const encode::Options& base, encode::Device device, int gpu_jobs, const std::vector<int>& gpus,
+    const std::string& what, const std::function<void(size_t, const encode::Encoded&)>& on_done) {
     std::vector<encode::Encoded> out(jobs.size());
     if (jobs.empty()) return out;
     // rtn-sign is a few GEMMs: the CPU writes its sign payload.
@@ -29,6 +29,7 @@ std::vector<encode::Encoded> encode_group(
         encode::ManyOptions mo;
         mo.device = encode::Device::gpu;
         mo.in_flight = gpu_jobs;
+        mo.gpus = gpus;
         mo.on_done = [&](size_t i, const encode::ManyResult& r) { on_done(i, r.enc); };
         auto res = encode::encode_many(inputs, many, mo);
         for (size_t i = 0; i < jobs.size(); ++i) out[i] = std::move(res[i].enc);

@@ -34,7 +34,7 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const auto [h_fit, h_sel] = run.states.head_grams();
     run.report.calib_seconds += seconds_since(calib_start);
     const auto encode_start = std::chrono::steady_clock::now();
-    const auto enc = encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs,
+    const auto enc = encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus,
                                   fmt::format("{} (lm_head)", o.model_dir),
                                   [&](size_t, const encode::Encoded& e) {
                                       if (o.verbose)

@@ -69,7 +69,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what);
         const auto t0 = std::chrono::steady_clock::now();
         const auto enc =
-            encode_group(jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, what,
+            encode_group(jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, o.gpus, what,
                          [&](size_t i, const encode::Encoded& e) {
                              const std::string name = tensor_name(c, layer, jobs[i].name);
                              const double alpha = grams.drift_alpha[i];

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/gpu.hpp"
 #include "core/parallel.hpp"
 #include "quantize/steps.hpp"
 
@@ -30,6 +31,10 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     QuantizeReport rep;
     rep.out_path = o.out_path;
     check_output(o);
+    if (!o.gpus.empty()) {
+        CORTIQ_CHECK(o.device == encode::Device::gpu, "--gpus needs --device gpu");
+        use_gpu(o.gpus.front());  // calibration and tuning run on the first
+    }
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     Inputs in = load_and_check(o, plan);
     const Journal journal(o.out_path, in.settings, o.resume, o.force);

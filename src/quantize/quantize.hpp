@@ -24,6 +24,10 @@ struct QuantizeOptions {
     encode::Options enc;  // method, paths, rho, ...
     encode::Device device = encode::Device::cpu;
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
+    // --gpus 0,2: the GPUs that encode (each layer's tensors spread over them);
+    // the first also calibrates and tunes. Empty: every visible GPU encodes,
+    // the current one calibrates.
+    std::vector<int> gpus;
     calib::CalibOptions calib;
     // Each linear layer's target: true (the default), the original model's
     // outputs, ‖W X_o − Ŵ X_c‖, so the drift of the compressed layers before

@@ -85,7 +85,11 @@ void add_quantize(CLI::App& app) {
                     "which corrects the drift of the compressed layers before it) or 'layer' (its "
                     "own outputs on the compressed model's inputs, as GPTQ)")
         ->check(CLI::IsMember({"layer", "original"}));
-    cmd->add_option("--jobs", a->o.jobs, "tensors in flight on the GPU (0: automatic)");
+    cmd->add_option("--jobs", a->o.jobs, "tensors in flight per GPU (0: automatic)");
+    cmd->add_option("--gpus", a->o.gpus,
+                    "with --device gpu: the GPUs to use, e.g. 0,2 (default: every visible GPU "
+                    "encodes; the first calibrates and tunes)")
+        ->delimiter(',');
     cmd->add_option("--threads", a->threads, "host threads (0: all)");
     cmd->add_flag("--resume", a->o.resume, "continue an interrupted run from its journal");
     cmd->add_flag("--force", a->o.force, "overwrite the output / discard an old journal");

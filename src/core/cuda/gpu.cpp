@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include "core/error.hpp"
+
 namespace cortiq {
 
 std::string gpu_unavailable_reason() {
@@ -16,6 +18,18 @@ std::string gpu_unavailable_reason() {
 
 bool gpu_available() {
     return gpu_unavailable_reason().empty();
+}
+
+int gpu_count() {
+    int count = 0;
+    return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+void use_gpu(int id) {
+    const int count = gpu_count();
+    CORTIQ_CHECK(id >= 0 && id < count, "GPU {} does not exist: {} visible", id, count);
+    const cudaError_t e = cudaSetDevice(id);
+    CORTIQ_CHECK(e == cudaSuccess, "cannot use GPU {}: {}", id, cudaGetErrorString(e));
 }
 
 }  // namespace cortiq

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -78,10 +79,23 @@ class Scheduler {
         : inputs_(inputs), jobs_(jobs), opt_(opt), results_(jobs.size()), errors_(jobs.size()) {
         int count = 0;
         CUDA_CHECK(cudaGetDeviceCount(&count));
-        ndev_ = opt.max_gpus > 0 ? std::min(count, opt.max_gpus) : count;
-        CORTIQ_CHECK(ndev_ >= 1, "encode_many: no CUDA device visible");
+        CORTIQ_CHECK(count >= 1, "encode_many: no CUDA device visible");
+        if (!opt.gpus.empty()) {
+            for (const int g : opt.gpus) {
+                CORTIQ_CHECK(g >= 0 && g < count, "GPU {} does not exist: {} visible (0 to {})", g,
+                             count, count - 1);
+                CORTIQ_CHECK(std::count(opt.gpus.begin(), opt.gpus.end(), g) == 1,
+                             "GPU {} is named twice", g);
+                devs_.push_back(g);
+            }
+        } else {
+            const int n = opt.max_gpus > 0 ? std::min(count, opt.max_gpus) : count;
+            for (int g = 0; g < n; ++g) devs_.push_back(g);
+        }
+        ndev_ = static_cast<int>(devs_.size());
+        t0_ = std::chrono::steady_clock::now();
         for (int d = 0; d < ndev_; ++d) {
-            CUDA_CHECK(cudaSetDevice(d));
+            CUDA_CHECK(cudaSetDevice(devs_[static_cast<size_t>(d)]));
             const double free_b = static_cast<double>(device_free_bytes());
             const double cap = std::max(0.0, 0.92 * free_b - 0.5 * kGiB);
             budgets_.push_back(std::make_unique<MemoryBudget>(static_cast<size_t>(cap)));
@@ -109,7 +123,7 @@ class Scheduler {
         for (auto& v : dev_ctx_)
             for (size_t d = 0; d < v.size(); ++d)
                 if (v[d]->ctx) {
-                    cudaSetDevice(static_cast<int>(d));
+                    cudaSetDevice(devs_[d]);
                     v[d]->ctx.reset();
                 }
     }
@@ -135,7 +149,8 @@ class Scheduler {
   private:
     void worker(int d) {
         try {
-            Gpu gpu(d), helper(d);
+            const int dev = devs_[static_cast<size_t>(d)];
+            Gpu gpu(dev), helper(dev);
             while (!abort_) {
                 const size_t k = next_.fetch_add(1);
                 if (k >= order_.size()) break;
@@ -159,6 +174,7 @@ class Scheduler {
         const ManyJob& jb = jobs_[j];
         const int64_t m = jb.w->rows(), n = jb.w->cols();
         ManyResult res;
+        res.start_s = seconds_since_start();
         Profile* prof = opt_.profile ? &res.prof : nullptr;
         Tuning tuning;
         tuning.check_memory = false;  // budgeted here
@@ -170,7 +186,8 @@ class Scheduler {
             CORTIQ_CHECK(opt_.cpu_fallback,
                          "{}: {}x{} at {} bpw needs about {:.1f} GiB of GPU memory, GPU {} has "
                          "{:.1f} GiB for encoding (allow the CPU fallback or use --device cpu)",
-                         jb.name, m, n, jb.options.bpw, static_cast<double>(need + ctx) / kGiB, d,
+                         jb.name, m, n, jb.options.bpw, static_cast<double>(need + ctx) / kGiB,
+                         devs_[static_cast<size_t>(d)],
                          static_cast<double>(budget.capacity()) / kGiB);
             const cpu::InputContext& input_ctx = cpu_context(jb.input, jb.options.rho, prof);
             res.enc = cpu::encode_tensor(*jb.w, input_ctx, jb.options, prof);
@@ -186,8 +203,9 @@ class Scheduler {
                 throw;
             }
             budget.release(need);
-            res.device = d;
+            res.device = devs_[static_cast<size_t>(d)];
         }
+        res.end_s = seconds_since_start();
         results_[j] = std::move(res);
         if (opt_.on_done) {
             std::lock_guard<std::mutex> lock(cb_mu_);
@@ -236,7 +254,7 @@ class Scheduler {
             DeviceContext& dc = *dev_ctx_[input][static_cast<size_t>(d)];
             std::lock_guard<std::mutex> lock(dc.mu);
             if (dc.ctx) {
-                cudaSetDevice(d);
+                cudaSetDevice(devs_[static_cast<size_t>(d)]);
                 dc.ctx.reset();
                 budgets_[static_cast<size_t>(d)]->unreserve(dc.bytes);
                 dc.bytes = 0;
@@ -249,7 +267,12 @@ class Scheduler {
     const std::vector<ManyInput>& inputs_;
     const std::vector<ManyJob>& jobs_;
     const ManyOptions& opt_;
+    std::vector<int> devs_;  // slot d runs on CUDA device devs_[d]
     int ndev_ = 0;
+    std::chrono::steady_clock::time_point t0_;
+    double seconds_since_start() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    }
     std::vector<std::unique_ptr<MemoryBudget>> budgets_;
     std::vector<size_t> order_;
     std::vector<size_t> remaining_;
