@@ -234,6 +234,33 @@ TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
     fs::remove_all(d);
 }
 
+// quantize --tune kd with random-token windows (QuantizeOptions::kd_random):
+// as many as the fit windows at 1.0, none at 0; they change the result (the
+// loss sees them), and a run is reproducible (fixed seed).
+TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    const fs::path d = test::scratch_dir("cortiq_tune_", "rnd");
+    auto run = [&](double random, const char* name) {
+        auto o = tuned_options(d / name);
+        o.tune_mode = "kd";
+        o.kd.epochs = 1;
+        o.kd_random = random;
+        return quant::quantize(o);
+    };
+    const auto none = run(0.0, "a.safetensors");
+    const auto one = run(1.0, "b.safetensors");
+    const auto again = run(1.0, "c.safetensors");
+    EXPECT_EQ(none.distilled.at("random_windows").get<int64_t>(), 0);
+    EXPECT_GT(one.distilled.at("fit_windows").get<int64_t>(), 0);
+    EXPECT_EQ(one.distilled.at("random_windows").get<int64_t>(),
+              one.distilled.at("fit_windows").get<int64_t>());
+    EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
+    if (one.distilled.at("best_epoch").get<int>() > 0 ||
+        none.distilled.at("best_epoch").get<int>() > 0)
+        EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
+    fs::remove_all(d);
+}
+
 #include "tune/distill.hpp"
 
 TEST(Distill, PullsAPerturbedStudentTowardsItsTeacher) {

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
+#include <random>
 
 #include "core/memory_usage.hpp"
 #include "model/gpu_model.hpp"
@@ -44,7 +46,19 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     };
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
-    const tune::DistillResult r = distill(s, teacher, cs.fit, cs.sel, run.o.kd);
+    std::vector<std::vector<int32_t>> fit = cs.fit;
+    const auto random_windows =
+        static_cast<int64_t>(std::llround(run.o.kd_random * static_cast<double>(fit.size())));
+    if (random_windows > 0 && !fit.empty()) {
+        std::mt19937_64 rng(0x7a2d0);  // fixed: a run is reproducible
+        std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
+        for (int64_t w = 0; w < random_windows; ++w) {
+            std::vector<int32_t> t(fit[0].size());
+            for (auto& v : t) v = tok(rng);
+            fit.push_back(std::move(t));
+        }
+    }
+    const tune::DistillResult r = distill(s, teacher, fit, cs.sel, run.o.kd);
     if (r.best_epoch > 0)
         for (int64_t l = 0; l < run.model.num_layers(); ++l)
             install_block(run, l, s.blocks[static_cast<size_t>(l)], nullptr);
@@ -55,6 +69,8 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
                             {"kl_sel_before", r.kl_sel_before},
                             {"kl_sel_after", r.kl_sel_after},
                             {"best_epoch", r.best_epoch},
+                            {"fit_windows", cs.fit.size()},
+                            {"random_windows", random_windows},
                             {"flips", r.flips},
                             {"seconds", secs},
                             {"peak_rss_bytes", peak_rss_bytes()}};

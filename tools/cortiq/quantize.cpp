@@ -64,6 +64,10 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--kd-batch", a->o.kd.batch_windows, "distillation: windows per step")
         ->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--kd-random", a->o.kd_random,
+                    "distillation: windows of random token ids added, per fit window (default "
+                    "1; 0: none)")
+        ->check(CLI::Range(0.0, 64.0));
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");
