@@ -191,26 +191,47 @@ TuneProblem make_problem(bool qwen3, uint64_t seed, const Size& s, int64_t fit_w
     return t;
 }
 
+// What a tuning run reports, for block tuning and distillation alike: the
+// loss on the fit and held-out windows before and after, the epoch kept and
+// the signs flipped.
+struct Outcome {
+    double fit_before, fit_after, sel_before, sel_after;
+    int best_epoch;
+    long long flips;
+};
+Outcome outcome(const BlockTuneResult& r) {
+    return {r.fit_before, r.fit_after, r.sel_before, r.sel_after, r.best_epoch, r.flips};
+}
+Outcome outcome(const DistillResult& r) {
+    return {r.kl_fit_before, r.kl_fit_after, r.kl_sel_before,
+            r.kl_sel_after,  r.best_epoch,   r.flips};
+}
+
+// The GPU tuner against the CPU one on the same problem and steps.
+void expect_gpu_follows_cpu(const Outcome& c, const Outcome& g, double after_tol, const char* label,
+                            const char* loss) {
+    std::printf(
+        "[%s] %sfit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
+        "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
+        label, loss, c.fit_before, c.fit_after, g.fit_before, g.fit_after, c.sel_before,
+        c.sel_after, g.sel_before, g.sel_after, c.best_epoch, g.best_epoch, c.flips, g.flips);
+    // before: the same float32 forward on both sides, summed in float64
+    EXPECT_NEAR(g.fit_before, c.fit_before, 1e-4 * c.fit_before);
+    EXPECT_NEAR(g.sel_before, c.sel_before, 1e-4 * c.sel_before);
+    // after: rounding differences grow through the Adam steps, a few percent
+    EXPECT_LT(c.fit_after, 0.9 * c.fit_before) << "the problem should be tunable";
+    EXPECT_NEAR(g.fit_after, c.fit_after, after_tol * c.fit_after);
+    EXPECT_NEAR(g.sel_after, c.sel_after, after_tol * c.sel_after);
+    EXPECT_LE(g.sel_after, g.sel_before);
+}
+
 void compare_tuning(bool qwen3, const TuneOptions& o, double after_tol, const char* label) {
     const Size s{32, 4, 2, 8, 48, 1, 24, 6};
     TuneProblem t = make_problem(qwen3, qwen3 ? 21 : 20, s, 6, 2);
     BlockParamsT<float> pc = t.start, pg = t.start;
     const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
     const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
-    std::printf(
-        "[%s] fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
-        "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
-        label, rc.fit_before, rc.fit_after, rg.fit_before, rg.fit_after, rc.sel_before,
-        rc.sel_after, rg.sel_before, rg.sel_after, rc.best_epoch, rg.best_epoch,
-        static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
-    // before: the same float32 forward on both sides, summed in float64
-    EXPECT_NEAR(rg.fit_before, rc.fit_before, 1e-4 * rc.fit_before);
-    EXPECT_NEAR(rg.sel_before, rc.sel_before, 1e-4 * rc.sel_before);
-    // after: rounding differences grow through the Adam steps, a few percent
-    EXPECT_LT(rc.fit_after, 0.9 * rc.fit_before) << "the problem should be tunable";
-    EXPECT_NEAR(rg.fit_after, rc.fit_after, after_tol * rc.fit_after);
-    EXPECT_NEAR(rg.sel_after, rc.sel_after, after_tol * rc.sel_after);
-    EXPECT_LE(rg.sel_after, rg.sel_before);
+    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "");
 }
 
 TEST(TuneBlockGpu, ScalesAndNormsFollowTheCpuTuning) {
@@ -314,18 +335,7 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
     Student sg = sc;
     const DistillResult rc = distill(sc, teacher, fit, sel, o);
     const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o);
-    std::printf(
-        "[%s] KL fit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
-        "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
-        label, rc.kl_fit_before, rc.kl_fit_after, rg.kl_fit_before, rg.kl_fit_after,
-        rc.kl_sel_before, rc.kl_sel_after, rg.kl_sel_before, rg.kl_sel_after, rc.best_epoch,
-        rg.best_epoch, static_cast<long long>(rc.flips), static_cast<long long>(rg.flips));
-    EXPECT_NEAR(rg.kl_fit_before, rc.kl_fit_before, 1e-4 * rc.kl_fit_before);
-    EXPECT_NEAR(rg.kl_sel_before, rc.kl_sel_before, 1e-4 * rc.kl_sel_before);
-    EXPECT_LT(rc.kl_fit_after, 0.9 * rc.kl_fit_before) << "the problem should be tunable";
-    EXPECT_NEAR(rg.kl_fit_after, rc.kl_fit_after, after_tol * rc.kl_fit_after);
-    EXPECT_NEAR(rg.kl_sel_after, rc.kl_sel_after, after_tol * rc.kl_sel_after);
-    EXPECT_LE(rg.kl_sel_after, rg.kl_sel_before);
+    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ");
 }
 
 TEST(DistillGpu, ScalesFollowTheCpuDistillation) {

@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include "core/error.hpp"
 #include "tune/adam.hpp"
+#include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
@@ -127,33 +127,24 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     add_block(adam, p, g, d, o);
     if (adam.empty()) return res;
 
-    std::mt19937_64 rng(0x5eed);  // fixed: a run is reproducible
-    std::vector<size_t> order(fit.x.size());
-    std::iota(order.begin(), order.end(), size_t{0});
     std::vector<float> x, y, dout;
     BlockActsT<float> a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    for (int e = 1; e <= o.epochs; ++e) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t s = 0; s < order.size(); s += batch) {
-            const size_t c = std::min(order.size() - s, batch);
-            gather(fit.x, order, s, c, x);
-            gather(fit.y, order, s, c, y);
-            block_forward(p, d, rope, x.data(), static_cast<int64_t>(c), L, a);
-            dout.resize(y.size());
-            for (size_t i = 0; i < y.size(); ++i) dout[i] = scale * (a.out[i] - y[i]);
-            clear(g);  // in place: the Adam slots point at g's vectors
-            block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), g);
-            adam.step();
-        }
-        const double sel_loss = sel.x.empty() ? ev.relative(p, fit) : ev.relative(p, sel);
-        if (sel_loss < res.sel_after) {
-            res.sel_after = sel_loss;
-            res.best_epoch = e;
-            best = p;
-        }
-    }
+    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
+        gather(fit.x, order, s, c, x);
+        gather(fit.y, order, s, c, y);
+        block_forward(p, d, rope, x.data(), static_cast<int64_t>(c), L, a);
+        dout.resize(y.size());
+        for (size_t i = 0; i < y.size(); ++i) dout[i] = scale * (a.out[i] - y[i]);
+        clear(g);  // in place: the Adam slots point at g's vectors
+        block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), g);
+        adam.step();
+    };
+    res.best_epoch = run_epochs(
+        fit.x.size(), batch, o.epochs, 0x5eed, res.sel_after, step,
+        [&] { return sel.x.empty() ? ev.relative(p, fit) : ev.relative(p, sel); },
+        [&] { best = p; });
     p = std::move(best);
     res.fit_after = ev.relative(p, fit);
     res.flips = sign_changes(start, p);

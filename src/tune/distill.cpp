@@ -4,10 +4,10 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include "core/error.hpp"
 #include "tune/adam.hpp"
+#include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
@@ -113,26 +113,16 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     if (adam.empty()) return r;
     const std::vector<BlockParamsT<float>> start = s.blocks;
     std::vector<BlockParamsT<float>> best = s.blocks;
-    std::mt19937_64 rng(0xd15711);  // fixed: a run is reproducible
-    std::vector<size_t> order(fit.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    for (int e = 1; e <= o.epochs; ++e) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t i = 0; i < order.size(); i += batch) {
-            const size_t c = std::min(batch, order.size() - i);
-            const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
-            forward(s, rope, teacher, fit, order, i, c, scale, ps);
-            for (auto& gl : g) clear(gl);
-            backward(s, rope, ps, g);
-            adam.step();
-        }
-        const double kl = sel.empty() ? mean_kl(fit) : mean_kl(sel);
-        if (kl < r.kl_sel_after) {
-            r.kl_sel_after = kl;
-            r.best_epoch = e;
-            best = s.blocks;
-        }
-    }
+    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
+        const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
+        forward(s, rope, teacher, fit, order, i, c, scale, ps);
+        for (auto& gl : g) clear(gl);
+        backward(s, rope, ps, g);
+        adam.step();
+    };
+    r.best_epoch = run_epochs(
+        fit.size(), batch, o.epochs, 0xd15711, r.kl_sel_after, step,
+        [&] { return sel.empty() ? mean_kl(fit) : mean_kl(sel); }, [&] { best = s.blocks; });
     s.blocks = std::move(best);
     r.kl_fit_after = mean_kl(fit);
     for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);

@@ -9,12 +9,12 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
 #include "tune/cuda/block_tune.hpp"
+#include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
@@ -121,34 +121,25 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     slots.add_block(dp, gr, d, o, st);
     if (slots.empty()) return res;
 
-    std::mt19937_64 rng(0x5eed);  // the CPU's seed: the same batches in the same order
-    std::vector<size_t> order(fit.x.size());
-    std::iota(order.begin(), order.end(), size_t{0});
     DVec x, y, dout;
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    for (int e = 1; e <= o.epochs; ++e) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t s = 0; s < order.size(); s += batch) {
-            const size_t c = std::min(order.size() - s, batch);
-            gather(g, dfit.x, order, s, c, dfit.each, x);
-            gather(g, dfit.y, order, s, c, dfit.each, y);
-            cuda::block_forward(g, dp, d, rope, x.get(), static_cast<int64_t>(c), L, a);
-            cuda::ensure(dout, y.size(), st);
-            cuda::block_loss(g, a.out.get(), y.get(), x.get(), y.size(), nullptr, scale,
-                             dout.get());
-            cuda::clear(gr, st);
-            cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
-            slots.step(g, o.beta1, o.beta2);
-        }
-        const double sel_loss = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
-        if (sel_loss < res.sel_after) {
-            res.sel_after = sel_loss;
-            res.best_epoch = e;
-            cuda::download_into(dp, best, st);
-        }
-    }
+    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
+        gather(g, dfit.x, order, s, c, dfit.each, x);
+        gather(g, dfit.y, order, s, c, dfit.each, y);
+        cuda::block_forward(g, dp, d, rope, x.get(), static_cast<int64_t>(c), L, a);
+        cuda::ensure(dout, y.size(), st);
+        cuda::block_loss(g, a.out.get(), y.get(), x.get(), y.size(), nullptr, scale, dout.get());
+        cuda::clear(gr, st);
+        cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
+        slots.step(g, o.beta1, o.beta2);
+    };
+    // the CPU's seed: the same batches in the same order
+    res.best_epoch = run_epochs(
+        fit.x.size(), batch, o.epochs, 0x5eed, res.sel_after, step,
+        [&] { return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); },
+        [&] { cuda::download_into(dp, best, st); });
     p = std::move(best);
     res.fit_after = ev.relative(cuda::upload(p, st), dfit);
     res.flips = sign_changes(start, p);

@@ -10,11 +10,11 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
-#include <random>
 
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
+#include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
@@ -198,27 +198,21 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     if (adam.empty()) return r;
     const std::vector<BlockParamsT<float>> start = s.blocks;
     std::vector<BlockParamsT<float>> best = s.blocks;
-    std::mt19937_64 rng(0xd15711);  // the CPU's seed: the same batches in the same order
-    std::vector<size_t> order(fit.size());
-    std::iota(order.begin(), order.end(), size_t{0});
-    for (int e = 1; e <= o.epochs; ++e) {
-        std::shuffle(order.begin(), order.end(), rng);
-        for (size_t i = 0; i < order.size(); i += batch) {
-            const size_t c = std::min(batch, order.size() - i);
-            const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
-            tr.forward(fit, false, order, i, c, scale);
-            for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
-            tr.backward();
-            adam.step(g, o.beta1, o.beta2);
-        }
-        const double kl = has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch);
-        if (kl < r.kl_sel_after) {
-            r.kl_sel_after = kl;
-            r.best_epoch = e;
+    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
+        const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
+        tr.forward(fit, false, order, i, c, scale);
+        for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
+        tr.backward();
+        adam.step(g, o.beta1, o.beta2);
+    };
+    // the CPU's seed: the same batches in the same order
+    r.best_epoch = run_epochs(
+        fit.size(), batch, o.epochs, 0xd15711, r.kl_sel_after, step,
+        [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
+        [&] {
             for (size_t l = 0; l < best.size(); ++l)
                 cuda::download_into(tr.ds.blocks[l], best[l], st);
-        }
-    }
+        });
     s.blocks = std::move(best);
     for (size_t l = 0; l < s.blocks.size(); ++l) tr.ds.blocks[l] = cuda::upload(s.blocks[l], st);
     r.kl_fit_after = tr.mean_kl(fit, false, batch);
