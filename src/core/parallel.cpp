@@ -87,15 +87,16 @@ void apply(int threads) {
 
 int free_cores() {
     const int cores = cpuset_cores();
+    const int cap = env_cap();
+    const int most = cap > 0 ? std::min(cap, cores) : cores;
     std::array<int, 3> samples{};
     for (auto& s : samples) {
         s = others_runnable();
-        if (s < 0) return env_cap() > 0 ? std::min(env_cap(), cores) : cores;
+        if (s < 0) return most;
         std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
     std::nth_element(samples.begin(), samples.begin() + 1, samples.end());
-    const int cap = env_cap();
-    return std::clamp(cores - samples[1], 1, cap > 0 ? std::min(cap, cores) : cores);
+    return std::clamp(cores - samples[1], 1, most);
 }
 
 void set_num_threads(int threads) {

@@ -1,7 +1,6 @@
 #include "linalg/panel_gemm.hpp"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <algorithm>
 

@@ -84,12 +84,10 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
                                {"latent_init", o.tune.latent_init},
                                {"lr_norms", o.tune.lr_norms}};
     if (o.tune_kd())
-        in.settings["kd"] = {{"epochs", o.kd.epochs},
-                             {"batch_windows", o.kd.batch_windows},
-                             {"lr_scales", o.kd.lr_scales},
-                             {"lr_signs", o.kd.lr_signs},
-                             {"latent_init", o.kd.latent_init},
-                             {"random_windows_per_fit_window", o.kd_random}};
+        in.settings["kd"] = {
+            {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
+            {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
+            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", o.kd_random}};
     return in;
 }
 
