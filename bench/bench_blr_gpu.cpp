@@ -4,13 +4,16 @@
 //                 [--tokens 512] [--layers 32] [--reps 200]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
 // packed layer its bits and f16 scales. Prefill: --tokens rows (cuBLAS fp16
-// tensor-core GEMM against the packed layer's TF32 tiles). Whole model: the
+// tensor-core GEMM against the packed layer's TF32 tiles); decode times are
+// per call of a batch captured in a CUDA graph, each call on its own copy of
+// the weights (≥ 256 MB in all, past the L2), prefill times per call. Whole model: the
 // 224 linear layers of a 32-layer 4096/11008 Llama at 1.0 bpw, one token
 // through all of them, captured in a CUDA graph (kernel time, not launch
 // time), against the same layers in fp16. Times are medians of CUDA events.
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -79,6 +82,33 @@ ec::DVec fill_float(int64_t n, cudaStream_t st) {
     return b;
 }
 
+// Median milliseconds of one run of f when `batch` runs are captured in a
+// CUDA graph and launched together: the GPU's time, without the host's
+// launch latency between kernels.
+// f(i) runs the i-th of the batch (e.g. on its own copy of the weights).
+template <class F>
+double graph_ms(cudaStream_t st, int reps, int batch, F&& f) {
+    f(0);  // buffers before capture
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    cudaGraph_t g;
+    cudaGraphExec_t e;
+    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < batch; ++i) f(i);
+    CUDA_CHECK(cudaStreamEndCapture(st, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    cudaGraphDestroy(g);
+    const double ms = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(e, st)); }) / batch;
+    cudaGraphExecDestroy(e);
+    return ms;
+}
+
+// Copies of a weight of `bytes` that a decode cycles through so that the
+// batch reads at least 256 MB, 5× the H200's 50 MB L2: each call reads its
+// weights from HBM, as in a model, not from the cache the last call filled.
+int copies_for(double bytes) {
+    return static_cast<int>(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));
+}
+
 void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
                  int64_t tokens, int reps) {
     const cudaStream_t st = gpu.stream();
@@ -89,10 +119,15 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
         tokens, tokens);
     mc::PackedScratch ws;
     for (auto [m, n] : bench::parse_shapes(shapes)) {
-        const auto w16 = fill_half(m * n, st), x16 = fill_half(tokens * n, st);
+        std::vector<ec::DeviceBuffer<__half>> w16s;
+        for (int c = copies_for(2.0 * m * n); c > 0; --c) w16s.push_back(fill_half(m * n, st));
+        const auto& w16 = w16s[0];
+        const auto x16 = fill_half(tokens * n, st);
         auto y16 = fill_half(tokens * m, st);
-        const double t16 = time_ms(
-            st, reps, [&] { fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, 1); });
+        const int batch16 = std::max<int>(20, static_cast<int>(w16s.size()));
+        const double t16 = graph_ms(st, reps, batch16, [&](int i) {
+            fp16_linear(gpu.blas(), w16s[i % w16s.size()].get(), x16.get(), y16.get(), m, n, 1);
+        });
         const double t16b = time_ms(st, std::max(5, reps / 10), [&] {
             fp16_linear(gpu.blas(), w16.get(), x16.get(), y16.get(), m, n, tokens);
         });
@@ -100,9 +135,15 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
         auto y = fill_float(tokens * m, st);
         for (double bpw : bpws) {
             const auto pw = bench::random_packed(m, n, bpw, 3);
-            const auto dev = mc::upload_packed(pw, st);
-            const double tp = time_ms(st, reps, [&] {
-                mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), 1, y.get(), 0.0f, nullptr);
+            std::vector<mc::DevicePacked> devs;
+            devs.push_back(mc::upload_packed(pw, st));
+            for (int c = copies_for(devs[0].bytes()); c > 1; --c)
+                devs.push_back(mc::upload_packed(pw, st));
+            const auto& dev = devs[0];
+            const int batch = std::max<int>(20, static_cast<int>(devs.size()));
+            const double tp = graph_ms(st, reps, batch, [&](int i) {
+                mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], ws, x.get(), 1, y.get(),
+                                  0.0f, nullptr);
             });
             const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                 mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
@@ -151,21 +192,8 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
             fp16_linear(gpu.blas(), dense[i].get(), x16.get(), y16.get(), m, n, 1);
         }
     };
-    auto graph_of = [&](auto&& body) {
-        body();  // buffers and attributes before capture
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        cudaGraph_t g;
-        cudaGraphExec_t e;
-        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        body();
-        CUDA_CHECK(cudaStreamEndCapture(st, &g));
-        CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-        cudaGraphDestroy(g);
-        return e;
-    };
-    const cudaGraphExec_t gp = graph_of(run_packed), gd = graph_of(run_dense);
-    const double tp = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(gp, st)); });
-    const double td = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(gd, st)); });
+    const double tp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
+    const double td = graph_ms(st, reps, 1, [&](int) { run_dense(); });
     const double tpe = time_ms(st, std::max(3, reps / 10), run_packed);
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
     fmt::print("\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw):\n",
@@ -179,8 +207,6 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
     fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp,
                1e3 / tp, tpe);
     fmt::print("speed-up {:.2f}× (graph), {:.2f}× (launched)\n", td / tp, tde / tpe);
-    cudaGraphExecDestroy(gp);
-    cudaGraphExecDestroy(gd);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "blr/sign_kernels.hpp"
+#include "blr/sign_layout.hpp"
 #include "blr_fixtures.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -128,4 +129,40 @@ TEST(BlrLinear, ResidentBytesAreThePayloadsOwn) {
     const auto pw = blr::PackedWeight::from_payload(bytes, "t");
     EXPECT_GE(pw.resident_bytes(), static_cast<int64_t>(bytes.size()) - 64);
     EXPECT_LE(pw.resident_bytes(), static_cast<int64_t>(1.05 * bytes.size()));
+}
+
+// The device's word-aligned copies of the sign rows (blr/sign_layout.hpp) hold
+// the stream's bits, S_U transposed, with zero padding: every bit checked
+// against the stream, for rows that start anywhere in a word.
+TEST(SignLayout, AlignedAndTransposedRowsHoldTheStreamsBits) {
+    for (auto [m, n, r] : {std::tuple{37, 70, 13},
+                           {70, 37, 1},
+                           {1, 1, 1},
+                           {64, 64, 33},
+                           {130, 65, 65},
+                           {300, 17, 5}}) {
+        const blr::PackedWeight pw =
+            blr::PackedWeight::from_payload(blr::pack(random_model(m, n, r, 2, 7 * m + n)), "t");
+        for (int p = 0; p < 2; ++p) {
+            const blr::SignRows sv = pw.svt(p), su = pw.sut(p);
+            auto bit = [](const blr::SignRows& s, int64_t k, int64_t j) {
+                const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + j;
+                return static_cast<uint32_t>((s.words[b / 64] >> (b % 64)) & 1);
+            };
+            const auto a = blr::aligned_rows(sv);
+            const int64_t lda = blr::words32_for(n);
+            ASSERT_EQ(a.size(), static_cast<size_t>(r * lda));
+            for (int64_t k = 0; k < r; ++k)
+                for (int64_t j = 0; j < 32 * lda; ++j)
+                    ASSERT_EQ((a[k * lda + j / 32] >> (j % 32)) & 1u, j < n ? bit(sv, k, j) : 0u)
+                        << m << "x" << n << " r" << r << " p" << p << " row " << k << " bit " << j;
+            const auto t = blr::transposed_rows(su);
+            const int64_t ldt = blr::words32_for(r);
+            ASSERT_EQ(t.size(), static_cast<size_t>(m * ldt));
+            for (int64_t i = 0; i < m; ++i)
+                for (int64_t k = 0; k < 32 * ldt; ++k)
+                    ASSERT_EQ((t[i * ldt + k / 32] >> (k % 32)) & 1u, k < r ? bit(su, k, i) : 0u)
+                        << m << "x" << n << " r" << r << " p" << p << " S_U row " << i;
+        }
+    }
 }

@@ -96,7 +96,10 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
                               {200, 129, 63, 1},
                               {300, 17, 5, 2},
                               {1, 1, 1, 2},
-                              {1100, 700, 300, 1}}) {
+                              {1100, 700, 300, 1},
+                              // several 1024-column spans in both decode products
+                              {1200, 2600, 1100, 2},
+                              {2100, 3000, 40, 1}}) {
         check_on_gpu(blr::pack(random_model(m, n, r, p, 31 * m + n)),
                      fmt::format("{}x{} r{} P{}", m, n, r, p));
     }

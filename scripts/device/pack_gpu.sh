@@ -16,7 +16,8 @@ bash ../shared/tools/device-pack.sh .carry/gpu "${bins[@]}" > /dev/null
 tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu bin && rm -rf .carry/gpu/bin
 cat > .carry/gpu/env.sh <<'ENV'
 [ -d .carry/gpu/bin ] || tar -xJf .carry/gpu/bin.tar.xz -C .carry/gpu
-mkdir -p /tmp/lib && tar -xJf .carry/gpu/lib.tar.xz -C /tmp/lib
+# once per machine: a second extraction over libraries in use gave a Bus error
+[ -f /tmp/lib/.done ] || { mkdir -p /tmp/lib && tar -xJf .carry/gpu/lib.tar.xz -C /tmp/lib && touch /tmp/lib/.done; }
 export LD_LIBRARY_PATH=/tmp/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 ENV
 mkdir -p .carry/models .carry/text

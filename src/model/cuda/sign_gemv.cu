@@ -1,0 +1,298 @@
+// The decode product of a sign matrix (model/cuda/sign_gemv.hpp) with a table
+// of signed sums, the lookup method of bitnet.cpp and T-MAC, in shared memory.
+//
+// A block of 8 warps owns a span of G groups of 1024 columns (G ≤ 4) and a
+// chunk of rows. It first tabulates, for each 4 inputs of its span, the 16
+// signed sums e(nib) = Σ_b (bit b of nib ? −v_b : v_b). A warp then takes one
+// row at a time: lane L loads the row's words 32·(G·span + g) + L (coalesced
+// 128-byte loads) and adds 8 table entries per word, one per nibble, so a bit
+// costs a quarter of a shift, mask, load and add instead of an extract, a
+// sign flip and an add each. The first rows' words are loaded before the
+// table is built, so the memory latency and the table overlap; spans of up to
+// 4096 columns keep most products (n ≤ 4096, r ≤ 4096) in one span. The table is indexed [nibble
+// group q][nibble][lane], so the 32 lanes of a lookup hit 32 different banks. Spans meet in a
+// partial buffer; the last block of a row chunk to finish (counted with an atomic) sums them in
+// span order, so the result does not depend on timing.
+#include <algorithm>
+#include <cstdlib>
+
+#include "core/error.hpp"
+#include "model/cuda/sign_gemv.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace ec = cortiq::cuda;
+
+namespace {
+
+constexpr int kGroupCols = 1024;     // columns a warp covers with one word per lane
+constexpr int kLut = 8 * 16 * 32;    // table floats per group and row: [q][nibble][lane]
+constexpr int kThreads = 256;        // 8 warps: warp q tabulates nibble group q
+constexpr int kRowsPerWarpStep = 4;  // rows a warp loads before it adds
+constexpr int kMaxGroups = 4;        // a span: up to 4096 columns (64 KB of table a row)
+
+struct Params {
+    SignMatrix s;
+    GemvIo io;
+    float* part;         // spans × R × s.rows
+    unsigned* counters;  // per row chunk
+    int spans;
+    int64_t chunk;  // rows per chunk
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// out[i, k] = β·out[i, k] + bias[k] + scale[k]·sum
+__device__ __forceinline__ void finish(const GemvIo& io, int i, int64_t k, float sum) {
+    float* o = io.out + i * io.ld_out + k;
+    float v = io.beta == 0.0f ? 0.0f : io.beta * *o;
+    if (io.bias) v += io.bias[k];
+    *o = v + (io.out_scale ? __half2float(io.out_scale[k]) : 1.0f) * sum;
+}
+
+// Thread (warp q, lane L) tabulates, in each group g of the span, the 4
+// inputs c0 + 1024g + 32L + 4q + b, b < 4 (zero past the last column): the
+// nibble q of lane L's word g.
+template <int R, int G>
+__device__ __forceinline__ void tabulate(const Params& p, int64_t c0, float* lut) {
+    const int lane = threadIdx.x & 31, q = threadIdx.x >> 5;
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int g = 0; g < G; ++g) {
+            float v[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const int64_t j = c0 + kGroupCols * g + 32 * lane + 4 * q + b;
+                v[b] = 0.0f;
+                if (j < p.s.cols) {
+                    v[b] = p.io.in[i * p.io.ld_in + j];
+                    if (p.io.in_scale) v[b] *= __half2float(p.io.in_scale[j]);
+                }
+            }
+            float e[16];
+            e[0] = (v[0] + v[1]) + (v[2] + v[3]);
+#pragma unroll
+            for (int nib = 1; nib < 16; ++nib) {
+                const int hb = nib >= 8 ? 3 : nib >= 4 ? 2 : nib >= 2 ? 1 : 0;
+                e[nib] = e[nib ^ (1 << hb)] - 2.0f * v[hb];
+            }
+            float* dst = lut + (i * G + g) * kLut + q * 512 + lane;
+#pragma unroll
+            for (int nib = 0; nib < 16; ++nib) dst[nib * 32] = e[nib];
+        }
+}
+
+template <int G>
+struct Words {
+    uint32_t w[kRowsPerWarpStep][G];
+};
+
+// The words of lane `lane` for the rows k, k + 8, ... of one warp step.
+template <int G>
+__device__ __forceinline__ Words<G> load_step(const Params& p, const uint32_t* bits, bool live[G],
+                                              int64_t k, int64_t k1) {
+    Words<G> x;
+#pragma unroll
+    for (int u = 0; u < kRowsPerWarpStep; ++u) {
+        const int64_t ku = k + 8 * u;
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+            x.w[u][g] = live[g] && ku < k1 ? __ldg(bits + ku * p.s.ld + 32 * g) : 0u;
+    }
+    return x;
+}
+
+template <int R, int G>
+__global__ void __launch_bounds__(kThreads) sign_gemv_kernel(Params p) {
+    extern __shared__ float lut[];  // R × G × kLut
+    __shared__ bool last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t k0 = int64_t{blockIdx.y} * p.chunk, k1 = min(p.s.rows, k0 + p.chunk);
+    const int64_t wcol = int64_t{blockIdx.x} * 32 * G + lane;  // this lane's first word of a row
+    bool live[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) live[g] = wcol + 32 * g < p.s.ld;
+    const uint32_t* bits = p.s.words + wcol;
+    // With programmatic dependent launch (sm_90, CORTIQ_GEMV_PDL=1) the next
+    // kernel may start now; this one loads its first rows' bits, which no
+    // earlier kernel writes, and only then waits for the earlier kernels'
+    // results (in, out, scratch). Without it both calls return at once.
+#if __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    Words<G> next = load_step<G>(p, bits, live, k0 + warp, k1);
+#if __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+    tabulate<R, G>(p, int64_t{blockIdx.x} * kGroupCols * G, lut);
+    __syncthreads();
+
+    const float* tab = lut + lane;
+    for (int64_t k = k0 + warp; k < k1; k += 8 * kRowsPerWarpStep) {
+        const Words<G> cur = next;
+        if (k + 8 * kRowsPerWarpStep < k1)
+            next = load_step<G>(p, bits, live, k + 8 * kRowsPerWarpStep, k1);
+#pragma unroll
+        for (int u = 0; u < kRowsPerWarpStep; ++u) {
+            float acc[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+#pragma unroll
+            for (int g = 0; g < G; ++g)
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const uint32_t nib = (cur.w[u][g] >> (4 * q)) & 15u;
+#pragma unroll
+                    for (int i = 0; i < R; ++i)
+                        acc[i] += tab[(i * G + g) * kLut + q * 512 + nib * 32];
+                }
+            const int64_t ku = k + 8 * u;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const float sum = warp_sum(acc[i]);
+                if (lane != 0 || ku >= k1) continue;
+                if (p.spans == 1)
+                    finish(p.io, i, ku, sum);
+                else
+                    p.part[(int64_t{blockIdx.x} * R + i) * p.s.rows + ku] = sum;
+            }
+        }
+    }
+    if (p.spans == 1) return;
+
+    // The last block of this row chunk adds the spans' partials: the lanes
+    // that wrote partials make them visible first.
+    if (lane == 0) __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(p.counters + blockIdx.y, 1u) == unsigned(p.spans - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int64_t len = k1 - k0;
+    for (int64_t t = threadIdx.x; t < R * len; t += kThreads) {
+        const int i = static_cast<int>(t / len);
+        const int64_t k = k0 + t % len;
+        float sum = 0.0f;
+        for (int sp = 0; sp < p.spans; ++sp)
+            sum += __ldcg(p.part + (int64_t{sp} * R + i) * p.s.rows + k);
+        finish(p.io, i, k, sum);
+    }
+    if (threadIdx.x == 0) p.counters[blockIdx.y] = 0u;  // ready for the next call
+}
+
+// A benchmark's knob from the environment, read once per name at first use.
+int knob(const char* name, int fallback, int lo, int hi) {
+    const char* e = std::getenv(name);
+    return e ? std::clamp(std::atoi(e), lo, hi) : fallback;
+}
+
+template <int R, int G>
+void launch(const Params& p, dim3 grid, cudaStream_t stream) {
+    const size_t smem = sizeof(float) * kLut * R * G;
+    static const bool sized = [&] {  // tables past 48 KB need the opt-in, once
+        CUDA_CHECK(cudaFuncSetAttribute(sign_gemv_kernel<R, G>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(smem)));
+        return true;
+    }();
+    (void)sized;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1] = {};
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    // Off by default: on the H200 it made the decode slower (29.6 against
+    // 17.1 µs at 4096×11008, 1 bpw), the waiting blocks holding their SMs.
+    static const int pdl = knob("CORTIQ_GEMV_PDL", 0, 0, 1);
+    attr[0].val.programmaticStreamSerializationAllowed = pdl;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sign_gemv_kernel<R, G>, p));
+}
+
+template <int R>
+void launch_groups(int groups, const Params& p, dim3 grid, cudaStream_t stream) {
+    switch (groups) {
+        case 1:
+            return launch<R, 1>(p, grid, stream);
+        case 2:
+            return launch<R, 2>(p, grid, stream);
+        case 3:
+            return launch<R, 3>(p, grid, stream);
+        default:
+            return launch<R, 4>(p, grid, stream);
+    }
+}
+
+// Groups of 1024 columns per span: 1, or CORTIQ_GEMV_GROUPS up to 4. On the
+// H200 one group was faster than four at every shape of bench_blr_gpu (17.1
+// against 25.3 µs at 4096×11008, 1 bpw): more, smaller blocks hide more
+// latency than the fewer cross-span sums save.
+int max_groups() {
+    static const int g = knob("CORTIQ_GEMV_GROUPS", 1, 1, kMaxGroups);
+    return g;
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
+        return v;
+    }();
+    return n;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+    return (a + b - 1) / b;
+}
+
+}  // namespace
+
+void sign_gemv(const SignMatrix& s, const GemvIo& io, int rows, GemvScratch& ws,
+               cudaStream_t stream) {
+    CORTIQ_ASSERT(rows == 1 || rows == 2, "sign_gemv takes 1 or 2 rows, not {}", rows);
+    CORTIQ_ASSERT(s.ld >= ceil_div(s.cols, 32));
+    if (s.rows == 0) return;
+    // spans of up to max_groups() groups, the groups spread evenly over them
+    const int64_t groups_total = std::max<int64_t>(1, ceil_div(s.cols, kGroupCols));
+    const int64_t spans = ceil_div(groups_total, max_groups());
+    const int groups = static_cast<int>(ceil_div(groups_total, spans));
+    Params p{s, io, nullptr, nullptr, static_cast<int>(spans), 0};
+    // about one block per SM (CORTIQ_GEMV_BLOCKS_PER_SM), a chunk at least 16
+    // rows (two per warp). On the H200 at 1 bpw, 1 block per SM gave 15.8 µs
+    // at 4096×11008 and 2.875 ms for a 32-layer model's linears; 2: 15.9 µs,
+    // 2.917 ms; 3: 17.1 µs, 3.296 ms; 6: 27.1 µs, 5.35 ms. Each block builds
+    // a table and adds its partials once: fewer, longer blocks win.
+    static const int per_sm = knob("CORTIQ_GEMV_BLOCKS_PER_SM", 1, 1, 16);
+    int64_t chunks = std::clamp<int64_t>(ceil_div(per_sm * sm_count(), spans), 1,
+                                         std::max<int64_t>(1, ceil_div(s.rows, 16)));
+    chunks = std::min<int64_t>(chunks, 65535);
+    p.chunk = ceil_div(s.rows, chunks);
+    chunks = ceil_div(s.rows, p.chunk);
+    if (spans > 1) {
+        const int64_t need = spans * rows * s.rows;
+        if (ws.part.size() < need) ws.part = ec::DVec(need, stream);
+        if (ws.counters.size() < chunks) {
+            ws.counters = ec::DeviceBuffer<unsigned>(std::max<int64_t>(chunks, 1024), stream);
+            CUDA_CHECK(cudaMemsetAsync(ws.counters.get(), 0,
+                                       sizeof(unsigned) * static_cast<size_t>(ws.counters.size()),
+                                       stream));
+        }
+        p.part = ws.part.get();
+        p.counters = ws.counters.get();
+    }
+    const dim3 grid(static_cast<unsigned>(spans), static_cast<unsigned>(chunks));
+    if (rows == 1)
+        launch_groups<1>(groups, p, grid, stream);
+    else
+        launch_groups<2>(groups, p, grid, stream);
+}
+
+}  // namespace cortiq::model::cuda
