@@ -509,6 +509,41 @@ TEST(CalibSet, SeveralTextsGiveEqualSharesToFitAndHeldOut) {
     EXPECT_THROW(calib::make_calib_set(ids, o, {"a", "b", "c"}), Error);
 }
 
+// --calib-random: round(R·|set|) windows of the set's length join the fit and
+// the held-out windows after the text's, ids inside the vocabulary, the same
+// windows for the same seed, different ones for the two sets.
+TEST(CalibSet, RandomWindowsJoinBothSetsReproducibly) {
+    std::vector<int32_t> ids(2000);
+    for (int i = 0; i < 2000; ++i) ids[i] = i % 50;
+    calib::CalibOptions o;
+    o.samples = 12;
+    o.seqlen = 32;
+    o.holdout = 0.25;
+    const auto text = calib::make_calib_set(ids, o, "t");
+    for (double r : {0.0, 0.5, 1.0, 2.5}) {
+        auto cs = text;
+        calib::add_random_windows(cs, r, 1000, 7);
+        for (auto [set, base] : {std::pair{&cs.fit, &text.fit}, {&cs.sel, &text.sel}}) {
+            const auto extra =
+                static_cast<size_t>(std::llround(r * static_cast<double>(base->size())));
+            ASSERT_EQ(set->size(), base->size() + extra) << "r " << r;
+            EXPECT_TRUE(std::equal(base->begin(), base->end(), set->begin()));  // text first
+            for (size_t w = base->size(); w < set->size(); ++w) {
+                ASSERT_EQ((*set)[w].size(), static_cast<size_t>(o.seqlen));
+                for (int32_t v : (*set)[w]) ASSERT_TRUE(v >= 0 && v < 1000) << v;
+            }
+        }
+        auto again = text;
+        calib::add_random_windows(again, r, 1000, 7);
+        EXPECT_EQ(again.fit, cs.fit);
+        EXPECT_EQ(again.sel, cs.sel);
+        if (r >= 1) EXPECT_NE(cs.fit.back(), cs.sel.back());
+    }
+    auto cs = text;
+    EXPECT_THROW(calib::add_random_windows(cs, -1.0, 1000, 7), Error);
+    EXPECT_THROW(calib::add_random_windows(cs, 1.0, 0, 7), Error);
+}
+
 TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {
     const fs::path d = tmp_dir("multi");
     const std::string austen = kData + "/text/austen-heldout.txt";

@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "blr/model.hpp"
@@ -258,6 +259,34 @@ TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
     if (one.distilled.at("best_epoch").get<int>() > 0 ||
         none.distilled.at("best_epoch").get<int>() > 0)
         EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
+    fs::remove_all(d);
+}
+
+// --calib-random reaches every stage: the held-out set grows (its windows are
+// in the report), the file is reproducible, and it differs from the run
+// without random windows.
+TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    const fs::path d = test::scratch_dir("cortiq_tune_", "crnd");
+    auto run = [&](double random, const char* name) {
+        auto o = tuned_options(d / name);
+        o.tune_mode = "block";
+        o.calib_random = random;
+        return quant::quantize(o);
+    };
+    run(0.0, "a.safetensors");
+    run(1.0, "b.safetensors");
+    run(1.0, "c.safetensors");
+    const auto meta = [&](const char* f) {
+        const auto st = io::SafetensorsFile::open((d / f).string());
+        return nlohmann::json::parse(st.metadata().at("cortiq"));
+    };
+    const auto ma = meta("a.safetensors"), mb = meta("b.safetensors");
+    EXPECT_EQ(mb.at("calib_random_per_window").get<double>(), 1.0);
+    EXPECT_EQ(mb.at("samples_fit").get<int>(), 2 * ma.at("samples_fit").get<int>());
+    EXPECT_EQ(mb.at("samples_sel").get<int>(), 2 * ma.at("samples_sel").get<int>());
+    EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
+    EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
     fs::remove_all(d);
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <random>
 
 #include "core/error.hpp"
 #include "io/tokenizer.hpp"
@@ -85,6 +87,34 @@ CalibSet make_calib_set(const std::vector<std::vector<int32_t>>& ids, const Cali
         }
     }
     return cs;
+}
+
+std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int64_t vocab,
+                                                 uint64_t seed) {
+    CORTIQ_CHECK(vocab >= 1, "random windows need a vocabulary, got {} tokens", vocab);
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab - 1));
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(std::max<int64_t>(count, 0)));
+    for (auto& w : out) {
+        w.resize(static_cast<size_t>(len));
+        for (auto& v : w) v = tok(rng);
+    }
+    return out;
+}
+
+void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed) {
+    CORTIQ_CHECK(per_window >= 0 && std::isfinite(per_window),
+                 "random windows per window must be finite and non-negative, got {}", per_window);
+    uint64_t s = seed;
+    for (auto* set : {&cs.fit, &cs.sel}) {
+        ++s;
+        if (set->empty()) continue;
+        const auto n =
+            static_cast<int64_t>(std::llround(per_window * static_cast<double>(set->size())));
+        auto r = random_windows(n, static_cast<int64_t>((*set)[0].size()), vocab, s);
+        set->insert(set->end(), std::make_move_iterator(r.begin()),
+                    std::make_move_iterator(r.end()));
+    }
 }
 
 CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>& texts,

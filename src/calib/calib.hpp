@@ -45,6 +45,16 @@ CalibSet make_calib_set(const std::vector<std::vector<int32_t>>& ids, const Cali
 CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>& texts,
                         const CalibOptions& o, const std::vector<std::string>& what);
 
+// `count` windows of `len` token ids drawn uniformly from [0, vocab) with a
+// fixed seed: inputs no text provides, for which the original model's
+// outputs are still a target (data-free calibration and distillation).
+std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int64_t vocab,
+                                                 uint64_t seed);
+
+// Adds round(per_window · |set|) random windows of the set's length to the fit
+// and to the held-out windows (seeds derived from `seed`), after the text's.
+void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed);
+
 // (1/T) Σ x xᵀ over the rows x of every added block, in float64.
 class GramAccumulator {
   public:

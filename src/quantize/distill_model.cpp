@@ -5,8 +5,8 @@
 
 #include <chrono>
 #include <cmath>
+#include <iterator>
 #include <memory>
-#include <random>
 
 #include "core/memory_usage.hpp"
 #include "model/gpu_model.hpp"
@@ -47,16 +47,12 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     std::vector<std::vector<int32_t>> fit = cs.fit;
-    const auto random_windows =
+    const auto n_random =
         static_cast<int64_t>(std::llround(run.o.kd_random * static_cast<double>(fit.size())));
-    if (random_windows > 0 && !fit.empty()) {
-        std::mt19937_64 rng(0x7a2d0);  // fixed: a run is reproducible
-        std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(cfg.vocab_size) - 1);
-        for (int64_t w = 0; w < random_windows; ++w) {
-            std::vector<int32_t> t(fit[0].size());
-            for (auto& v : t) v = tok(rng);
-            fit.push_back(std::move(t));
-        }
+    if (n_random > 0 && !fit.empty()) {
+        auto r = calib::random_windows(n_random, static_cast<int64_t>(fit[0].size()),
+                                       cfg.vocab_size, 0x7a2d0);  // fixed: a run is reproducible
+        fit.insert(fit.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
     }
     const tune::DistillResult r = distill(s, teacher, fit, cs.sel, run.o.kd);
     if (r.best_epoch > 0)
@@ -70,7 +66,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
                             {"kl_sel_after", r.kl_sel_after},
                             {"best_epoch", r.best_epoch},
                             {"fit_windows", cs.fit.size()},
-                            {"random_windows", random_windows},
+                            {"random_windows", n_random},
                             {"flips", r.flips},
                             {"seconds", secs},
                             {"peak_rss_bytes", peak_rss_bytes()}};

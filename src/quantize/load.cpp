@@ -45,6 +45,9 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         co.seqlen = std::min<int64_t>(
             512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);
     in.calib = calib::make_calib_set(tok, calib_texts, co, o.calib_paths);
+    // --calib-random: windows of random token ids join the text's, fit and
+    // held out, for every stage (Grams, drift, block tuning, distillation)
+    calib::add_random_windows(in.calib, o.calib_random, cfg.vocab_size, kCalibRandomSeed);
     // one file: its name and hash, as before; several: comma-separated lists
     std::string calib_names, calib_hashes;
     for (size_t i = 0; i < calib_texts.size(); ++i) {
@@ -72,6 +75,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         {"calib_sha256", calib_hashes},
         {"samples_fit", in.calib.fit.size()},
         {"samples_sel", in.calib.sel.size()},
+        {"calib_random_per_window", o.calib_random},
         {"seqlen", co.seqlen},
         {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
     };

@@ -65,6 +65,9 @@ struct QuantizeOptions {
     // 131.1 on tinystories-valid / austen-heldout / kjv-heldout with 1.0
     // (docs/tuning.md).
     double kd_random = 1.0;
+    // Windows of random token ids per calibration window, added to the fit and
+    // held-out windows of every stage (calib::add_random_windows).
+    double calib_random = 0.0;
     bool tune_blocks() const { return tune_mode == "block" || tune_mode == "block+kd"; }
     bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
     bool resume = false, force = false, progress = true, verbose = true;

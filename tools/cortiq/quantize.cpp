@@ -68,6 +68,10 @@ void add_quantize(CLI::App& app) {
                     "distillation: windows of random token ids added, per fit window (default "
                     "1; 0: none)")
         ->check(CLI::Range(0.0, 64.0));
+    cmd->add_option("--calib-random", a->o.calib_random,
+                    "windows of random token ids added per calibration window, fit and held "
+                    "out, for every stage (0: none)")
+        ->check(CLI::Range(0.0, 64.0));
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");
