@@ -149,20 +149,23 @@ TEST(SignLayout, AlignedAndTransposedRowsHoldTheStreamsBits) {
                 const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + j;
                 return static_cast<uint32_t>((s.words[b / 64] >> (b % 64)) & 1);
             };
-            const auto a = blr::aligned_rows(sv);
-            const int64_t lda = blr::words32_for(n);
-            ASSERT_EQ(a.size(), static_cast<size_t>(r * lda));
-            for (int64_t k = 0; k < r; ++k)
-                for (int64_t j = 0; j < 32 * lda; ++j)
-                    ASSERT_EQ((a[k * lda + j / 32] >> (j % 32)) & 1u, j < n ? bit(sv, k, j) : 0u)
-                        << m << "x" << n << " r" << r << " p" << p << " row " << k << " bit " << j;
-            const auto t = blr::transposed_rows(su);
-            const int64_t ldt = blr::words32_for(r);
-            ASSERT_EQ(t.size(), static_cast<size_t>(m * ldt));
-            for (int64_t i = 0; i < m; ++i)
-                for (int64_t k = 0; k < 32 * ldt; ++k)
-                    ASSERT_EQ((t[i * ldt + k / 32] >> (k % 32)) & 1u, k < r ? bit(su, k, i) : 0u)
-                        << m << "x" << n << " r" << r << " p" << p << " S_U row " << i;
+            // every bit of `rows` rows of words32_for(cols) words: want(row, col), zero past cols
+            auto check = [&](const std::vector<uint32_t>& w, int64_t rows, int64_t cols, auto want,
+                             const char* what) {
+                const int64_t ld = blr::words32_for(cols);
+                ASSERT_EQ(w.size(), static_cast<size_t>(rows * ld)) << what;
+                for (int64_t k = 0; k < rows; ++k)
+                    for (int64_t j = 0; j < 32 * ld; ++j)
+                        ASSERT_EQ((w[k * ld + j / 32] >> (j % 32)) & 1u, j < cols ? want(k, j) : 0u)
+                            << what << " " << m << "x" << n << " r" << r << " p" << p << " row "
+                            << k << " bit " << j;
+            };
+            check(
+                blr::aligned_rows(sv), r, n, [&](int64_t k, int64_t j) { return bit(sv, k, j); },
+                "S_Vt");
+            check(
+                blr::transposed_rows(su), m, r, [&](int64_t i, int64_t k) { return bit(su, k, i); },
+                "S_U");
         }
     }
 }
