@@ -149,6 +149,9 @@ TEST(SignLayout, AlignedAndTransposedRowsHoldTheStreamsBits) {
                 const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + j;
                 return static_cast<uint32_t>((s.words[b / 64] >> (b % 64)) & 1);
             };
+            // (clang before 16 cannot capture structured bindings)
+            const std::string tag = std::to_string(m) + "x" + std::to_string(n) + " r" +
+                                    std::to_string(r) + " p" + std::to_string(p);
             // every bit of `rows` rows of words32_for(cols) words: want(row, col), zero past cols
             auto check = [&](const std::vector<uint32_t>& w, int64_t rows, int64_t cols, auto want,
                              const char* what) {
@@ -157,8 +160,7 @@ TEST(SignLayout, AlignedAndTransposedRowsHoldTheStreamsBits) {
                 for (int64_t k = 0; k < rows; ++k)
                     for (int64_t j = 0; j < 32 * ld; ++j)
                         ASSERT_EQ((w[k * ld + j / 32] >> (j % 32)) & 1u, j < cols ? want(k, j) : 0u)
-                            << what << " " << m << "x" << n << " r" << r << " p" << p << " row "
-                            << k << " bit " << j;
+                            << what << " " << tag << " row " << k << " bit " << j;
             };
             check(
                 blr::aligned_rows(sv), r, n, [&](int64_t k, int64_t j) { return bit(sv, k, j); },
