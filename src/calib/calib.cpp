@@ -102,19 +102,20 @@ std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int
     return out;
 }
 
-void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed) {
+int64_t append_random_windows(std::vector<std::vector<int32_t>>& set, double per_window,
+                              int64_t vocab, uint64_t seed) {
     CORTIQ_CHECK(per_window >= 0 && std::isfinite(per_window),
                  "random windows per window must be finite and non-negative, got {}", per_window);
-    uint64_t s = seed;
-    for (auto* set : {&cs.fit, &cs.sel}) {
-        ++s;
-        if (set->empty()) continue;
-        const auto n =
-            static_cast<int64_t>(std::llround(per_window * static_cast<double>(set->size())));
-        auto r = random_windows(n, static_cast<int64_t>((*set)[0].size()), vocab, s);
-        set->insert(set->end(), std::make_move_iterator(r.begin()),
-                    std::make_move_iterator(r.end()));
-    }
+    if (set.empty()) return 0;
+    const auto n = static_cast<int64_t>(std::llround(per_window * static_cast<double>(set.size())));
+    auto r = random_windows(n, static_cast<int64_t>(set[0].size()), vocab, seed);
+    set.insert(set.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
+    return n;
+}
+
+void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed) {
+    append_random_windows(cs.fit, per_window, vocab, seed + 1);
+    append_random_windows(cs.sel, per_window, vocab, seed + 2);
 }
 
 CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>& texts,

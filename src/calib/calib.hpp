@@ -51,8 +51,13 @@ CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>
 std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int64_t vocab,
                                                  uint64_t seed);
 
-// Adds round(per_window · |set|) random windows of the set's length to the fit
-// and to the held-out windows (seeds derived from `seed`), after the text's.
+// Appends round(per_window · |set|) random windows of the set's window length
+// (none to an empty set) and returns how many (--kd-random's windows).
+int64_t append_random_windows(std::vector<std::vector<int32_t>>& set, double per_window,
+                              int64_t vocab, uint64_t seed);
+
+// append_random_windows to the fit and to the held-out windows (seeds derived
+// from `seed`), after the text's (--calib-random).
 void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed);
 
 // (1/T) Σ x xᵀ over the rows x of every added block, in float64.

@@ -4,8 +4,6 @@
 #include <fmt/format.h>
 
 #include <chrono>
-#include <cmath>
-#include <iterator>
 #include <memory>
 
 #include "core/memory_usage.hpp"
@@ -47,13 +45,8 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     std::vector<std::vector<int32_t>> fit = cs.fit;
-    const auto n_random =
-        static_cast<int64_t>(std::llround(run.o.kd_random * static_cast<double>(fit.size())));
-    if (n_random > 0 && !fit.empty()) {
-        auto r = calib::random_windows(n_random, static_cast<int64_t>(fit[0].size()),
-                                       cfg.vocab_size, 0x7a2d0);  // fixed: a run is reproducible
-        fit.insert(fit.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
-    }
+    const int64_t n_random = calib::append_random_windows(fit, run.o.kd_random, cfg.vocab_size,
+                                                          0x7a2d0);  // fixed: reproducible
     const tune::DistillResult r = distill(s, teacher, fit, cs.sel, run.o.kd);
     if (r.best_epoch > 0)
         for (int64_t l = 0; l < run.model.num_layers(); ++l)
