@@ -19,7 +19,7 @@ groups = [("CPU: tiny-llama-6m, 1.0 bpw, 64 windows", floats, [r for r in d["run
           ("H200: tiny-llama-6m", floats, d["gpu"]["runs"]),
           ("H200: tiny-qwen3-6m, 128 windows", d["qwen3"]["float"], d["gpu"]["qwen3"])]
 fig = plt.figure(figsize=(22, 13))
-gs = fig.add_gridspec(2, 3, width_ratios=[10, 6, 2.5])
+gs = fig.add_gridspec(2, 3, width_ratios=[10, 6, 4])
 axes = [fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[0, 2]),
         fig.add_subplot(gs[1, 0:2]), fig.add_subplot(gs[1, 2])]
 for ax, (title, fl, runs) in zip(axes, groups):
