@@ -22,6 +22,7 @@
 #include "quantize/quantize.hpp"
 #include "test_files.hpp"
 #include "tune/block_tune.hpp"
+#include "tune/epochs.hpp"
 
 using namespace cortiq;
 namespace fs = std::filesystem;
@@ -343,4 +344,51 @@ TEST(Distill, PullsAPerturbedStudentTowardsItsTeacher) {
     tune::Student same = truth;
     const auto r0 = tune::distill(same, teacher, fit, sel, o);
     EXPECT_LT(r0.kl_fit_before, 1e-6);
+}
+
+// The shared schedule (tune/epochs.hpp) with a patience: on a scripted
+// held-out curve it stops exactly `patience` passes after the last gain, runs
+// the same batches as the full schedule up to there, and keeps the same epoch
+// as the full schedule whenever no later pass would have beaten it.
+TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoch) {
+    const std::vector<double> curve = {0.9, 0.7, 0.8, 0.75, 0.72, 0.71, 0.74, 0.76, 0.69, 0.8};
+    const auto run = [&](int patience, std::vector<size_t>* firsts) {
+        double best = 1.0;
+        int ran = 0, pass = 0;
+        std::vector<int> kept_at;
+        const int kept = tune::run_epochs(
+            7, 3, static_cast<int>(curve.size()), patience, 42, best, ran,
+            [&](const std::vector<size_t>& order, size_t first, size_t) {
+                if (firsts && first == 0) firsts->push_back(order[0]);
+            },
+            [&] { return curve[static_cast<size_t>(pass++)]; }, [&] { kept_at.push_back(pass); });
+        EXPECT_EQ(pass, ran);  // one held-out evaluation per pass run
+        return std::tuple{kept, ran, best, kept_at};
+    };
+    std::vector<size_t> full_order, short_order;
+    const auto [k0, r0, b0, a0] = run(0, &full_order);
+    EXPECT_EQ(r0, 10);
+    EXPECT_EQ(k0, 9);  // 0.69 at pass 9
+    EXPECT_DOUBLE_EQ(b0, 0.69);
+    // gains at passes 1 and 2, then 3..8 do not beat 0.7: patience 3 stops at 5
+    const auto [k3, r3, b3, a3] = run(3, &short_order);
+    EXPECT_EQ(r3, 5);
+    EXPECT_EQ(k3, 2);
+    EXPECT_DOUBLE_EQ(b3, 0.7);
+    EXPECT_EQ(a3, (std::vector<int>{1, 2}));
+    // the passes it ran are the full schedule's first passes (same shuffles)
+    ASSERT_EQ(short_order.size(), 5u);
+    EXPECT_TRUE(std::equal(short_order.begin(), short_order.end(), full_order.begin()));
+    // a patience that outlasts every gap keeps the full schedule's epoch
+    const auto [k7, r7, b7, a7] = run(7, nullptr);
+    EXPECT_EQ(k7, 9);
+    EXPECT_EQ(r7, 10);
+    // no gain at all: stops after `patience` passes, the start kept
+    double best = 0.1;
+    int ran = 0;
+    EXPECT_EQ(tune::run_epochs(4, 2, 20, 2, 7, best, ran, [](const auto&, size_t, size_t) {},
+                               [] { return 0.5; }, [] { FAIL() << "nothing beats the start"; }),
+              0);
+    EXPECT_EQ(ran, 2);
+    EXPECT_DOUBLE_EQ(best, 0.1);
 }

@@ -58,6 +58,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
                             {"kl_sel_before", r.kl_sel_before},
                             {"kl_sel_after", r.kl_sel_after},
                             {"best_epoch", r.best_epoch},
+                            {"epochs_run", r.epochs_run},
                             {"fit_windows", cs.fit.size()},
                             {"random_windows", n_random},
                             {"flips", r.flips},
@@ -66,9 +67,9 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     if (run.o.verbose)
         run.bar.print(
             fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
-                        "{:.4f}), epoch {} kept, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
+                        "{:.4f}), epoch {} kept of {} run, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
                         r.kl_fit_before, r.kl_fit_after, r.kl_sel_before, r.kl_sel_after,
-                        r.best_epoch, r.flips, secs, peak_rss_bytes() / 1e6));
+                        r.best_epoch, r.epochs_run, r.flips, secs, peak_rss_bytes() / 1e6));
 }
 
 }  // namespace cortiq::quant

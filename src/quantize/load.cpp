@@ -91,7 +91,8 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         in.settings["kd"] = {
             {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
             {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
-            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", o.kd_random}};
+            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", o.kd_random},
+            {"patience", o.kd.patience}};
     return in;
 }
 

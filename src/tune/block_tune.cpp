@@ -142,7 +142,7 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
         adam.step();
     };
     res.best_epoch = run_epochs(
-        fit.x.size(), batch, o.epochs, 0x5eed, res.sel_after, step,
+        fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] { return sel.x.empty() ? ev.relative(p, fit) : ev.relative(p, sel); },
         [&] { best = p; });
     p = std::move(best);

@@ -30,12 +30,14 @@ struct TuneOptions {
     double latent_init = 1e-2;  // |z| at the start (a flip needs ~latent_init / lr_signs steps)
     double lr_norms = 0.0;      // Adam step on the RMSNorm weights (0: fixed)
     double beta1 = 0.9, beta2 = 0.999;
+    int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
 };
 
 struct BlockTuneResult {
     double fit_before = 0, fit_after = 0;  // relative loss Σ‖out − y‖² / Σ‖y − x‖², fit windows
     double sel_before = 0, sel_after = 0;  // the same on the held-out windows
     int best_epoch = 0;                    // 0: the start was kept
+    int epochs_run = 0;
     int64_t flips = 0;                     // signs changed in the kept state
     double seconds = 0;
 };

@@ -121,7 +121,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
         adam.step();
     };
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, 0xd15711, r.kl_sel_after, step,
+        fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
         [&] { return sel.empty() ? mean_kl(fit) : mean_kl(sel); }, [&] { best = s.blocks; });
     s.blocks = std::move(best);
     r.kl_fit_after = mean_kl(fit);

@@ -31,6 +31,7 @@ struct DistillResult {
     double kl_fit_before = 0, kl_fit_after = 0;  // mean KL per token (nats)
     double kl_sel_before = 0, kl_sel_after = 0;
     int best_epoch = 0;
+    int epochs_run = 0;  // fewer than TuneOptions::epochs when the patience ran out
     int64_t flips = 0;
     double seconds = 0;
 };

@@ -3,7 +3,10 @@
 // by a generator of fixed seed (the same batches in the same order on both
 // devices), `batch` windows per optimiser step; after each pass the held-out
 // loss chooses whether the state is kept, so the held-out loss never ends
-// above where it started.
+// above where it started. With patience P > 0 the passes stop once P in a row
+// have not lowered it: the passes run are the first ones of the full
+// schedule, so the state kept is the full schedule's whenever no later pass
+// would have beaten it.
 #pragma once
 
 #include <algorithm>
@@ -17,15 +20,17 @@ namespace cortiq::tune {
 // step(order, first, count): one optimiser step on windows order[first ..
 // first + count); held_out(): the loss that chooses; keep(): copy the current
 // state as the best. `best` holds the loss to beat (the start's) and ends as
-// the best reached. Returns the epoch kept (0: the start).
+// the best reached; `ran` the passes run. Returns the epoch kept (0: the start).
 template <class Step, class HeldOut, class Keep>
-int run_epochs(size_t windows, size_t batch, int epochs, uint64_t seed, double& best, Step&& step,
-               HeldOut&& held_out, Keep&& keep) {
+int run_epochs(size_t windows, size_t batch, int epochs, int patience, uint64_t seed, double& best,
+               int& ran, Step&& step, HeldOut&& held_out, Keep&& keep) {
     std::mt19937_64 rng(seed);  // fixed: a run is reproducible
     std::vector<size_t> order(windows);
     std::iota(order.begin(), order.end(), size_t{0});
     int kept = 0;
+    ran = 0;
     for (int e = 1; e <= epochs; ++e) {
+        ran = e;
         std::shuffle(order.begin(), order.end(), rng);
         for (size_t first = 0; first < order.size(); first += batch)
             step(order, first, std::min(batch, order.size() - first));
@@ -35,6 +40,7 @@ int run_epochs(size_t windows, size_t batch, int epochs, uint64_t seed, double& 
             kept = e;
             keep();
         }
+        if (patience > 0 && e - kept >= patience) break;
     }
     return kept;
 }

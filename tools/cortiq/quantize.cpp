@@ -62,6 +62,10 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::IsMember({"auto", "none", "block", "block+kd", "kd"}));
     cmd->add_option("--kd-epochs", a->o.kd.epochs, "distillation: passes over the fit windows")
         ->check(CLI::Range(1, 1000));
+    cmd->add_option("--kd-patience", a->o.kd.patience,
+                    "distillation: stop after this many epochs without a held-out gain "
+                    "(default 4; 0: all --kd-epochs)")
+        ->check(CLI::Range(0, 1000));
     cmd->add_option("--kd-batch", a->o.kd.batch_windows, "distillation: windows per step")
         ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--kd-random", a->o.kd_random,

@@ -137,7 +137,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(
-        fit.x.size(), batch, o.epochs, 0x5eed, res.sel_after, step,
+        fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] { return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); },
         [&] { cuda::download_into(dp, best, st); });
     p = std::move(best);

@@ -207,7 +207,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     };
     // the CPU's seed: the same batches in the same order
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, 0xd15711, r.kl_sel_after, step,
+        fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
         [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
         [&] {
             for (size_t l = 0; l < best.size(); ++l)
