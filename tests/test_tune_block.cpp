@@ -386,8 +386,9 @@ TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoc
     // no gain at all: stops after `patience` passes, the start kept
     double best = 0.1;
     int ran = 0;
-    EXPECT_EQ(tune::run_epochs(4, 2, 20, 2, 7, best, ran, [](const auto&, size_t, size_t) {},
-                               [] { return 0.5; }, [] { FAIL() << "nothing beats the start"; }),
+    EXPECT_EQ(tune::run_epochs(
+                  4, 2, 20, 2, 7, best, ran, [](const auto&, size_t, size_t) {}, [] { return 0.5; },
+                  [] { FAIL() << "nothing beats the start"; }),
               0);
     EXPECT_EQ(ran, 2);
     EXPECT_DOUBLE_EQ(best, 0.1);

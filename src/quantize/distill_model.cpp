@@ -65,11 +65,11 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
                             {"seconds", secs},
                             {"peak_rss_bytes", peak_rss_bytes()}};
     if (run.o.verbose)
-        run.bar.print(
-            fmt::format("distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
-                        "{:.4f}), epoch {} kept of {} run, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
-                        r.kl_fit_before, r.kl_fit_after, r.kl_sel_before, r.kl_sel_after,
-                        r.best_epoch, r.epochs_run, r.flips, secs, peak_rss_bytes() / 1e6));
+        run.bar.print(fmt::format(
+            "distilled: KL {:.4f} → {:.4f} nats/token (held out {:.4f} → "
+            "{:.4f}), epoch {} kept of {} run, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
+            r.kl_fit_before, r.kl_fit_after, r.kl_sel_before, r.kl_sel_after, r.best_epoch,
+            r.epochs_run, r.flips, secs, peak_rss_bytes() / 1e6));
 }
 
 }  // namespace cortiq::quant
