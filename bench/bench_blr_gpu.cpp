@@ -1,7 +1,7 @@
 // The packed BLR layer on CUDA against cuBLAS in fp16, side by side in one run
 // (prints tables; not a timed unit test):
 //   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
-//                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,32,16,8]
+//                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,64,16]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
 // packed layer its bits and f16 scales. Prefill: --tokens rows, cuBLAS fp16
 // tensor-core GEMM against the packed layer's batch path, side by side: the
@@ -263,7 +263,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
 
 int main(int argc, char** argv) try {
     std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
-    std::string tile_list = "1024,32,16,8";
+    std::string tile_list = "1024,64,16";
     int64_t tokens = 512, layers = 32;
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {

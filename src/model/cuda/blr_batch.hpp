@@ -14,11 +14,11 @@
 namespace cortiq::model::cuda {
 
 // tile[k, j] (row-major, leading dimension ld_tile) = s(k, c0 + j) ∈ {+1, −1}
-// as fp16 (−1 where the bit is set), for k < s.rows and j < width. width and
-// ld_tile are multiples of 8, c0 of 32, c0 + width ≤ 32·s.ld (padding bits,
-// zero, give +1). (sign_tile_f16.cu)
-void sign_tile_f16(const SignMatrix& s, int64_t c0, int64_t width, int64_t ld_tile, __half* tile,
-                   cudaStream_t stream);
+// as fp16 (−1 where the bit is set), for k < s.rows and j < width, and 0 in
+// the rows s.rows ≤ k < rows_pad. width and ld_tile are multiples of 8, c0 of
+// 32, c0 + width ≤ 32·s.ld (padding bits, zero, give +1). (sign_tile_f16.cu)
+void sign_tile_f16(const SignMatrix& s, int64_t c0, int64_t width, int64_t ld_tile,
+                   int64_t rows_pad, __half* tile, cudaStream_t stream);
 
 // Per row i < rows, with v_ij = in[i·ld_in + j] · vec_j · (in_scale ? in_scale[i] : 1):
 //   out[i·ld_out + j] = fp16(v_ij · 2^e_i) for j < cols, 0 for cols ≤ j < ld_out,
@@ -31,7 +31,8 @@ void rows_to_f16(const float* in, int64_t ld_in, const __half* vec, const float*
                  cudaStream_t stream);
 
 // y[i, j] = (first ? β·y[i, j] : y[i, j]) + h_j · u[i, j] · (row_scale ? row_scale[i] : 1)
-//           (+ bias_j when last and bias is not null), y and u rows × m. (blr_epilogue.cu)
+//           (+ bias_j when last and bias is not null), y rows × m, u rows × m
+//           with leading dimension ld_u (0: m). (blr_epilogue.cu)
 struct EpilogueArgs {
     float* y = nullptr;
     const float* u = nullptr;
@@ -41,6 +42,7 @@ struct EpilogueArgs {
     int64_t rows = 0, m = 0;
     float beta = 0.0f;
     bool first = true, last = true;
+    int64_t ld_u = 0;
 };
 void blr_epilogue(const EpilogueArgs& a, cudaStream_t stream);
 

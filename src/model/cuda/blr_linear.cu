@@ -65,18 +65,24 @@ void gemm_f16(cublasHandle_t blas, int64_t M, int64_t N, int64_t K, const __half
                               CUBLAS_GEMM_DEFAULT));
 }
 
-// out (rows × s.rows, fp32) = in (rows × s.cols, fp16, leading dimension
-// ld_in) · Sᵀ: chunks of S's columns expanded to fp16 and summed in order.
+// out (rows × s.rows, fp32, leading dimension round_up(s.rows, 8)) = in (rows
+// × s.cols, fp16, leading dimension ld_in ≥ round_up(s.cols, 8), zero past
+// s.cols) · Sᵀ: chunks of S's columns expanded to fp16 and summed in order.
+// cuBLAS gets dimensions in multiples of 8 (the fp16 kernels' alignment;
+// r = 2966 ran 1.7× slower than r = 4096): zero rows of the tile give the
+// padding rows of out, the inputs' zero columns the padding of K.
 void product_f16(cublasHandle_t blas, cudaStream_t stream, const SignMatrix& s,
                  PackedScratch& ws, const __half* in, int64_t ld_in, int64_t rows, float* out) {
-    const int64_t kc = chunk_cols(s, ws.batch.tile_bytes);
-    ensure(ws.tile16, s.rows * kc, stream);
+    const int64_t kc = chunk_cols(s, ws.batch.tile_bytes), m8 = round_up(s.rows, 8);
+    CORTIQ_ASSERT(ld_in >= round_up(s.cols, 8), "product_f16: ld_in {} < {} columns", ld_in,
+                  s.cols);
+    ensure(ws.tile16, m8 * kc, stream);
     for (int64_t c0 = 0; c0 < s.cols; c0 += kc) {
         const int64_t k = std::min(kc, s.cols - c0);
-        sign_tile_f16(s, c0, round_up(k, 32), kc, ws.tile16.get(), stream);
-        // col-major: out (s.rows × rows, ld s.rows) (+)= tileᵀ · inᵀ
-        gemm_f16(blas, s.rows, rows, k, ws.tile16.get(), kc, in + c0, ld_in, c0 == 0 ? 0.0f : 1.0f,
-                 out, s.rows);
+        sign_tile_f16(s, c0, round_up(k, 32), kc, m8, ws.tile16.get(), stream);
+        // col-major: out (m8 × rows, ld m8) (+)= tileᵀ · inᵀ
+        gemm_f16(blas, m8, rows, round_up(k, 8), ws.tile16.get(), kc, in + c0, ld_in,
+                 c0 == 0 ? 0.0f : 1.0f, out, m8);
     }
 }
 
@@ -89,9 +95,9 @@ void batch_path_f16(cublasHandle_t blas, cudaStream_t stream, const DevicePacked
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
-    const int64_t ld_x = round_up(w.n, 8), ld_t = round_up(w.r, 8);
+    const int64_t ld_x = round_up(w.n, 8), ld_t = round_up(w.r, 8), ld_u = round_up(w.m, 8);
     ensure(ws.x16, rows * ld_x, stream);
-    ensure(ws.u, rows * w.m, stream);
+    ensure(ws.u, rows * ld_u, stream);
     ensure(ws.row_scale, 2 * rows, stream);
     float* sx = ws.row_scale.get();
     float* st = sx + rows;
@@ -101,17 +107,17 @@ void batch_path_f16(cublasHandle_t blas, cudaStream_t stream, const DevicePacked
         if (w.sign) {
             product_f16(blas, stream, w.svt(0), ws, ws.x16.get(), ld_x, rows, ws.u.get());
         } else {
-            ensure(ws.t, rows * w.r, stream);
+            ensure(ws.t, rows * ld_t, stream);
             ensure(ws.t16, rows * ld_t, stream);
             product_f16(blas, stream, w.svt(p), ws, ws.x16.get(), ld_x, rows, ws.t.get());
-            rows_to_f16(ws.t.get(), w.r, ls + p * w.r, sx, rows, w.r, ws.t16.get(), ld_t, st,
+            rows_to_f16(ws.t.get(), ld_t, ls + p * w.r, sx, rows, w.r, ws.t16.get(), ld_t, st,
                         stream);
             product_f16(blas, stream, w.s_u(p), ws, ws.t16.get(), ld_t, rows, ws.u.get());
             su = st;
         }
         blr_epilogue({.y = y, .u = ws.u.get(), .h = hs + p * w.m, .row_scale = su, .bias = bias,
                       .rows = rows, .m = w.m, .beta = beta, .first = p == 0,
-                      .last = p + 1 == w.paths},
+                      .last = p + 1 == w.paths, .ld_u = ld_u},
                      stream);
     }
 }

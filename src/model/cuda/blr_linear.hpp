@@ -11,7 +11,7 @@
 // columns at a time as BatchOptions::tile_bytes allows (sign_tile_f16.cu); and
 // cuBLAS multiplies them on the fp16 tensor cores with fp32 accumulation, the
 // column chunks of S summed into one fp32 product in a fixed order
-// (deterministic). The row scales are undone exactly (powers of two) when t is
+// (deterministic), every dimension padded with zeros to a multiple of 8. The row scales are undone exactly (powers of two) when t is
 // converted and in the epilogue with h, β and the bias (blr_epilogue.cu).
 // Rounding the activations to 11 significant bits costs ~3e-4 relative on a
 // layer. BatchMath::tf32 (or CORTIQ_BLR_BATCH=tf32) keeps the earlier path,
@@ -55,8 +55,11 @@ enum class BatchMath { f16, tf32 };
 struct BatchOptions {
     BatchMath math = BatchMath::f16;
     // The most bytes an expanded sign tile takes (fp16: all of S's rows, as
-    // many 32-column chunks as fit; at least one chunk).
-    int64_t tile_bytes = int64_t{64} << 20;
+    // many 32-column chunks as fit; at least one chunk). Measured on the H200
+    // (512 tokens, 4096/11008 shapes): all of S at once was as fast as or
+    // faster than 8–64 MiB chunks (L2-sized chunks did not pay); 256 MiB
+    // holds all of S up to 2 bpw at 4096×11008 (90 MB).
+    int64_t tile_bytes = int64_t{256} << 20;
 };
 
 // The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
