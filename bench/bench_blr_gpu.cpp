@@ -1,10 +1,13 @@
 // The packed BLR layer on CUDA against cuBLAS in fp16, side by side in one run
 // (prints tables; not a timed unit test):
 //   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
-//                 [--tokens 512] [--layers 32] [--reps 200]
+//                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,64,16]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
-// packed layer its bits and f16 scales. Prefill: --tokens rows (cuBLAS fp16
-// tensor-core GEMM against the packed layer's TF32 tiles); decode times are
+// packed layer its bits and f16 scales. Prefill: --tokens rows, cuBLAS fp16
+// tensor-core GEMM against the packed layer's batch path, side by side: the
+// earlier TF32 tiles (BatchMath::tf32), the fp16 tiles at the default tile
+// budget (with its scratch bytes), and the fp16 tiles at other budgets
+// (--tiles, MiB: all of S at once, or L2-sized chunks); decode times are
 // per call of a batch captured in a CUDA graph, each call on its own copy of
 // the weights (≥ 256 MB in all, past the L2), prefill times per call. Whole model: the
 // 224 linear layers of a 32-layer 4096/11008 Llama at 1.0 bpw, one token
@@ -109,8 +112,43 @@ int copies_for(double bytes) {
     return static_cast<int>(std::clamp(std::ceil(256e6 / bytes), 1.0, 64.0));
 }
 
+// Median µs of one prefill of `tokens` rows through the packed layer with options o.
+double prefill_us(ec::Gpu& gpu, const mc::DevicePacked& dev, const mc::BatchOptions& o,
+                  const float* x, float* y, int64_t tokens, int reps, int64_t* scratch_bytes) {
+    mc::PackedScratch ws;
+    ws.batch = o;
+    const cudaStream_t st = gpu.stream();
+    const double ms = time_ms(st, std::max(5, reps / 10), [&] {
+        mc::packed_linear(gpu.blas(), st, dev, ws, x, tokens, y, 0.0f, nullptr);
+    });
+    if (scratch_bytes) *scratch_bytes = ws.bytes();
+    return 1e3 * ms;
+}
+
+// The prefill row of one shape and budget: fp16 cuBLAS, TF32 tiles, fp16
+// tiles at the default and at each of `tiles` MiB.
+std::string prefill_row(ec::Gpu& gpu, const mc::DevicePacked& dev, double bpw, double t16_us,
+                        const std::vector<int64_t>& tiles, const float* x, float* y,
+                        int64_t tokens, int reps) {
+    mc::BatchOptions old_o, new_o;
+    old_o.math = mc::BatchMath::tf32;
+    int64_t scratch = 0;
+    const double t_old = prefill_us(gpu, dev, old_o, x, y, tokens, reps, nullptr);
+    const double t_new = prefill_us(gpu, dev, new_o, x, y, tokens, reps, &scratch);
+    std::string row = fmt::format(
+        "| {}×{} | {:.2f} | {} | {:.0f} | {:.0f} | {:.0f} | {:.2f}× | {:.2f}× | {:.2f}× | {:.1f} |",
+        dev.m, dev.n, bpw, dev.r, t16_us, t_old, t_new, t_old / t_new, t_old / t16_us,
+        t_new / t16_us, scratch / 1048576.0);
+    for (int64_t mb : tiles) {
+        mc::BatchOptions o;
+        o.tile_bytes = mb << 20;
+        row += fmt::format(" {:.0f} |", prefill_us(gpu, dev, o, x, y, tokens, reps, nullptr));
+    }
+    return row + "\n";
+}
+
 void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
-                 int64_t tokens, int reps) {
+                 int64_t tokens, int reps, const std::vector<int64_t>& tiles) {
     const cudaStream_t st = gpu.stream();
     fmt::print(
         "| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
@@ -118,6 +156,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
         "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
     mc::PackedScratch ws;
+    std::string prefill;
     for (auto [m, n] : bench::parse_shapes(shapes)) {
         std::vector<ec::DeviceBuffer<__half>> w16s;
         for (int c = copies_for(2.0 * m * n); c > 0; --c) w16s.push_back(fill_half(m * n, st));
@@ -148,6 +187,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
             const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                 mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
             });
+            prefill += prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(), tokens, reps);
             const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, 1));
             const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
             fmt::print(
@@ -159,6 +199,16 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
             std::fflush(stdout);
         }
     }
+    fmt::print(
+        "\nPrefill, {} tokens, µs (medians): fp16 cuBLAS against the packed layer's TF32 tiles "
+        "(old) and fp16 tiles (new, default tile budget {} MiB; scratch: its batch buffers)\n",
+        tokens, mc::BatchOptions{}.tile_bytes >> 20);
+    fmt::print("| m×n | bpw | rank | fp16 | old TF32 | new fp16 | new vs old | old / fp16 | "
+               "new / fp16 | scratch MiB |");
+    for (int64_t mb : tiles) fmt::print(" new, tile {} MiB |", mb);
+    fmt::print("\n|---|---|---|---|---|---|---|---|---|---|");
+    for (size_t i = 0; i < tiles.size(); ++i) fmt::print("---|");
+    fmt::print("\n{}", prefill);
 }
 
 // One token through every linear layer of a Llama-shaped model, as a CUDA graph.
@@ -213,6 +263,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
 
 int main(int argc, char** argv) try {
     std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
+    std::string tile_list = "1024,64,16";
     int64_t tokens = 512, layers = 32;
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -225,6 +276,8 @@ int main(int argc, char** argv) try {
             tokens = std::stoll(v);
         else if (k == "--layers")
             layers = std::stoll(v);
+        else if (k == "--tiles")
+            tile_list = v;
         else if (k == "--reps")
             reps = std::stoi(v);
         else
@@ -233,8 +286,11 @@ int main(int argc, char** argv) try {
     std::vector<double> bpws;
     std::stringstream ss(bpw);
     for (std::string t; std::getline(ss, t, ',');) bpws.push_back(std::stod(t));
+    std::vector<int64_t> tiles;
+    std::stringstream ts(tile_list);
+    for (std::string t; std::getline(ts, t, ',');) tiles.push_back(std::stoll(t));
     ec::Gpu gpu;
-    layer_table(gpu, shapes, bpws, tokens, reps);
+    layer_table(gpu, shapes, bpws, tokens, reps, tiles);
     if (layers > 0) whole_model(gpu, layers, reps / 4);
     return 0;
 } catch (const std::exception& e) {

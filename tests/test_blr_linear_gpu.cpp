@@ -1,12 +1,17 @@
 // The packed layer on CUDA (model/cuda/blr_linear.hpp) against the CPU packed
 // layer (itself tested against dequantise-then-dense in test_blr_linear.cpp):
 // random payloads of awkward shapes, the decode kernels (1–4 rows) and the
-// batch path (TF32 tiles), accumulation into y and the bias; then a
+// batch path (fp16 tiles, in one piece and in column chunks; the earlier TF32
+// tiles), activations past fp16's range, accumulation into y and the bias; then a
 // compressed model's perplexity on the GPU, packed, against the CPU. Skips
 // without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <initializer_list>
+#include <tuple>
 #include <filesystem>
 #include <fstream>
 
@@ -32,7 +37,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Half-precision tiles (TF32) on the batch path: the bound.
+// Half-precision tiles (fp16, or TF32) on the batch path: the bound.
 constexpr double kLayerTol = 1e-3;
 constexpr double kPplTol = 1e-3;
 
@@ -52,22 +57,31 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 #ifdef CORTIQ_HAVE_CUDA
 namespace ec = cortiq::cuda;
 
-// y = beta·y0 + x Ŵᵀ + bias on the GPU against the CPU packed layer.
-void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {
+// y = beta·y0 + x Ŵᵀ + bias on the GPU against the CPU packed layer, x's
+// rows, y0 and the bias scaled by x_scale (and every third row of x by 1e-6
+// of it, to mix ranges).
+// Returns the largest relative error seen.
+double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
+                    const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
+                    std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300}) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
     ec::Gpu gpu;
     const cudaStream_t st = gpu.stream();
     const auto dev = model::cuda::upload_packed(pw, st);
     model::cuda::PackedScratch ws;
+    ws.batch = opt;
+    double worst = 0;
     Rng rng(5);
     std::vector<float> bias(static_cast<size_t>(pw.m));
-    for (auto& v : bias) v = static_cast<float>(rng.normal());
-    for (int64_t rows : {1, 2, 3, 4, 5, 17, 300}) {
+    for (auto& v : bias) v = static_cast<float>(rng.normal() * x_scale);
+    for (int64_t rows : row_counts) {
         std::vector<float> x(static_cast<size_t>(rows * pw.n)),
             y0(static_cast<size_t>(rows * pw.m));
-        for (auto& v : x) v = static_cast<float>(rng.normal());
-        for (auto& v : y0) v = static_cast<float>(rng.normal());
+        for (size_t i = 0; i < x.size(); ++i)
+            x[i] = static_cast<float>(rng.normal() * x_scale *
+                                      ((i / static_cast<size_t>(pw.n)) % 3 == 2 ? 1e-6 : 1.0));
+        for (auto& v : y0) v = static_cast<float>(rng.normal() * x_scale);
         for (float beta : {0.0f, 1.0f}) {
             std::vector<float> want(y0.size());
             cpu.apply(x.data(), rows, want.data());
@@ -78,10 +92,12 @@ void check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag) {
             model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(), beta,
                                        db.get());
             const auto got = ec::download_f(dy.get(), dy.size(), st);
-            EXPECT_LE(rel_diff(got, want), kLayerTol)
-                << tag << " rows " << rows << " beta " << beta;
+            const double e = rel_diff(got, want);
+            worst = std::max(worst, e);
+            EXPECT_LE(e, kLayerTol) << tag << " rows " << rows << " beta " << beta;
         }
     }
+    return worst;
 }
 #endif
 
@@ -108,6 +124,33 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
     for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
     VecD h(65, 0.1), g(129, 0.7);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
+#endif
+}
+
+// The batch path's variants, with the largest error each gives printed: the
+// fp16 tiles in 32- and 64-column chunks (the chunked sum), the earlier TF32
+// tiles, and activations far past fp16's range (1e6: x, t and u would
+// overflow without the row scales) and far below it (1e-7).
+TEST(BlrLinearGpu, BatchPathInChunksTf32AndWideRanges) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    using model::cuda::BatchMath;
+    using model::cuda::BatchOptions;
+    const BatchOptions f16{}, tf32{BatchMath::tf32}, tiny{BatchMath::f16, 1};
+    for (auto [m, n, r, p] : {std::tuple{1100, 700, 300, 1}, {130, 65, 65, 2}, {37, 70, 13, 1}}) {
+        const auto bytes = blr::pack(random_model(m, n, r, p, 7 * m + n));
+        const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
+        const BatchOptions chunks{BatchMath::f16, 2 * 64 * std::max<int64_t>(m, r)};
+        for (auto [name, o, scale] : {std::tuple{"f16", f16, 1.0},
+                                      {"f16 32-column chunks", tiny, 1.0},
+                                      {"f16 64-column chunks", chunks, 1.0},
+                                      {"tf32", tf32, 1.0},
+                                      {"f16 x·1e6", f16, 1e6},
+                                      {"f16 x·1e-7", f16, 1e-7}}) {
+            const double e = check_on_gpu(bytes, tag + " " + name, o, scale, {3, 64, 300});
+            std::printf("%s %s: max rel err %.3g\n", tag.c_str(), name, e);
+        }
+    }
 #endif
 }
 

@@ -1,9 +1,12 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "blr/sign_layout.hpp"
 #include "core/error.hpp"
+#include "model/cuda/blr_batch.hpp"
 #include "model/cuda/blr_linear.hpp"
 
 namespace cortiq::model::cuda {
@@ -12,52 +15,9 @@ namespace ec = cortiq::cuda;
 
 namespace {
 
-__device__ __forceinline__ float flip(float v, uint32_t bit) {
-    return __uint_as_float(__float_as_uint(v) ^ (bit << 31));
-}
-
-// xg[i, j] = x[i, j] · g_j for j < cols, 0 for cols ≤ j < ld (R rows).
-__global__ void stage_xg(const float* __restrict__ x, const __half* __restrict__ g, int64_t rows,
-                         int64_t cols, int64_t ld, float* __restrict__ xg) {
-    const int64_t n = rows * ld;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t r = i / ld, j = i - r * ld;
-        xg[i] = j < cols ? x[r * cols + j] * __half2float(g[j]) : 0.0f;
-    }
-}
-
-// dst ((k1 − k0) × s.cols) = ±1.0f from rows k0.. of S: thread j of block row
-// k (grid.y) expands bit j of row k0 + k.
-__global__ void expand_tile(SignMatrix s, int64_t k0, float* __restrict__ dst) {
-    const int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-    if (j >= s.cols) return;
-    const int64_t k = k0 + blockIdx.y;
-    const uint32_t bit = (__ldg(s.words + k * s.ld + j / 32) >> (j % 32)) & 1u;
-    dst[blockIdx.y * s.cols + j] = flip(1.0f, bit);
-}
-
-// y[i, j] = (first ? beta·y : y) + h_j · u[i, j] (+ bias_j when last)
-__global__ void epilogue(float* __restrict__ y, const float* __restrict__ u,
-                         const __half* __restrict__ h, const float* __restrict__ bias, int64_t rows,
-                         int64_t m, float beta, bool first, bool last) {
-    const int64_t n = rows * m;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t j = i % m;
-        float v = first ? (beta == 0.0f ? 0.0f : beta * y[i]) : y[i];
-        v += __half2float(h[j]) * u[i];
-        if (last && bias) v += bias[j];
-        y[i] = v;
-    }
-}
-
-unsigned blocks_for(int64_t n) {
-    return static_cast<unsigned>(std::clamp<int64_t>((n + 255) / 256, 1, 65536));
-}
-
-void ensure(ec::DVec& b, int64_t n, cudaStream_t stream) {
-    if (b.size() < n) b = ec::DVec(n, stream);
+template <class T>
+void ensure(ec::DeviceBuffer<T>& b, int64_t n, cudaStream_t stream) {
+    if (b.size() < n) b = ec::DeviceBuffer<T>(n, stream);
 }
 
 // Decode: sign_gemv per product, g and the scales folded in; the first
@@ -82,77 +42,102 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, int r
     }
 }
 
-// Rows of S per expanded tile: up to 16 M floats (64 MB), 65535 rows.
-int64_t tile_rows(const SignMatrix& s) {
-    return std::clamp<int64_t>((int64_t{1} << 24) / std::max<int64_t>(s.cols, 1), 1,
-                               std::min<int64_t>(s.rows, 65535));
+int64_t round_up(int64_t v, int64_t k) {
+    return (v + k - 1) / k * k;
 }
 
-// C (col-major) = alpha·op(A)·B + beta·C with TF32 tensor cores, float32 in and out.
-void gemm_tf32(cublasHandle_t blas, cublasOperation_t op_a, int64_t M, int64_t N, int64_t K,
-               const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-               int64_t ldc) {
+// Columns of S per expanded fp16 tile: all (rounded up to 32) when the tile
+// fits tile_bytes, else the most multiples of 32 that do (at least 32).
+int64_t chunk_cols(const SignMatrix& s, int64_t tile_bytes) {
+    const int64_t all = 32 * s.ld, fit = tile_bytes / (2 * std::max<int64_t>(s.rows, 1));
+    return std::clamp<int64_t>(fit / 32 * 32, 32, all);
+}
+
+// C (col-major, fp32) = op(A)·B + beta·C, A and B fp16, on the tensor cores
+// with fp32 accumulation.
+void gemm_f16(cublasHandle_t blas, int64_t M, int64_t N, int64_t K, const __half* a, int64_t lda,
+              const __half* b, int64_t ldb, float beta, float* c, int64_t ldc) {
     const float one = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(
-        blas, op_a, CUBLAS_OP_N, static_cast<int>(M), static_cast<int>(N), static_cast<int>(K),
-        &one, a, CUDA_R_32F, static_cast<int>(lda), b, CUDA_R_32F, static_cast<int>(ldb), &beta, c,
-        CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(M),
+                              static_cast<int>(N), static_cast<int>(K), &one, a, CUDA_R_16F,
+                              static_cast<int>(lda), b, CUDA_R_16F, static_cast<int>(ldb), &beta,
+                              c, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
 }
 
-// out (rows × s.rows, ld s.rows) = in (rows × s.cols) · Sᵀ, S through tiles
-// of its rows expanded to ±1.0f.
-void tiled_product(cublasHandle_t blas, cudaStream_t stream, const SignMatrix& s, PackedScratch& ws,
-                   const float* in, int64_t rows, float* out) {
-    const int64_t kb = tile_rows(s);
-    ensure(ws.tile, kb * s.cols, stream);
-    for (int64_t k0 = 0; k0 < s.rows; k0 += kb) {
-        const int64_t k1 = std::min(s.rows, k0 + kb);
-        const dim3 grid(static_cast<unsigned>((s.cols + 255) / 256),
-                        static_cast<unsigned>(k1 - k0));
-        expand_tile<<<grid, 256, 0, stream>>>(s, k0, ws.tile.get());
-        CUDA_LAUNCH_CHECK();
-        // col-major: out[k0:k1, :] (kb × rows, ld s.rows) = tileᵀ · inᵀ
-        gemm_tf32(blas, CUBLAS_OP_T, k1 - k0, rows, s.cols, ws.tile.get(), s.cols, in, s.cols, 0.0f,
-                  out + k0, s.rows);
+// out (rows × s.rows, fp32, leading dimension round_up(s.rows, 8)) = in (rows
+// × s.cols, fp16, leading dimension ld_in ≥ round_up(s.cols, 8), zero past
+// s.cols) · Sᵀ: chunks of S's columns expanded to fp16 and summed in order.
+// cuBLAS gets dimensions in multiples of 8 (the fp16 kernels' alignment;
+// r = 2966 ran 1.7× slower than r = 4096): zero rows of the tile give the
+// padding rows of out, the inputs' zero columns the padding of K.
+void product_f16(cublasHandle_t blas, cudaStream_t stream, const SignMatrix& s,
+                 PackedScratch& ws, const __half* in, int64_t ld_in, int64_t rows, float* out) {
+    const int64_t kc = chunk_cols(s, ws.batch.tile_bytes), m8 = round_up(s.rows, 8);
+    CORTIQ_ASSERT(ld_in >= round_up(s.cols, 8), "product_f16: ld_in {} < {} columns", ld_in,
+                  s.cols);
+    ensure(ws.tile16, m8 * kc, stream);
+    for (int64_t c0 = 0; c0 < s.cols; c0 += kc) {
+        const int64_t k = std::min(kc, s.cols - c0);
+        sign_tile_f16(s, c0, round_up(k, 32), kc, m8, ws.tile16.get(), stream);
+        // col-major: out (m8 × rows, ld m8) (+)= tileᵀ · inᵀ
+        gemm_f16(blas, m8, rows, round_up(k, 8), ws.tile16.get(), kc, in + c0, ld_in,
+                 c0 == 0 ? 0.0f : 1.0f, out, m8);
     }
 }
 
-__global__ void scale_rows_by(float* __restrict__ t, const __half* __restrict__ l, int64_t rows,
-                              int64_t r) {
-    const int64_t n = rows * r;
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        t[i] *= __half2float(l[i % r]);
-}
-
-void batch_path(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w, PackedScratch& ws,
-                const float* x, int64_t rows, float* y, float beta, const float* bias) {
+// The fp16 batch path (blr_linear.hpp): per path, x → fp16 (g, row scale),
+// t = S_Vᵀ x, t → fp16 (ℓ, x's scale undone, a new row scale), u = S_U t, and
+// y from u (h, t's scale undone); a sign payload: u = S x, y from u.
+void batch_path_f16(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
+                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
+                    const float* bias) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
-    ensure(ws.xg, rows * w.n, stream);
-    ensure(ws.u, rows * w.m, stream);
+    const int64_t ld_x = round_up(w.n, 8), ld_t = round_up(w.r, 8), ld_u = round_up(w.m, 8);
+    ensure(ws.x16, rows * ld_x, stream);
+    ensure(ws.u, rows * ld_u, stream);
+    ensure(ws.row_scale, 2 * rows, stream);
+    float* sx = ws.row_scale.get();
+    float* st = sx + rows;
     for (int p = 0; p < w.paths; ++p) {
-        stage_xg<<<blocks_for(rows * w.n), 256, 0, stream>>>(x, gs + p * w.n, rows, w.n, w.n,
-                                                             ws.xg.get());
-        CUDA_LAUNCH_CHECK();
+        rows_to_f16(x, w.n, gs + p * w.n, nullptr, rows, w.n, ws.x16.get(), ld_x, sx, stream);
+        const float* su = sx;
         if (w.sign) {
-            tiled_product(blas, stream, w.svt(0), ws, ws.xg.get(), rows, ws.u.get());
+            product_f16(blas, stream, w.svt(0), ws, ws.x16.get(), ld_x, rows, ws.u.get());
         } else {
-            ensure(ws.t, rows * w.r, stream);
-            tiled_product(blas, stream, w.svt(p), ws, ws.xg.get(), rows, ws.t.get());
-            scale_rows_by<<<blocks_for(rows * w.r), 256, 0, stream>>>(ws.t.get(), ls + p * w.r,
-                                                                      rows, w.r);
-            CUDA_LAUNCH_CHECK();
-            tiled_product(blas, stream, w.s_u(p), ws, ws.t.get(), rows, ws.u.get());
+            ensure(ws.t, rows * ld_t, stream);
+            ensure(ws.t16, rows * ld_t, stream);
+            product_f16(blas, stream, w.svt(p), ws, ws.x16.get(), ld_x, rows, ws.t.get());
+            rows_to_f16(ws.t.get(), ld_t, ls + p * w.r, sx, rows, w.r, ws.t16.get(), ld_t, st,
+                        stream);
+            product_f16(blas, stream, w.s_u(p), ws, ws.t16.get(), ld_t, rows, ws.u.get());
+            su = st;
         }
-        epilogue<<<blocks_for(rows * w.m), 256, 0, stream>>>(
-            y, ws.u.get(), hs + p * w.m, bias, rows, w.m, beta, p == 0, p + 1 == w.paths);
-        CUDA_LAUNCH_CHECK();
+        blr_epilogue({.y = y, .u = ws.u.get(), .h = hs + p * w.m, .row_scale = su, .bias = bias,
+                      .rows = rows, .m = w.m, .beta = beta, .first = p == 0,
+                      .last = p + 1 == w.paths, .ld_u = ld_u},
+                     stream);
     }
 }
 
 }  // namespace
+
+BatchOptions batch_options_from_env() {
+    BatchOptions o;
+    if (const char* m = std::getenv("CORTIQ_BLR_BATCH")) {
+        const std::string v = m;
+        CORTIQ_ASSERT(v == "f16" || v == "tf32", "CORTIQ_BLR_BATCH={}: f16 or tf32", v);
+        o.math = v == "tf32" ? BatchMath::tf32 : BatchMath::f16;
+    }
+    if (const char* t = std::getenv("CORTIQ_BLR_TILE_MB")) {
+        const int64_t mb = std::atoll(t);
+        CORTIQ_ASSERT(mb > 0, "CORTIQ_BLR_TILE_MB={}: a positive number of MiB", t);
+        o.tile_bytes = mb << 20;
+    }
+    return o;
+}
 
 SignMatrix DevicePacked::svt(int p) const {
     const int64_t rows = sign ? m : r;
@@ -202,7 +187,9 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
     static_assert(kDecodeRows == 2, "sign_gemv takes 1 or 2 rows");
     if (rows <= kDecodeRows)
         return decode_path(w, ws, x, static_cast<int>(rows), y, beta, bias, stream);
-    return batch_path(blas, stream, w, ws, x, rows, y, beta, bias);
+    if (ws.batch.math == BatchMath::tf32)
+        return batch_path_tf32(blas, stream, w, ws, x, rows, y, beta, bias);
+    return batch_path_f16(blas, stream, w, ws, x, rows, y, beta, bias);
 }
 
 }  // namespace cortiq::model::cuda

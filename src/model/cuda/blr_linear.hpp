@@ -4,9 +4,18 @@
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
 // One or two rows (decode): per product one kernel that reads every sign bit
 // once and adds tabulated signed sums of four inputs (model/cuda/sign_gemv.cu).
-// A batch (prefill, scoring): tiles of bits expanded to ±1.0f and multiplied
-// by cuBLAS with TF32 tensor cores (±1 is exact in TF32; the activations round
-// to 10-bit mantissas, ~1e-4 relative on a layer).
+// A batch (prefill, scoring, calibration), per product: the activations go to
+// fp16 with g (or ℓ) folded in and each row scaled by a power of two that puts
+// its max in [2^14, 2^15) (rows_to_f16.cu: no overflow, whatever the
+// activations' range); the signs are expanded to ±1 in fp16, exact, as many
+// columns at a time as BatchOptions::tile_bytes allows (sign_tile_f16.cu); and
+// cuBLAS multiplies them on the fp16 tensor cores with fp32 accumulation, the
+// column chunks of S summed into one fp32 product in a fixed order
+// (deterministic), every dimension padded with zeros to a multiple of 8. The row scales are undone exactly (powers of two) when t is
+// converted and in the epilogue with h, β and the bias (blr_epilogue.cu).
+// Rounding the activations to 11 significant bits costs ~3e-4 relative on a
+// layer. BatchMath::tf32 (or CORTIQ_BLR_BATCH=tf32) keeps the earlier path,
+// ±1.0f tiles through TF32 (blr_batch_tf32.cu), to compare against.
 //
 // On the device the signs are not the payload's dense stream but rows that
 // start on 32-bit words (blr/sign_layout.hpp): S_Vᵀ as r rows of n bits and
@@ -15,6 +24,7 @@
 #pragma once
 
 #include <cublas_v2.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -40,10 +50,33 @@ struct DevicePacked {
     }
 };
 
+enum class BatchMath { f16, tf32 };
+
+struct BatchOptions {
+    BatchMath math = BatchMath::f16;
+    // The most bytes an expanded sign tile takes (fp16: all of S's rows, as
+    // many 32-column chunks as fit; at least one chunk). Measured on the H200
+    // (512 tokens, 4096/11008 shapes): all of S at once was as fast as or
+    // faster than 8–64 MiB chunks (L2-sized chunks did not pay); 256 MiB
+    // holds all of S up to 2 bpw at 4096×11008 (90 MB).
+    int64_t tile_bytes = int64_t{256} << 20;
+};
+
+// The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
+BatchOptions batch_options_from_env();
+
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
-    cortiq::cuda::DVec xg, t, u, tile;
+    cortiq::cuda::DVec xg, t, u, tile;  // xg and tile: the TF32 path only
+    cortiq::cuda::DeviceBuffer<__half> x16, t16, tile16;
+    cortiq::cuda::DVec row_scale;  // 2 × rows: x's, then t's
     GemvScratch gemv;
+    BatchOptions batch = batch_options_from_env();
+    // Device bytes of the batch buffers (the decode ones left out).
+    int64_t bytes() const {
+        return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +
+               2 * (x16.size() + t16.size() + tile16.size());
+    }
 };
 
 DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream);
