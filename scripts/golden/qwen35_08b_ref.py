@@ -21,7 +21,11 @@ embeddings; 8 query / 2 KV heads of 256, partial rotary 0.25, θ 1e7; DeltaNet
 import json, math, os, sys, time
 import torch
 import transformers
-from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig
+from transformers import Qwen3_5ForCausalLM
+try:
+    from transformers import Qwen3_5TextConfig
+except ImportError:
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 
 out = sys.argv[1]
 tokens = int(sys.argv[2]) if len(sys.argv) > 2 else 300
