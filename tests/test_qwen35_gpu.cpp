@@ -203,7 +203,6 @@ void check_delta_rule(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t 
     const cudaStream_t st = gpu.stream();
     const cu::DVec dqkv = cu::upload_f(qkv, st), dg = cu::upload_f(g, st),
                    dbeta = cu::upload_f(beta, st);
-    cu::DVec dstate = cu::upload_f(s0, st), dout(R * vh * dv, st);
     model::cuda::DeltaRuleArgs a;
     a.q = dqkv.get();
     a.k = dqkv.get() + kh * dk;
@@ -217,28 +216,37 @@ void check_delta_rule(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t 
     a.v_heads = vh;
     a.dk = dk;
     a.dv = dv;
-    model::cuda::gated_delta_rule(a, with_state ? dstate.get() : nullptr, dout.get(), vh * dv, st);
-    const std::vector<float> out = cu::download_f(dout.get(), R * vh * dv, st);
-    const std::vector<float> state = cu::download_f(dstate.get(), S, st);
     const int64_t n = R * vh * dv;
-    const double e_step = rel_err(out.data(), o_step.data(), n);
-    const double e_chunk = rel_err(out.data(), o_chunk.data(), n);
-    std::printf("delta rule gpu (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): out rel err "
-                "%.3g vs step, %.3g vs chunk",
-                static_cast<long long>(batch), static_cast<long long>(T),
-                static_cast<long long>(kh), static_cast<long long>(vh),
-                static_cast<long long>(dk), static_cast<long long>(dv), e_step, e_chunk);
-    EXPECT_LT(e_step, kKernelTol);
-    EXPECT_LT(e_chunk, kKernelTol);
-    if (with_state) {
-        const double es = rel_err(state.data(), st_step.data(), S);
-        std::printf(", state %.3g", es);
-        EXPECT_LT(es, kKernelTol);
-        EXPECT_LT(rel_err(state.data(), st_chunk.data(), S), kKernelTol);
-    } else {
-        EXPECT_EQ(state, s0);  // no state given: nothing written
+    for (const bool chunked : {false, true}) {  // the GPU's step and chunk kernels
+        cu::DVec dstate = cu::upload_f(s0, st), dout(n, st);
+        float* sp = with_state ? dstate.get() : nullptr;
+        if (chunked)
+            model::cuda::gated_delta_chunked(a, sp, dout.get(), vh * dv, st);
+        else
+            model::cuda::gated_delta_rule(a, sp, dout.get(), vh * dv, st);
+        const std::vector<float> out = cu::download_f(dout.get(), n, st);
+        const std::vector<float> state = cu::download_f(dstate.get(), S, st);
+        const double e_step = rel_err(out.data(), o_step.data(), n);
+        const double e_chunk = rel_err(out.data(), o_chunk.data(), n);
+        std::printf("delta rule gpu %s (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): "
+                    "out rel err %.3g vs cpu step, %.3g vs cpu chunk",
+                    chunked ? "chunk" : "step", static_cast<long long>(batch),
+                    static_cast<long long>(T), static_cast<long long>(kh),
+                    static_cast<long long>(vh), static_cast<long long>(dk),
+                    static_cast<long long>(dv), e_step, e_chunk);
+        EXPECT_LT(e_step, kKernelTol);
+        EXPECT_LT(e_chunk, kKernelTol);
+        if (with_state) {
+            const double es = rel_err(state.data(), st_step.data(), S);
+            std::printf(", state %.3g", es);
+            EXPECT_LT(es, kKernelTol);
+            EXPECT_LT(rel_err(state.data(), st_chunk.data(), S), kKernelTol);
+        } else {
+            EXPECT_EQ(state, s0);  // no state given: nothing written
+        }
+        std::printf("\n");
+        for (float v : out) ASSERT_TRUE(std::isfinite(v));
     }
-    std::printf("\n");
 }
 
 TEST(Qwen35Gpu, DeltaRuleMatchesTheCpuStepAndChunkForms) {
@@ -249,6 +257,8 @@ TEST(Qwen35Gpu, DeltaRuleMatchesTheCpuStepAndChunkForms) {
     check_delta_rule(3, 70, 2, 6, 32, 16, false, 12);
     check_delta_rule(1, 40, 2, 4, 128, 128, true, 13);
     check_delta_rule(2, 33, 1, 2, 128, 128, false, 14);
+    check_delta_rule(1, 200, 2, 4, 128, 72, true, 15);  // chunks of 64, 64, 64, 8
+    check_delta_rule(1, 1, 2, 4, 128, 128, true, 16);   // one token
 }
 
 TEST(Qwen35Gpu, ConvolutionAndGatesMatchTheCpu) {
@@ -418,6 +428,57 @@ TEST(Qwen35Gpu, QuantizeOnTheGpuThenPplOnBothDevices) {
 
 // ── the 0.8B-shaped check (scripts/device/qwen35_08b_check.sh) ─────────────
 
+#ifdef CORTIQ_HAVE_CUDA
+// The delta-rule kernels alone at the model's sizes: one decoded token (step
+// kernel, with the state) and a 512-token prefill (step and chunk kernels).
+void time_delta_kernels(const io::ModelConfig& c, cu::Gpu& gpu) {
+    const io::DeltaNetConfig& d = c.delta;
+    const int64_t T = 512, C = d.conv_dim(), H = d.v_heads;
+    const cudaStream_t st = gpu.stream();
+    Rng rng(3);
+    const cu::DVec qkv = cu::upload_f(randn(T * C, 0.1, rng), st);
+    std::vector<float> gh(static_cast<size_t>(T * H), -0.1f), bh(gh.size(), 0.5f);
+    const cu::DVec g = cu::upload_f(gh, st), beta = cu::upload_f(bh, st);
+    cu::DVec state(H * d.k_dim * d.v_dim, st), out(T * d.value_dim(), st);
+    CUDA_CHECK(cudaMemsetAsync(state.get(), 0, static_cast<size_t>(state.size()) * 4, st));
+    model::cuda::DeltaRuleArgs a;
+    a.q = qkv.get();
+    a.k = qkv.get() + d.key_dim();
+    a.v = qkv.get() + 2 * d.key_dim();
+    a.g = g.get();
+    a.beta = beta.get();
+    a.ld_qk = a.ld_v = C;
+    a.k_heads = d.k_heads;
+    a.v_heads = H;
+    a.dk = d.k_dim;
+    a.dv = d.v_dim;
+    using clock = std::chrono::steady_clock;
+    auto time_us = [&](int64_t tokens, bool chunked, int reps) {
+        a.T = tokens;
+        auto launch = [&] {
+            if (chunked)
+                model::cuda::gated_delta_chunked(a, state.get(), out.get(), d.value_dim(), st);
+            else
+                model::cuda::gated_delta_rule(a, state.get(), out.get(), d.value_dim(), st);
+        };
+        launch();
+        gpu.sync();
+        const auto t0 = clock::now();
+        for (int i = 0; i < reps; ++i) launch();
+        gpu.sync();
+        return std::chrono::duration<double, std::micro>(clock::now() - t0).count() / reps;
+    };
+    const double step1 = time_us(1, false, 200);
+    const double stepT = time_us(T, false, 5), chunkT = time_us(T, true, 5);
+    std::printf("0.8B-shaped delta rule kernel (%lld value heads, dk %lld, dv %lld): %.1f us per "
+                "decoded token (step); %lld-token prefill %.3f us/token step, %.3f us/token "
+                "chunked\n",
+                static_cast<long long>(H), static_cast<long long>(d.k_dim),
+                static_cast<long long>(d.v_dim), step1, static_cast<long long>(T), stepT / T,
+                chunkT / T);
+}
+#endif
+
 TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
     const char* dir = std::getenv("CORTIQ_Q35_CHECK_DIR");
     if (!dir || !*dir) GTEST_SKIP() << "CORTIQ_Q35_CHECK_DIR is not set";
@@ -470,6 +531,7 @@ TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
                 "block (layer 0) %.1f us per decoded token, %.2f us per token in a %lld-token "
                 "prefill\n",
                 step_ms, 1e3 / step_ms, block_us, prefill_us, static_cast<long long>(Tp));
+    time_delta_kernels(gm.config(), gm.gpu());
 #endif
 }
 

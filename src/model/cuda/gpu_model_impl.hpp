@@ -236,7 +236,12 @@ struct GpuModel::Impl {
         r.v_heads = d.v_heads;
         r.dk = d.k_dim;
         r.dv = d.v_dim;
-        cuda::gated_delta_rule(r, cached ? cache.state[l].get() : nullptr, ws.core.get(), VD, st);
+        // the step form for one token (decoding), chunks of 64 for more
+        float* state = cached ? cache.state[l].get() : nullptr;
+        if (T == 1)
+            cuda::gated_delta_rule(r, state, ws.core.get(), VD, st);
+        else
+            cuda::gated_delta_chunked(r, state, ws.core.get(), VD, st);
         cuda::rmsnorm_gated(ws.core.get(), ws.z.get(), R * d.v_heads, d.v_dim, D.norm.get(),
                             static_cast<float>(c.rms_norm_eps), ws.core.get(), st);
         if (seen("linear_attn.out_proj", ws.core.get(), VD)) return false;

@@ -80,7 +80,7 @@ void delta_gates(const float* a, const float* b, int64_t rows, int64_t heads, co
                  const float* dt_bias, float* g, float* beta, cudaStream_t stream);
 
 // The gated delta rule (model::gated_delta_recurrent) on `batch` sequences of T
-// rows, step by step over the tokens. q, k: row stride ld_qk, k_heads·dk
+// rows, step by step over the tokens (decoding; delta_rule.cu). q, k: row stride ld_qk, k_heads·dk
 // values; v: stride ld_v, v_heads·dv; g, beta: rows × v_heads; value head h
 // reads key head h / (v_heads / k_heads). state: v_heads × dk × dv (batch 1),
 // the start state, updated; null: every sequence starts from zero and the end
@@ -92,5 +92,10 @@ struct DeltaRuleArgs {
 };
 void gated_delta_rule(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o,
                       cudaStream_t stream);
+
+// The same outputs and end state chunkwise, 64 tokens at a time
+// (model::gated_delta_chunked; delta_chunk.cu): for prefill and scoring.
+void gated_delta_chunked(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o,
+                         cudaStream_t stream);
 
 }  // namespace cortiq::model::cuda
