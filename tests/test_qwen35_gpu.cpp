@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "calib/calib.hpp"
@@ -166,86 +167,132 @@ std::vector<float> randn(int64_t n, double scale, Rng& rng) {
 // The GPU delta rule on `batch` sequences of T tokens against the CPU's step
 // and chunk forms: with a non-zero start state (batch 1) and from zero states
 // (batch > 1, no state kept).
-void check_delta_rule(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t dk, int64_t dv,
-                      bool with_state, uint64_t seed) {
+// Random inputs of the delta rule for `batch` sequences of T tokens and the
+// CPU's step- and chunk-form outputs and end states (each sequence from s0
+// with a state, from zero without).
+struct RuleCase {
+    int64_t batch, T, kh, vh, dk, dv, ld, R, S;
+    bool with_state;
+    std::vector<float> qkv, g, beta, s0, o_step, o_chunk, st_step, st_chunk;
+};
+
+RuleCase make_rule_case(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t dk, int64_t dv,
+                        bool with_state, uint64_t seed) {
     Rng rng(seed);
-    const int64_t ld = 2 * kh * dk + vh * dv, R = batch * T, S = vh * dk * dv;
-    std::vector<float> qkv = randn(R * ld, 1.0, rng);
+    RuleCase c{batch, T, kh, vh, dk, dv, 2 * kh * dk + vh * dv, batch * T, vh * dk * dv, with_state};
+    const int64_t ld = c.ld, R = c.R, S = c.S;
+    c.qkv = randn(R * ld, 1.0, rng);
     for (int64_t r = 0; r < R; ++r)  // q, k L2-normalised per head, as the block makes them
         for (int64_t h = 0; h < 2 * kh; ++h) {
-            float* p = qkv.data() + r * ld + h * dk;
+            float* p = c.qkv.data() + r * ld + h * dk;
             double ss = 0;
             for (int64_t i = 0; i < dk; ++i) ss += double{p[i]} * p[i];
             for (int64_t i = 0; i < dk; ++i) p[i] = static_cast<float>(p[i] / std::sqrt(ss));
         }
-    std::vector<float> g(static_cast<size_t>(R * vh)), beta(g.size());
-    for (auto& x : g) x = static_cast<float>(-0.5 * rng.uniform());
-    for (auto& x : beta) x = static_cast<float>(rng.uniform());
-    const std::vector<float> s0 = with_state ? randn(S, 0.3, rng) : std::vector<float>(S, 0.0f);
-
-    // CPU: each sequence on its own, step and chunk forms
-    std::vector<float> o_step(static_cast<size_t>(R * vh * dv)), o_chunk(o_step.size());
-    std::vector<float> st_step = s0, st_chunk = s0;
+    c.g.resize(static_cast<size_t>(R * vh));
+    c.beta.resize(c.g.size());
+    for (auto& x : c.g) x = static_cast<float>(-0.5 * rng.uniform());
+    for (auto& x : c.beta) x = static_cast<float>(rng.uniform());
+    c.s0 = with_state ? randn(S, 0.3, rng) : std::vector<float>(S, 0.0f);
+    c.o_step.resize(static_cast<size_t>(R * vh * dv));
+    c.o_chunk.resize(c.o_step.size());
+    c.st_step = c.st_chunk = c.s0;
     for (int64_t b = 0; b < batch; ++b) {
-        model::DeltaRule r{qkv.data() + b * T * ld, qkv.data() + b * T * ld + kh * dk,
-                           qkv.data() + b * T * ld + 2 * kh * dk, g.data() + b * T * vh,
-                           beta.data() + b * T * vh, T, ld, ld, kh, vh, dk, dv};
+        const float* x = c.qkv.data() + b * T * ld;
+        model::DeltaRule r{x,        x + kh * dk, x + 2 * kh * dk, c.g.data() + b * T * vh,
+                           c.beta.data() + b * T * vh, T, ld, ld, kh, vh, dk, dv};
         if (!with_state) {  // every sequence from zero
-            st_step.assign(static_cast<size_t>(S), 0.0f);
-            st_chunk = st_step;
+            c.st_step.assign(static_cast<size_t>(S), 0.0f);
+            c.st_chunk = c.st_step;
         }
-        model::gated_delta_recurrent(r, st_step.data(), vh * dv, o_step.data() + b * T * vh * dv);
-        model::gated_delta_chunked(r, model::kDeltaChunk, st_chunk.data(), vh * dv,
-                                   o_chunk.data() + b * T * vh * dv);
+        model::gated_delta_recurrent(r, c.st_step.data(), vh * dv,
+                                     c.o_step.data() + b * T * vh * dv);
+        model::gated_delta_chunked(r, model::kDeltaChunk, c.st_chunk.data(), vh * dv,
+                                   c.o_chunk.data() + b * T * vh * dv);
     }
+    return c;
+}
 
+// A kernel's output and end state against the CPU's.
+void expect_rule(const RuleCase& c, const std::vector<float>& out, const std::vector<float>& state,
+                 const char* what) {
+    const int64_t n = c.R * c.vh * c.dv;
+    const double e_step = rel_err(out.data(), c.o_step.data(), n);
+    const double e_chunk = rel_err(out.data(), c.o_chunk.data(), n);
+    std::printf("delta rule %s (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): out rel "
+                "err %.3g vs cpu step, %.3g vs cpu chunk",
+                what, static_cast<long long>(c.batch), static_cast<long long>(c.T),
+                static_cast<long long>(c.kh), static_cast<long long>(c.vh),
+                static_cast<long long>(c.dk), static_cast<long long>(c.dv), e_step, e_chunk);
+    EXPECT_LT(e_step, kKernelTol) << what;
+    EXPECT_LT(e_chunk, kKernelTol) << what;
+    if (c.with_state) {
+        const double es = rel_err(state.data(), c.st_step.data(), c.S);
+        std::printf(", state %.3g", es);
+        EXPECT_LT(es, kKernelTol) << what;
+        EXPECT_LT(rel_err(state.data(), c.st_chunk.data(), c.S), kKernelTol) << what;
+    } else {
+        EXPECT_EQ(state, c.s0) << what;  // no state given: nothing written
+    }
+    std::printf("\n");
+    for (float v : out) ASSERT_TRUE(std::isfinite(v)) << what;
+}
+
+model::cuda::DeltaRuleArgs rule_args(const RuleCase& c, const float* qkv, const float* g,
+                                     const float* beta) {
+    model::cuda::DeltaRuleArgs a;
+    a.q = qkv;
+    a.k = qkv + c.kh * c.dk;
+    a.v = qkv + 2 * c.kh * c.dk;
+    a.g = g;
+    a.beta = beta;
+    a.batch = c.batch;
+    a.T = c.T;
+    a.ld_qk = a.ld_v = c.ld;
+    a.k_heads = c.kh;
+    a.v_heads = c.vh;
+    a.dk = c.dk;
+    a.dv = c.dv;
+    return a;
+}
+
+// The GPU's step and chunk kernels against the CPU.
+void check_delta_rule(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t dk, int64_t dv,
+                      bool with_state, uint64_t seed) {
+    const RuleCase c = make_rule_case(batch, T, kh, vh, dk, dv, with_state, seed);
     cu::Gpu gpu;
     const cudaStream_t st = gpu.stream();
-    const cu::DVec dqkv = cu::upload_f(qkv, st), dg = cu::upload_f(g, st),
-                   dbeta = cu::upload_f(beta, st);
-    model::cuda::DeltaRuleArgs a;
-    a.q = dqkv.get();
-    a.k = dqkv.get() + kh * dk;
-    a.v = dqkv.get() + 2 * kh * dk;
-    a.g = dg.get();
-    a.beta = dbeta.get();
-    a.batch = batch;
-    a.T = T;
-    a.ld_qk = a.ld_v = ld;
-    a.k_heads = kh;
-    a.v_heads = vh;
-    a.dk = dk;
-    a.dv = dv;
-    const int64_t n = R * vh * dv;
-    for (const bool chunked : {false, true}) {  // the GPU's step and chunk kernels
-        cu::DVec dstate = cu::upload_f(s0, st), dout(n, st);
+    const cu::DVec dqkv = cu::upload_f(c.qkv, st), dg = cu::upload_f(c.g, st),
+                   dbeta = cu::upload_f(c.beta, st);
+    const model::cuda::DeltaRuleArgs a = rule_args(c, dqkv.get(), dg.get(), dbeta.get());
+    const int64_t n = c.R * vh * dv;
+    for (const bool chunked : {false, true}) {
+        cu::DVec dstate = cu::upload_f(c.s0, st), dout(n, st);
         float* sp = with_state ? dstate.get() : nullptr;
         if (chunked)
             model::cuda::gated_delta_chunked(a, sp, dout.get(), vh * dv, st);
         else
             model::cuda::gated_delta_rule(a, sp, dout.get(), vh * dv, st);
-        const std::vector<float> out = cu::download_f(dout.get(), n, st);
-        const std::vector<float> state = cu::download_f(dstate.get(), S, st);
-        const double e_step = rel_err(out.data(), o_step.data(), n);
-        const double e_chunk = rel_err(out.data(), o_chunk.data(), n);
-        std::printf("delta rule gpu %s (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): "
-                    "out rel err %.3g vs cpu step, %.3g vs cpu chunk",
-                    chunked ? "chunk" : "step", static_cast<long long>(batch),
-                    static_cast<long long>(T), static_cast<long long>(kh),
-                    static_cast<long long>(vh), static_cast<long long>(dk),
-                    static_cast<long long>(dv), e_step, e_chunk);
-        EXPECT_LT(e_step, kKernelTol);
-        EXPECT_LT(e_chunk, kKernelTol);
-        if (with_state) {
-            const double es = rel_err(state.data(), st_step.data(), S);
-            std::printf(", state %.3g", es);
-            EXPECT_LT(es, kKernelTol);
-            EXPECT_LT(rel_err(state.data(), st_chunk.data(), S), kKernelTol);
-        } else {
-            EXPECT_EQ(state, s0);  // no state given: nothing written
-        }
-        std::printf("\n");
-        for (float v : out) ASSERT_TRUE(std::isfinite(v));
+        expect_rule(c, cu::download_f(dout.get(), n, st), cu::download_f(dstate.get(), c.S, st),
+                    chunked ? "gpu chunk kernel" : "gpu step kernel");
+    }
+}
+
+TEST(Qwen35Gpu, ChunkKernelPhasesOnTheHostMatchTheCpu) {
+    // No GPU needed: the chunk kernel's phases run thread by thread on the host
+    // (shared memory filled with NaN first, so a read of anything unwritten shows).
+    for (const auto& [batch, T, kh, vh, dk, dv, with_state] :
+         std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool>>{
+             {1, 150, 2, 4, 16, 40, true},
+             {3, 70, 2, 6, 32, 16, false},
+             {1, 100, 1, 2, 128, 72, true},
+             {1, 1, 2, 4, 128, 32, true}}) {
+        RuleCase c = make_rule_case(batch, T, kh, vh, dk, dv, with_state, 40 + T);
+        std::vector<float> state = c.s0, out(static_cast<size_t>(c.R * vh * dv), 0.0f);
+        model::cuda::gated_delta_chunked_host(rule_args(c, c.qkv.data(), c.g.data(), c.beta.data()),
+                                              with_state ? state.data() : nullptr, out.data(),
+                                              vh * dv);
+        expect_rule(c, out, state, "host run of the chunk kernel");
     }
 }
 

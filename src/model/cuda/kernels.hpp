@@ -97,5 +97,8 @@ void gated_delta_rule(const DeltaRuleArgs& r, float* state, float* out, int64_t 
 // (model::gated_delta_chunked; delta_chunk.cu): for prefill and scoring.
 void gated_delta_chunked(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o,
                          cudaStream_t stream);
+// The chunk kernel's phases run on the host, thread by thread, on host
+// pointers: its indexing checked where no GPU is (tests/test_qwen35_gpu.cpp).
+void gated_delta_chunked_host(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o);
 
 }  // namespace cortiq::model::cuda
