@@ -9,8 +9,8 @@
 #   3. `cortiq quantize --device gpu --bpw 1.0` on the model, timed (the tiny
 #      model's tokenizer: its ids are valid in the larger vocabulary), then
 #      `cortiq ppl --device gpu` on the output.
-# Binaries from scripts/device/pack_gpu.sh (env.sh sourced by the caller, or
-# GPU_ENV); logs to $OUT (or LOG_DIR).
+# Binaries from scripts/device/pack_gpu.sh (its .carry/gpu/env.sh, or GPU_ENV,
+# is sourced); logs to $OUT (or LOG_DIR).
 #   bash scripts/device/qwen35_08b_check.sh [WORK_DIR]
 # Environment: BIN (the packed binaries' folder, default .carry/gpu/bin), CALIB
 # (calibration text, default .carry/text/tinystories-calib.txt), TOKENS (300),
@@ -18,7 +18,8 @@
 # QUANT_ARGS (more quantize flags).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-[ -n "${GPU_ENV:-}" ] && source "$GPU_ENV"
+env_sh=${GPU_ENV:-.carry/gpu/env.sh}
+[ -f "$env_sh" ] && source "$env_sh"
 BIN=${BIN:-.carry/gpu/bin}
 CALIB=${CALIB:-.carry/text/tinystories-calib.txt}
 LOG=${LOG_DIR:-${OUT:-/tmp}}
