@@ -179,7 +179,8 @@ struct RuleCase {
 RuleCase make_rule_case(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_t dk, int64_t dv,
                         bool with_state, uint64_t seed) {
     Rng rng(seed);
-    RuleCase c{batch, T, kh, vh, dk, dv, 2 * kh * dk + vh * dv, batch * T, vh * dk * dv, with_state};
+    RuleCase c{batch,        T,         kh, vh, dk, dv, 2 * kh * dk + vh * dv, batch * T,
+               vh * dk * dv, with_state};
     const int64_t ld = c.ld, R = c.R, S = c.S;
     c.qkv = randn(R * ld, 1.0, rng);
     for (int64_t r = 0; r < R; ++r)  // q, k L2-normalised per head, as the block makes them
@@ -199,8 +200,18 @@ RuleCase make_rule_case(int64_t batch, int64_t T, int64_t kh, int64_t vh, int64_
     c.st_step = c.st_chunk = c.s0;
     for (int64_t b = 0; b < batch; ++b) {
         const float* x = c.qkv.data() + b * T * ld;
-        model::DeltaRule r{x,        x + kh * dk, x + 2 * kh * dk, c.g.data() + b * T * vh,
-                           c.beta.data() + b * T * vh, T, ld, ld, kh, vh, dk, dv};
+        model::DeltaRule r{x,
+                           x + kh * dk,
+                           x + 2 * kh * dk,
+                           c.g.data() + b * T * vh,
+                           c.beta.data() + b * T * vh,
+                           T,
+                           ld,
+                           ld,
+                           kh,
+                           vh,
+                           dk,
+                           dv};
         if (!with_state) {  // every sequence from zero
             c.st_step.assign(static_cast<size_t>(S), 0.0f);
             c.st_chunk = c.st_step;
@@ -219,11 +230,12 @@ void expect_rule(const RuleCase& c, const std::vector<float>& out, const std::ve
     const int64_t n = c.R * c.vh * c.dv;
     const double e_step = rel_err(out.data(), c.o_step.data(), n);
     const double e_chunk = rel_err(out.data(), c.o_chunk.data(), n);
-    std::printf("delta rule %s (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): out rel "
-                "err %.3g vs cpu step, %.3g vs cpu chunk",
-                what, static_cast<long long>(c.batch), static_cast<long long>(c.T),
-                static_cast<long long>(c.kh), static_cast<long long>(c.vh),
-                static_cast<long long>(c.dk), static_cast<long long>(c.dv), e_step, e_chunk);
+    std::printf(
+        "delta rule %s (batch %lld, T %lld, %lld/%lld heads, dk %lld, dv %lld): out rel "
+        "err %.3g vs cpu step, %.3g vs cpu chunk",
+        what, static_cast<long long>(c.batch), static_cast<long long>(c.T),
+        static_cast<long long>(c.kh), static_cast<long long>(c.vh), static_cast<long long>(c.dk),
+        static_cast<long long>(c.dv), e_step, e_chunk);
     EXPECT_LT(e_step, kKernelTol) << what;
     EXPECT_LT(e_chunk, kKernelTol) << what;
     if (c.with_state) {
@@ -328,9 +340,9 @@ TEST(Qwen35Gpu, ConvolutionAndGatesMatchTheCpu) {
         t0 += n;
     }
     EXPECT_LT(rel_err(cu::download_f(dy.get(), T * C, s).data(), y_cpu.data(), T * C), kKernelTol);
-    EXPECT_LT(rel_err(cu::download_f(dstate.get(), (K - 1) * C, s).data(), st_cpu.data(),
-                      (K - 1) * C),
-              kKernelTol);
+    EXPECT_LT(
+        rel_err(cu::download_f(dstate.get(), (K - 1) * C, s).data(), st_cpu.data(), (K - 1) * C),
+        kKernelTol);
     // a batch of 2 sequences of 5 rows without a state: each from zeros
     std::vector<float> zero((K - 1) * C, 0.0f), y2(x.size());
     for (int64_t b = 0; b < 2; ++b) {
@@ -400,16 +412,19 @@ TEST(Qwen35Gpu, CalibrationGramsEqualTheCpuPath) {
     };
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::vector<std::pair<std::string, std::string>> inputs =
-            c.is_delta(l) ? std::vector<std::pair<std::string, std::string>>{
-                                {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z"},
-                                {"linear_attn.out_proj", "linear_attn.out_proj"},
-                                {"mlp.gate_proj", "mlp.up_proj"},
-                                {"mlp.down_proj", "mlp.down_proj"}}
-                          : std::vector<std::pair<std::string, std::string>>{
-                                {"self_attn.q_proj", "self_attn.v_proj"},
-                                {"self_attn.o_proj", "self_attn.o_proj"},
-                                {"mlp.gate_proj", "mlp.gate_proj"},
-                                {"mlp.down_proj", "mlp.down_proj"}};
+            c.is_delta(l)
+                ? std::vector<std::pair<std::string, std::string>>{{"linear_attn.in_proj_qkv",
+                                                                    "linear_attn.in_proj_z"},
+                                                                   {"linear_attn.out_proj",
+                                                                    "linear_attn.out_proj"},
+                                                                   {"mlp.gate_proj", "mlp.up_proj"},
+                                                                   {"mlp.down_proj",
+                                                                    "mlp.down_proj"}}
+                : std::vector<std::pair<std::string, std::string>>{
+                      {"self_attn.q_proj", "self_attn.v_proj"},
+                      {"self_attn.o_proj", "self_attn.o_proj"},
+                      {"mlp.gate_proj", "mlp.gate_proj"},
+                      {"mlp.down_proj", "mlp.down_proj"}};
         for (const auto& [input, lin] : inputs) {
             const std::string what = "layer " + std::to_string(l) + " " + input;
             same(gpu.grams(l, input), cpu.grams(l, input), what);
@@ -517,12 +532,12 @@ void time_delta_kernels(const io::ModelConfig& c, cu::Gpu& gpu) {
     };
     const double step1 = time_us(1, false, 200);
     const double stepT = time_us(T, false, 5), chunkT = time_us(T, true, 5);
-    std::printf("0.8B-shaped delta rule kernel (%lld value heads, dk %lld, dv %lld): %.1f us per "
-                "decoded token (step); %lld-token prefill %.3f us/token step, %.3f us/token "
-                "chunked\n",
-                static_cast<long long>(H), static_cast<long long>(d.k_dim),
-                static_cast<long long>(d.v_dim), step1, static_cast<long long>(T), stepT / T,
-                chunkT / T);
+    std::printf(
+        "0.8B-shaped delta rule kernel (%lld value heads, dk %lld, dv %lld): %.1f us per "
+        "decoded token (step); %lld-token prefill %.3f us/token step, %.3f us/token "
+        "chunked\n",
+        static_cast<long long>(H), static_cast<long long>(d.k_dim), static_cast<long long>(d.v_dim),
+        step1, static_cast<long long>(T), stepT / T, chunkT / T);
 }
 #endif
 
@@ -535,8 +550,8 @@ TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
     const auto m = model::Model::load(p.string());
     model::GpuModel gm(m);
     const double e = golden_rel(g, [&](const std::vector<int32_t>& s) { return gm.forward(s); });
-    std::printf("0.8B-shaped qwen3.5 gpu: max rel logit err %.3g vs transformers (%zu tokens)\n",
-                e, g.seqs[0].size());
+    std::printf("0.8B-shaped qwen3.5 gpu: max rel logit err %.3g vs transformers (%zu tokens)\n", e,
+                g.seqs[0].size());
     EXPECT_LT(e, kGoldenTol);
 #ifdef CORTIQ_HAVE_CUDA
     using clock = std::chrono::steady_clock;
@@ -555,8 +570,8 @@ TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
     // one DeltaNet block (layer 0): one token, and a prefill of 512 tokens
     const int64_t H = gm.config().hidden_size, Tp = 512;
     float* x = gm.work_rows(Tp);
-    CUDA_CHECK(cudaMemsetAsync(x, 0, static_cast<size_t>(Tp * H) * sizeof(float),
-                               gm.gpu().stream()));
+    CUDA_CHECK(
+        cudaMemsetAsync(x, 0, static_cast<size_t>(Tp * H) * sizeof(float), gm.gpu().stream()));
     gm.embed_into(std::vector<int32_t>(seq.begin(), seq.begin() + 1), x);
     gm.run_block(0, 1, 1, x);
     gm.gpu().sync();
@@ -565,7 +580,8 @@ TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
     gm.gpu().sync();
     const double block_us = 1e3 * ms_since(t0) / 200;
     std::vector<int32_t> ids(static_cast<size_t>(Tp));
-    for (int64_t i = 0; i < Tp; ++i) ids[static_cast<size_t>(i)] = seq[static_cast<size_t>(i) % seq.size()];
+    for (int64_t i = 0; i < Tp; ++i)
+        ids[static_cast<size_t>(i)] = seq[static_cast<size_t>(i) % seq.size()];
     gm.embed_into(ids, x);  // x is the workspace: re-fetched after the embedding sized it
     x = gm.work_rows(Tp);
     gm.run_block(0, 1, Tp, x);
@@ -574,10 +590,11 @@ TEST(Qwen35Gpu, RealSizedModelMatchesTransformers) {
     for (int i = 0; i < 10; ++i) gm.run_block(0, 1, Tp, x);
     gm.gpu().sync();
     const double prefill_us = 1e3 * ms_since(t0) / 10 / Tp;
-    std::printf("0.8B-shaped qwen3.5 gpu: decode step %.3f ms/token (%.1f tokens/s); DeltaNet "
-                "block (layer 0) %.1f us per decoded token, %.2f us per token in a %lld-token "
-                "prefill\n",
-                step_ms, 1e3 / step_ms, block_us, prefill_us, static_cast<long long>(Tp));
+    std::printf(
+        "0.8B-shaped qwen3.5 gpu: decode step %.3f ms/token (%.1f tokens/s); DeltaNet "
+        "block (layer 0) %.1f us per decoded token, %.2f us per token in a %lld-token "
+        "prefill\n",
+        step_ms, 1e3 / step_ms, block_us, prefill_us, static_cast<long long>(Tp));
     time_delta_kernels(gm.config(), gm.gpu());
 #endif
 }

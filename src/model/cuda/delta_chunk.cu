@@ -29,9 +29,9 @@ namespace cortiq::model::cuda {
 
 namespace {
 
-constexpr int kChunk = 64;               // tokens per chunk (as the CPU's kDeltaChunk)
-constexpr int kCols = 32;                // state columns per block (one per lane)
-constexpr int kWarps = 8;                // threads: kWarps × 32
+constexpr int kChunk = 64;  // tokens per chunk (as the CPU's kDeltaChunk)
+constexpr int kCols = 32;   // state columns per block (one per lane)
+constexpr int kWarps = 8;   // threads: kWarps × 32
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxDk = 128;
 constexpr int kRowsI = kChunk / kWarps;  // chunk rows per thread in the row-parallel phases
@@ -192,7 +192,8 @@ __host__ __device__ void outputs_and_state(const Block& B, int64_t row0, int n, 
     const float decay = expf(sh[B.m.gam + n - 1]);
     for (int a = warp; a < dk; a += kWarps) {
         float acc = 0;
-        for (int jj = 0; jj < n; ++jj) acc += sh[B.m.kdec + jj] * K[jj * ld + a] * U[jj * kCols + lane];
+        for (int jj = 0; jj < n; ++jj)
+            acc += sh[B.m.kdec + jj] * K[jj * ld + a] * U[jj * kCols + lane];
         sh[B.m.s + a * kCols + lane] = decay * sh[B.m.s + a * kCols + lane] + acc;
     }
 }
@@ -250,17 +251,34 @@ struct HostExec {
 
 Block make_block(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o, int64_t bx,
                  int64_t h, int64_t b, float* sh) {
-    return Block{r,  state, out, ld_o, h, h / (r.v_heads / r.k_heads), b, bx * kCols,
+    return Block{r,
+                 state,
+                 out,
+                 ld_o,
+                 h,
+                 h / (r.v_heads / r.k_heads),
+                 b,
+                 bx * kCols,
                  1.0f / std::sqrt(static_cast<float>(r.dk)),  // as the CPU
-                 sh, Smem(static_cast<int>(r.dk))};
+                 sh,
+                 Smem(static_cast<int>(r.dk))};
 }
 
 __global__ void __launch_bounds__(kThreads)
     delta_chunk_kernel(DeltaRuleArgs r, float* state, float* out, int64_t ld_o, float scale) {
     extern __shared__ float sh[];
     const int64_t h = blockIdx.y;
-    const Block B{r,     state, out, ld_o, h, h / (r.v_heads / r.k_heads), blockIdx.z,
-                  static_cast<int64_t>(blockIdx.x) * kCols, scale, sh, Smem(static_cast<int>(r.dk))};
+    const Block B{r,
+                  state,
+                  out,
+                  ld_o,
+                  h,
+                  h / (r.v_heads / r.k_heads),
+                  blockIdx.z,
+                  static_cast<int64_t>(blockIdx.x) * kCols,
+                  scale,
+                  sh,
+                  Smem(static_cast<int>(r.dk))};
     chunk_block(B, DeviceExec{});
 }
 

@@ -56,8 +56,8 @@ void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, con
     const int64_t total = batch * T * C;
     if (total == 0) return;
     const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
-    conv_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
-        x, batch * T, T, C, w, static_cast<int>(K), state, y);
+    conv_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, batch * T, T, C, w,
+                                                                   static_cast<int>(K), state, y);
     CUDA_LAUNCH_CHECK();
     if (!state || K == 1) return;
     conv_state_kernel<<<static_cast<unsigned>((C + 255) / 256), 256, 0, stream>>>(

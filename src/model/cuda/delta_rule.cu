@@ -20,9 +20,9 @@ namespace cortiq::model::cuda {
 namespace {
 
 constexpr int kWarps = 4;
-constexpr int kCols = 32;                            // state columns per block (one per lane)
-constexpr int kMaxDk = 128;                          // key head dimension at most
-constexpr int kRowsPerThread = kMaxDk / kWarps;      // state rows in each thread's registers
+constexpr int kCols = 32;                        // state columns per block (one per lane)
+constexpr int kMaxDk = 128;                      // key head dimension at most
+constexpr int kRowsPerThread = kMaxDk / kWarps;  // state rows in each thread's registers
 
 __global__ void __launch_bounds__(kWarps * 32)
     delta_rule_kernel(DeltaRuleArgs r, float* state, float* out, int64_t ld_o, float scale) {

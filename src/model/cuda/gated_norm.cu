@@ -23,7 +23,7 @@ __global__ void rmsnorm_gated_kernel(const float* x, const float* z, int64_t row
     for (int64_t j = lane; j < n; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
     ss = warp_sum(ss);
     const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
-    for (int64_t j = lane; j < n; j += 32) {  // each lane rewrites only what it read
+    for (int64_t j = lane; j < n; j += 32) {            // each lane rewrites only what it read
         const float s = zr[j] / (1.0f + expf(-zr[j]));  // silu
         yr[j] = w[j] * (xr[j] * inv) * s;
     }

@@ -70,8 +70,8 @@ void GpuModel::reset_cache(int64_t capacity) {
     for (auto* part : {&kc.conv, &kc.state})
         for (DVec& b : *part)
             if (!b.empty())
-                CUDA_CHECK(cudaMemsetAsync(b.get(), 0, static_cast<size_t>(b.size()) * sizeof(float),
-                                           st));
+                CUDA_CHECK(
+                    cudaMemsetAsync(b.get(), 0, static_cast<size_t>(b.size()) * sizeof(float), st));
 }
 
 MatF GpuModel::forward_cached(std::span<const int32_t> tokens, bool last_only) {

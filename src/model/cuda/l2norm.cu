@@ -31,7 +31,7 @@ void l2norm_heads(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, 
     if (pairs == 0) return;
     const int64_t blocks = (pairs + kWarps - 1) / kWarps;
     l2norm_heads_kernel<<<static_cast<unsigned>(blocks), 32 * kWarps, 0, stream>>>(x, pairs, ld,
-                                                                                  heads, d, eps);
+                                                                                   heads, d, eps);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -37,8 +37,8 @@ void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, in
     const int64_t total = rows * heads * half;
     if (total == 0) return;
     const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
-    rope_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, rows, T, heads, head_dim, half,
-                                                                   cos, sin, pos0);
+    rope_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, rows, T, heads, head_dim,
+                                                                   half, cos, sin, pos0);
     CUDA_LAUNCH_CHECK();
 }
 
