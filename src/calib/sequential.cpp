@@ -12,9 +12,6 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
                                  const model::Model* original)
     : m_(m), original_(original) {
     if (device == model::Device::gpu) {
-        CORTIQ_CHECK(!m.config().hybrid(),
-                     "--device gpu: GPU calibration does not run Qwen3.5's Gated DeltaNet layers "
-                     "yet; use --device cpu");
         gpu_ = std::make_unique<GpuStates>(m, cs);
         if (original_) gpu_original_ = std::make_unique<GpuStates>(*original_, cs);
         return;

@@ -62,10 +62,6 @@ class CpuRuntime final : public Runtime {
 std::unique_ptr<Runtime> make_runtime(const Model& m, Device d) {
     if (d == Device::cpu) return std::make_unique<CpuRuntime>(m);
     CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
-    CORTIQ_CHECK(!m.config().hybrid(),
-                 "--device gpu: the CUDA runtime does not run Qwen3.5's Gated DeltaNet layers yet "
-                 "({}); use --device cpu",
-                 m.config().model_type);
     return std::make_unique<GpuModel>(m);
 }
 

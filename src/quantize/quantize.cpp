@@ -17,19 +17,36 @@
 
 #include "core/gpu.hpp"
 #include "core/parallel.hpp"
+#include "io/config.hpp"
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
 
-std::string resolve_tune_mode(const std::string& mode, encode::Device device) {
+std::string resolve_tune_mode(const std::string& mode, encode::Device device, bool hybrid) {
     if (mode != "auto") return mode;
-    return device == encode::Device::gpu ? "block+kd" : "none";
+    return device == encode::Device::gpu && !hybrid ? "block+kd" : "none";
+}
+
+void resolve_tune_mode(QuantizeOptions& o) {
+    if (o.tune_mode != "auto") return;
+    bool hybrid = false;
+    try {
+        hybrid = io::ModelConfig::load(o.model_dir).hybrid();
+    } catch (const Error&) {
+        // an unreadable config is reported by the run itself, with its context
+    }
+    o.tune_mode = resolve_tune_mode(o.tune_mode, o.device, hybrid);
+    if (hybrid && o.device == encode::Device::gpu)
+        o.tune_note =
+            "; --tune auto: none for a Qwen3.5 hybrid model (its blocks have no backward pass "
+            "yet; the GPU default block+kd does not apply)";
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     QuantizeReport rep;
     rep.out_path = o.out_path;
+    rep.tune_note = o.tune_note;
     check_output(o);
     if (!o.gpus.empty()) {
         CORTIQ_CHECK(o.device == encode::Device::gpu, "--gpus needs --device gpu");
@@ -37,6 +54,8 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     }
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     Inputs in = load_and_check(o, plan);
+    // tuning refuses what it cannot run (Qwen3.5's blocks) before any work
+    if (o.tune_blocks() || o.tune_kd()) dims_of(in.model.config());
     const Journal journal(o.out_path, in.settings, o.resume, o.force);
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;

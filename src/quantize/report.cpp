@@ -125,7 +125,7 @@ std::string QuantizeReport::summary() const {
                tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
                resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
                resumed_head ? ", lm_head resumed" : "") +
-           kept_small_note();
+           kept_small_note() + tune_note;
 }
 
 std::string QuantizeReport::kept_small_note() const {

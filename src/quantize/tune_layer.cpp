@@ -63,6 +63,7 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
+    const tune::BlockDims dims = dims_of(cfg);  // refuses the blocks it cannot tune
     CORTIQ_CHECK(cfg.sliding_window == 0 || cfg.sliding_window >= run.o.calib.seqlen,
                  "--tune block: a sliding window ({}) shorter than the calibration windows ({}) "
                  "is not supported",
@@ -76,7 +77,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto tune_fn =
         run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
-        tune_fn(p, dims_of(cfg), model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
+        tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, run.o.tune);
     if (res.best_epoch > 0) install_block(run, layer, p, &rec);
     const double secs = seconds_since(t0);

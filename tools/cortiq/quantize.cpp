@@ -113,7 +113,7 @@ void add_quantize(CLI::App& app) {
         a->o.enc.paths = encode::parse_paths(a->paths);
         a->o.device = encode::parse_device(a->device);
         a->o.match_original = a->match == "original";
-        a->o.tune_mode = quant::resolve_tune_mode(a->o.tune_mode, a->o.device);
+        quant::resolve_tune_mode(a->o);  // "auto": by device and model
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);

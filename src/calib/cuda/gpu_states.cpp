@@ -45,12 +45,13 @@ namespace {
 
 // Width of a linear-layer input (a LinearInputHook name, or "lm_head").
 int64_t input_width(const io::ModelConfig& c, std::string_view input) {
-    const int64_t width =
-        input == "lm_head" || input == "self_attn.q_proj" || input == "mlp.gate_proj"
-            ? c.hidden_size
-        : input == "self_attn.o_proj" ? c.q_dim()
-        : input == "mlp.down_proj"    ? c.intermediate_size
-                                      : -1;
+    const int64_t width = input == "lm_head" || input == "self_attn.q_proj" ||
+                                  input == "mlp.gate_proj" || input == "linear_attn.in_proj_qkv"
+                              ? c.hidden_size
+                          : input == "self_attn.o_proj"     ? c.q_dim()
+                          : input == "mlp.down_proj"        ? c.intermediate_size
+                          : input == "linear_attn.out_proj" ? c.delta.value_dim()
+                                                            : -1;
     CORTIQ_CHECK(width > 0, "no linear-layer input named '{}'", input);
     return width;
 }

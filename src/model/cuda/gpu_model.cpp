@@ -9,20 +9,7 @@
 
 namespace cortiq::model {
 
-namespace {
-
-// The device copy has no Gated DeltaNet kernels yet.
-const Model& supported(const Model& m) {
-    CORTIQ_CHECK(!m.config().hybrid(),
-                 "the CUDA runtime does not run Qwen3.5's Gated DeltaNet layers yet ({}); use "
-                 "the CPU",
-                 m.config().model_type);
-    return m;
-}
-
-}  // namespace
-
-GpuModel::GpuModel(const Model& m) : impl_(std::make_unique<Impl>(supported(m))) {}
+GpuModel::GpuModel(const Model& m) : impl_(std::make_unique<Impl>(m)) {}
 GpuModel::~GpuModel() = default;
 GpuModel::GpuModel(GpuModel&&) noexcept = default;
 GpuModel& GpuModel::operator=(GpuModel&&) noexcept = default;
@@ -64,15 +51,27 @@ int64_t GpuModel::batch_windows(int64_t len) const {
 void GpuModel::reset_cache(int64_t capacity) {
     CORTIQ_CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
     Impl::Cache& kc = impl_->cache;
-    kc.length = 0;
-    if (kc.capacity == capacity) return;
     const io::ModelConfig& c = impl_->cfg;
-    kc = Impl::Cache{};  // free the old cache first
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-        kc.k.emplace_back(capacity * c.kv_dim(), impl_->stream());
-        kc.v.emplace_back(capacity * c.kv_dim(), impl_->stream());
+    const cudaStream_t st = impl_->stream();
+    kc.length = 0;
+    if (kc.capacity != capacity) {
+        kc = Impl::Cache{};  // free the old cache first
+        const io::DeltaNetConfig& d = c.delta;
+        for (int64_t l = 0; l < c.num_layers; ++l) {
+            const bool delta = c.is_delta(l);  // a DeltaNet layer keeps states, not keys
+            kc.k.emplace_back(delta ? 0 : capacity * c.kv_dim(), st);
+            kc.v.emplace_back(delta ? 0 : capacity * c.kv_dim(), st);
+            kc.conv.emplace_back(delta ? (d.conv_kernel - 1) * d.conv_dim() : 0, st);
+            kc.state.emplace_back(delta ? d.v_heads * d.k_dim * d.v_dim : 0, st);
+        }
+        kc.capacity = capacity;
     }
-    kc.capacity = capacity;
+    // A new sequence starts from zero DeltaNet states.
+    for (auto* part : {&kc.conv, &kc.state})
+        for (DVec& b : *part)
+            if (!b.empty())
+                CUDA_CHECK(
+                    cudaMemsetAsync(b.get(), 0, static_cast<size_t>(b.size()) * sizeof(float), st));
 }
 
 MatF GpuModel::forward_cached(std::span<const int32_t> tokens, bool last_only) {
@@ -148,6 +147,11 @@ cuda::DeviceLinear& linear_named(cuda::DeviceLayer& l, std::string_view name) {
     if (name == "mlp.gate_proj") return l.gate;
     if (name == "mlp.up_proj") return l.up;
     if (name == "mlp.down_proj") return l.down;
+    if (name == "linear_attn.in_proj_qkv") return l.delta.qkv;
+    if (name == "linear_attn.in_proj_z") return l.delta.z;
+    if (name == "linear_attn.in_proj_b") return l.delta.b;
+    if (name == "linear_attn.in_proj_a") return l.delta.a;
+    if (name == "linear_attn.out_proj") return l.delta.out;
     CORTIQ_FAIL("no linear layer named '{}' in a decoder block", name);
 }
 

@@ -21,9 +21,10 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps,
              cudaStream_t stream);
 
 // In place, rotate_half convention (model::rope): row r is at position
-// pos0 + r mod T; cos/sin hold rows of `half` values for positions 0.. .
-void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, const float* cos,
-          const float* sin, int64_t pos0, cudaStream_t stream);
+// pos0 + r mod T; cos/sin hold rows of `half` values for positions 0.. ;
+// 2·half ≤ head_dim dims of each head turn (partial rotary: the rest stay).
+void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, int64_t half,
+          const float* cos, const float* sin, int64_t pos0, cudaStream_t stream);
 
 // Causal grouped-query attention (model::attention). Sequence b's query row
 // i (position pos0 + i) of head h attends key rows j ≤ pos0 + i (and
@@ -44,5 +45,60 @@ void add_bias(float* y, const float* b, int64_t rows, int64_t m, cudaStream_t st
 // logsumexp(logits[r]) − logits[r, tokens[r+1]] for r mod T < T − 1, else 0.
 void next_token_nll(const float* logits, const int32_t* tokens, int64_t rows, int64_t T,
                     int64_t vocab, double* nll, cudaStream_t stream);
+
+// ── Qwen3.5 (the twins of model/ops.hpp and model/delta_ops.hpp) ──────────
+
+// q_proj's output per row and head h is [query_h (d) | gate_h (d)]:
+// q[r, h·d + j] = qg[r, 2hd + j], gate[r, h·d + j] = qg[r, 2hd + d + j].
+void split_query_gate(const float* qg, int64_t rows, int64_t heads, int64_t d, float* q,
+                      float* gate, cudaStream_t stream);
+
+// x ← x ∘ σ(gate) over n values (in place; the attention output gate).
+void sigmoid_gate(float* x, const float* gate, int64_t n, cudaStream_t stream);
+
+// y[r,:] = w ∘ x[r,:] / sqrt(mean_j x[r,j]² + eps) ∘ silu(z[r,:])   (rows × n;
+// Qwen3.5's gated RMSNorm, model::rmsnorm_gated; y may be x).
+void rmsnorm_gated(const float* x, const float* z, int64_t rows, int64_t n, const float* w,
+                   float eps, float* y, cudaStream_t stream);
+
+// In place, each of `heads` groups of d values of each row (row stride ld):
+// x ← x / sqrt(Σ x² + eps)   (model::l2norm_heads).
+void l2norm_heads(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, float eps,
+                  cudaStream_t stream);
+
+// Depthwise causal convolution of width K with SiLU (model::causal_conv1d_silu)
+// on `batch` sequences of T rows of C channels: y[t, c] = silu(Σ_k w[c·K + k] ·
+// x[t − K + 1 + k, c]). Rows before a sequence's first come from `state`
+// ((K − 1) × C, oldest first; batch 1 only), which is then updated to the last
+// K − 1 inputs; with state null they are zeros and nothing is kept. y ≠ x.
+void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, const float* w,
+                        int64_t K, float* state, float* y, cudaStream_t stream);
+
+// Per row r and value head h (rows × heads each; model::delta_gates):
+//   beta = σ(b),  g = −exp(a_log[h]) · softplus(a + dt_bias[h])
+void delta_gates(const float* a, const float* b, int64_t rows, int64_t heads, const float* a_log,
+                 const float* dt_bias, float* g, float* beta, cudaStream_t stream);
+
+// The gated delta rule (model::gated_delta_recurrent) on `batch` sequences of T
+// rows, step by step over the tokens (decoding; delta_rule.cu). q, k: row stride ld_qk, k_heads·dk
+// values; v: stride ld_v, v_heads·dv; g, beta: rows × v_heads; value head h
+// reads key head h / (v_heads / k_heads). state: v_heads × dk × dv (batch 1),
+// the start state, updated; null: every sequence starts from zero and the end
+// state is dropped. out: rows × v_heads·dv (row stride ld_o). dk ≤ 128.
+struct DeltaRuleArgs {
+    const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;
+    int64_t batch = 1, T = 0, ld_qk = 0, ld_v = 0;
+    int64_t k_heads = 0, v_heads = 0, dk = 0, dv = 0;
+};
+void gated_delta_rule(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o,
+                      cudaStream_t stream);
+
+// The same outputs and end state chunkwise, 64 tokens at a time
+// (model::gated_delta_chunked; delta_chunk.cu): for prefill and scoring.
+void gated_delta_chunked(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o,
+                         cudaStream_t stream);
+// The chunk kernel's phases run on the host, thread by thread, on host
+// pointers: its indexing checked where no GPU is (tests/test_qwen35_gpu.cpp).
+void gated_delta_chunked_host(const DeltaRuleArgs& r, float* state, float* out, int64_t ld_o);
 
 }  // namespace cortiq::model::cuda

@@ -3,16 +3,18 @@
 #include <algorithm>
 
 #include "core/cuda/device.hpp"
+#include "core/error.hpp"
 #include "model/cuda/kernels.hpp"
 
 namespace cortiq::model::cuda {
 
 namespace {
 
-// One thread per (row, head, j < half): rotates the pair (j, j + half).
+// One thread per (row, head, j < half): rotates the pair (j, j + half); a
+// head's dims from 2·half on are left as they are (partial rotary).
 __global__ void rope_kernel(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim,
-                            const float* cos, const float* sin, int64_t pos0) {
-    const int64_t half = head_dim / 2, per_row = heads * half;
+                            int64_t half, const float* cos, const float* sin, int64_t pos0) {
+    const int64_t per_row = heads * half;
     const int64_t total = rows * per_row;
     for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
          t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -28,13 +30,15 @@ __global__ void rope_kernel(float* x, int64_t rows, int64_t T, int64_t heads, in
 
 }  // namespace
 
-void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, const float* cos,
-          const float* sin, int64_t pos0, cudaStream_t stream) {
-    const int64_t total = rows * heads * (head_dim / 2);
+void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, int64_t half,
+          const float* cos, const float* sin, int64_t pos0, cudaStream_t stream) {
+    CORTIQ_ASSERT(half > 0 && 2 * half <= head_dim, "rotary half {} for head_dim {}", half,
+                  head_dim);
+    const int64_t total = rows * heads * half;
     if (total == 0) return;
     const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
-    rope_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, rows, T, heads, head_dim, cos,
-                                                                   sin, pos0);
+    rope_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(x, rows, T, heads, head_dim,
+                                                                   half, cos, sin, pos0);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -34,6 +34,21 @@ DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
     return d;
 }
 
+DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t& bytes,
+                         PackedScratch* scratch) {
+    DeviceDelta d;
+    d.qkv = upload_linear(w.qkv, stream, bytes, scratch);
+    d.z = upload_linear(w.z, stream, bytes, scratch);
+    d.b = upload_linear(w.b, stream, bytes, scratch);
+    d.a = upload_linear(w.a, stream, bytes, scratch);
+    d.out = upload_linear(w.out, stream, bytes, scratch);
+    d.conv = upload(w.conv.vec(), stream, bytes);
+    d.a_log = upload(w.a_log, stream, bytes);
+    d.dt_bias = upload(w.dt_bias, stream, bytes);
+    d.norm = upload(w.norm, stream, bytes);
+    return d;
+}
+
 }  // namespace
 
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
@@ -46,6 +61,14 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
         DeviceLayer& l = d.layers[static_cast<size_t>(i)];
         l.input_norm = upload(w.input_norm, stream, d.bytes);
         l.post_attn_norm = upload(w.post_attn_norm, stream, d.bytes);
+        l.gate = upload_linear(w.gate, stream, d.bytes, d.scratch.get());
+        l.up = upload_linear(w.up, stream, d.bytes, d.scratch.get());
+        l.down = upload_linear(w.down, stream, d.bytes, d.scratch.get());
+        if (w.mixer == io::Mixer::gated_delta) {
+            l.delta_mixer = true;
+            l.delta = upload_delta(w.delta, stream, d.bytes, d.scratch.get());
+            continue;
+        }
         if (c.qk_norm) {
             l.q_norm = upload(w.q_norm, stream, d.bytes);
             l.k_norm = upload(w.k_norm, stream, d.bytes);
@@ -54,9 +77,6 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
         l.k = upload_linear(w.k, stream, d.bytes, d.scratch.get());
         l.v = upload_linear(w.v, stream, d.bytes, d.scratch.get());
         l.o = upload_linear(w.o, stream, d.bytes, d.scratch.get());
-        l.gate = upload_linear(w.gate, stream, d.bytes, d.scratch.get());
-        l.up = upload_linear(w.up, stream, d.bytes, d.scratch.get());
-        l.down = upload_linear(w.down, stream, d.bytes, d.scratch.get());
     }
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight

@@ -29,9 +29,19 @@ struct DeviceLinear {
     PackedScratch* scratch = nullptr;
 };
 
+// A Gated DeltaNet mixer's weights (model::DeltaNetWeights).
+struct DeviceDelta {
+    DeviceLinear qkv, z, b, a, out;  // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj
+    DVec conv;                       // conv_dim × kernel
+    DVec a_log, dt_bias;             // v_heads
+    DVec norm;                       // v_dim: the gated RMSNorm's w
+};
+
 struct DeviceLayer {
-    DVec input_norm, post_attn_norm, q_norm, k_norm;  // q_norm, k_norm: qwen3 only
-    DeviceLinear q, k, v, o, gate, up, down;
+    bool delta_mixer = false;                         // a Gated DeltaNet layer (Qwen3.5)
+    DVec input_norm, post_attn_norm, q_norm, k_norm;  // q_norm, k_norm: qwen3, qwen3.5 only
+    DeviceLinear q, k, v, o, gate, up, down;          // q..o: attention layers only
+    DeviceDelta delta;                                // Gated DeltaNet layers only
 };
 
 struct DeviceWeights {
