@@ -71,13 +71,18 @@ void run(const GenerateArgs& a) {
         j["text"] = text;
         j["prompt_tokens"] = prompt.size();
         j["generated_tokens"] = out.size();
+        j["ids"] = out;  // exact, where "text" may hold U+FFFD (below)
         j["seconds"] = s;
         j["tokens_per_second"] = tps;
         j["weight_bytes"] = rt->weight_bytes();
         j["device_bytes"] = rt->device_bytes();
         j["peak_rss_bytes"] = peak_rss_bytes();
         j["packed"] = !a.dequant;
-        fmt::print("{}\n", j.dump());
+        // A sampled sequence can hold byte tokens that are not valid UTF-8 (half
+        // a character, a stray continuation byte); JSON text must be, so those
+        // bytes become U+FFFD instead of an exception after the generation.
+        fmt::print("{}\n",
+                   j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
         return;
     }
     fmt::print("\n");
