@@ -15,14 +15,17 @@
 
 #include "blr/sign.hpp"
 #include "calib/calib.hpp"
+#include "calib/generated.hpp"
 #include "calib/sequential.hpp"
 #include "cli_run.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "eval/ppl.hpp"
 #include "io/safetensors.hpp"
 #include "io/tokenizer.hpp"
 #include "linalg/blas.hpp"
+#include "model/generate.hpp"
 #include "model/llama.hpp"
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
@@ -542,6 +545,58 @@ TEST(CalibSet, RandomWindowsJoinBothSetsReproducibly) {
     auto cs = text;
     EXPECT_THROW(calib::add_random_windows(cs, -1.0, 1000, 7), Error);
     EXPECT_THROW(calib::add_random_windows(cs, 1.0, 0, 7), Error);
+}
+
+// --calib-generated: round(R·|set|) windows join each set after the text's;
+// each is the start token then the model's own samples (window i: exactly
+// model::generate from the start token with seed + i), the same windows with
+// one thread or two, different windows for different seeds and sets.
+TEST(CalibSet, GeneratedWindowsAreTheModelsOwnSamplesReproducibly) {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    const auto m = model::Model::load(kModel);
+    std::vector<int32_t> ids(3000);
+    for (int i = 0; i < 3000; ++i) ids[i] = 3 + i % 400;
+    calib::CalibOptions o;
+    o.samples = 8;
+    o.seqlen = 40;
+    o.holdout = 0.25;
+    const auto text = calib::make_calib_set(ids, o, "t");
+    for (double r : {0.0, 0.5, 1.0}) {
+        auto cs = text;
+        const int64_t added = calib::add_generated_windows(cs, r, m, 1, 99);
+        int64_t expect = 0;
+        for (auto [set, base] : {std::pair{&cs.fit, &text.fit}, {&cs.sel, &text.sel}}) {
+            const auto extra =
+                static_cast<size_t>(std::llround(r * static_cast<double>(base->size())));
+            expect += static_cast<int64_t>(extra);
+            ASSERT_EQ(set->size(), base->size() + extra) << "r " << r;
+            EXPECT_TRUE(std::equal(base->begin(), base->end(), set->begin()));  // text first
+            for (size_t w = base->size(); w < set->size(); ++w) {
+                ASSERT_EQ((*set)[w].size(), static_cast<size_t>(o.seqlen));
+                EXPECT_EQ((*set)[w][0], 1);
+                for (int32_t v : (*set)[w]) ASSERT_TRUE(v >= 0 && v < m.config().vocab_size);
+            }
+        }
+        EXPECT_EQ(added, expect);
+    }
+    set_num_threads(1);
+    const auto one = calib::generated_windows(m, 3, 40, 1, 1.0, 5);
+    set_num_threads(2);
+    const auto two = calib::generated_windows(m, 3, 40, 1, 1.0, 5);
+    set_num_threads(0);
+    EXPECT_EQ(one, two);
+    EXPECT_NE(one[0], one[1]);
+    model::GenerateOptions g;
+    g.max_tokens = 39;
+    g.temperature = 1.0;
+    g.seed = 6;  // window 1
+    const std::vector<int32_t> start = {1};
+    const auto direct = model::generate(m, start, g);
+    EXPECT_TRUE(std::equal(direct.begin(), direct.end(), one[1].begin() + 1));
+    auto cs = text;
+    EXPECT_THROW(calib::add_generated_windows(cs, -1.0, m, 1, 7), Error);
+    EXPECT_THROW(calib::generated_windows(m, 1, 40, -1, 1.0, 7), Error);
+    EXPECT_THROW(calib::generated_windows(m, 1, 1, 1, 1.0, 7), Error);
 }
 
 TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {

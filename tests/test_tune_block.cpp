@@ -291,6 +291,34 @@ TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
     fs::remove_all(d);
 }
 
+// --calib-generated doubles the fit and held-out windows with the model's own
+// samples, is recorded in the settings, and gives the same bytes twice.
+TEST(QuantizeTune, CalibrationOnTheModelsOwnSamplesIsRecordedAndReproducible) {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    const fs::path d = test::scratch_dir("cortiq_tune_", "cgen");
+    auto run = [&](double generated, const char* name) {
+        auto o = tuned_options(d / name);
+        o.tune_mode = "block";
+        o.calib_generated = generated;
+        return quant::quantize(o);
+    };
+    run(0.0, "a.safetensors");
+    run(1.0, "b.safetensors");
+    run(1.0, "c.safetensors");
+    const auto meta = [&](const char* f) {
+        const auto st = io::SafetensorsFile::open((d / f).string());
+        return nlohmann::json::parse(st.metadata().at("cortiq"));
+    };
+    const auto ma = meta("a.safetensors"), mb = meta("b.safetensors");
+    EXPECT_EQ(ma.at("calib_generated_per_window").get<double>(), 0.0);
+    EXPECT_EQ(mb.at("calib_generated_per_window").get<double>(), 1.0);
+    EXPECT_EQ(mb.at("samples_fit").get<int>(), 2 * ma.at("samples_fit").get<int>());
+    EXPECT_EQ(mb.at("samples_sel").get<int>(), 2 * ma.at("samples_sel").get<int>());
+    EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
+    EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
+    fs::remove_all(d);
+}
+
 #include "tune/distill.hpp"
 
 TEST(Distill, PullsAPerturbedStudentTowardsItsTeacher) {

@@ -1,7 +1,11 @@
 // Step 1 of quantize(): check the output, load the model, its checkpoint and
 // tokenizer, cut the calibration windows and record the run's settings.
+#include <fmt/format.h>
+
+#include <chrono>
 #include <filesystem>
 
+#include "calib/generated.hpp"
 #include "core/gpu.hpp"
 #include "io/hash.hpp"
 #include "io/text_file.hpp"
@@ -48,6 +52,18 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     // --calib-random: windows of random token ids join the text's, fit and
     // held out, for every stage (Grams, drift, block tuning, distillation)
     calib::add_random_windows(in.calib, o.calib_random, cfg.vocab_size, kCalibRandomSeed);
+    // --calib-generated: windows sampled from the original model, the same way
+    if (o.calib_generated > 0) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
+        const int64_t n = calib::add_generated_windows(in.calib, o.calib_generated, in.model, start,
+                                                       kCalibGeneratedSeed);
+        if (o.verbose)
+            fmt::print(
+                stderr, "calibration: {} windows of {} tokens sampled from the model in {:.1f} s\n",
+                n, co.seqlen,
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
     // one file: its name and hash, as before; several: comma-separated lists
     std::string calib_names, calib_hashes;
     for (size_t i = 0; i < calib_texts.size(); ++i) {
@@ -76,6 +92,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         {"samples_fit", in.calib.fit.size()},
         {"samples_sel", in.calib.sel.size()},
         {"calib_random_per_window", o.calib_random},
+        {"calib_generated_per_window", o.calib_generated},
         {"seqlen", co.seqlen},
         {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
     };

@@ -81,6 +81,10 @@ struct QuantizeOptions {
     // Windows of random token ids per calibration window, added to the fit and
     // held-out windows of every stage (calib::add_random_windows).
     double calib_random = 0.0;
+    // Windows sampled from the original model (temperature 1) per calibration
+    // window, added the same way (calib/generated.hpp): its own samples cover
+    // the domains it was trained on, not only the calibration text's.
+    double calib_generated = 0.0;
     bool tune_blocks() const { return tune_mode == "block" || tune_mode == "block+kd"; }
     bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
     bool resume = false, force = false, progress = true, verbose = true;

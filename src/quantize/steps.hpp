@@ -27,6 +27,7 @@ namespace cortiq::quant {
 inline constexpr int kFormatVersion = 1;
 // The seed of --calib-random's windows (fixed: a run is reproducible).
 inline constexpr uint64_t kCalibRandomSeed = 0xca11b;
+inline constexpr uint64_t kCalibGeneratedSeed = 0x6e4e7a7e;
 inline constexpr const char* kHead = "lm_head.weight";
 inline constexpr int64_t kHeadKey = -1;  // the head's journal entry
 

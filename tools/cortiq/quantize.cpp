@@ -76,6 +76,10 @@ void add_quantize(CLI::App& app) {
                     "windows of random token ids added per calibration window, fit and held "
                     "out, for every stage (0: none)")
         ->check(CLI::Range(0.0, 64.0));
+    cmd->add_option("--calib-generated", a->o.calib_generated,
+                    "windows sampled from the original model (temperature 1) added per "
+                    "calibration window, fit and held out, for every stage (0: none)")
+        ->check(CLI::Range(0.0, 64.0));
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");
