@@ -29,6 +29,7 @@
 #include "model/llama.hpp"
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
+#include "quantize/steps.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -597,6 +598,27 @@ TEST(CalibSet, GeneratedWindowsAreTheModelsOwnSamplesReproducibly) {
     EXPECT_THROW(calib::add_generated_windows(cs, -1.0, m, 1, 7), Error);
     EXPECT_THROW(calib::generated_windows(m, 1, 40, -1, 1.0, 7), Error);
     EXPECT_THROW(calib::generated_windows(m, 1, 1, 1, 1.0, 7), Error);
+}
+
+// --calib-generated auto: 0.5 when tuning a model small enough to sample from
+// on the CPU, else 0; a value given is kept.
+TEST(CalibSet, GeneratedWindowsAutoFollowsTuningAndModelSize) {
+    quant::QuantizeOptions o;
+    o.verbose = false;
+    o.calib_generated = quant::kCalibGeneratedAuto;
+    const int64_t small = 6'800'000, big = quant::kCalibGeneratedAutoParams + 1;
+    for (const char* mode : {"block", "block+kd", "kd"}) {
+        o.tune_mode = mode;
+        EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.5) << mode;
+        EXPECT_EQ(quant::resolve_calib_generated(o, big), 0.0) << mode;
+    }
+    o.tune_mode = "none";
+    EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.0);
+    o.calib_generated = 2.0;
+    EXPECT_EQ(quant::resolve_calib_generated(o, big), 2.0);
+    o.calib_generated = 0.0;
+    o.tune_mode = "block";
+    EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.0);
 }
 
 TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {

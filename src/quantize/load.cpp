@@ -34,6 +34,19 @@ void check_output(const QuantizeOptions& o) {
     CORTIQ_CHECK(fs::is_directory(parent), "output folder {} does not exist", parent.string());
 }
 
+double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
+    if (o.calib_generated >= 0) return o.calib_generated;
+    const bool tuned = o.tune_blocks() || o.tune_kd();
+    if (tuned && params <= kCalibGeneratedAutoParams) return 0.5;
+    if (tuned && o.verbose)
+        fmt::print(stderr,
+                   "calibration: --calib-generated auto is 0 for {:.0f} M parameters (sampling "
+                   "runs token by token on the CPU); --calib-generated 0.5 helps off the "
+                   "calibration text's domain (docs/tuning.md)\n",
+                   static_cast<double>(params) / 1e6);
+    return 0.0;
+}
+
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
@@ -53,11 +66,12 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     // held out, for every stage (Grams, drift, block tuning, distillation)
     calib::add_random_windows(in.calib, o.calib_random, cfg.vocab_size, kCalibRandomSeed);
     // --calib-generated: windows sampled from the original model, the same way
-    if (o.calib_generated > 0) {
+    const double generated = resolve_calib_generated(o, in.model.num_params());
+    if (generated > 0) {
         const auto t0 = std::chrono::steady_clock::now();
         const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
-        const int64_t n = calib::add_generated_windows(in.calib, o.calib_generated, in.model, start,
-                                                       kCalibGeneratedSeed);
+        const int64_t n =
+            calib::add_generated_windows(in.calib, generated, in.model, start, kCalibGeneratedSeed);
         if (o.verbose)
             fmt::print(
                 stderr, "calibration: {} windows of {} tokens sampled from the model in {:.1f} s\n",
@@ -92,7 +106,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         {"samples_fit", in.calib.fit.size()},
         {"samples_sel", in.calib.sel.size()},
         {"calib_random_per_window", o.calib_random},
-        {"calib_generated_per_window", o.calib_generated},
+        {"calib_generated_per_window", generated},
         {"seqlen", co.seqlen},
         {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
     };

@@ -60,6 +60,8 @@ struct Inputs {
     nlohmann::json settings;
 };
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
+// --calib-generated with kCalibGeneratedAuto resolved for a model of `params`.
+double resolve_calib_generated(const QuantizeOptions& o, int64_t params);
 
 // ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
 struct WorkPlan {

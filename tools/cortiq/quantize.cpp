@@ -15,9 +15,24 @@ namespace {
 struct QuantizeArgs {
     quant::QuantizeOptions o;
     std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
+    std::string calib_generated = "auto";
     int threads = 0;
     bool quiet = false;
 };
+
+double parse_calib_generated(const std::string& v) {
+    if (v == "auto") return quant::kCalibGeneratedAuto;
+    size_t used = 0;
+    double r = -1;
+    try {
+        r = std::stod(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    CORTIQ_CHECK(used == v.size() && r >= 0 && r <= 64,
+                 "--calib-generated: auto or a number from 0 to 64, not \"{}\"", v);
+    return r;
+}
 
 }  // namespace
 
@@ -76,10 +91,10 @@ void add_quantize(CLI::App& app) {
                     "windows of random token ids added per calibration window, fit and held "
                     "out, for every stage (0: none)")
         ->check(CLI::Range(0.0, 64.0));
-    cmd->add_option("--calib-generated", a->o.calib_generated,
+    cmd->add_option("--calib-generated", a->calib_generated,
                     "windows sampled from the original model (temperature 1) added per "
-                    "calibration window, fit and held out, for every stage (0: none)")
-        ->check(CLI::Range(0.0, 64.0));
+                    "calibration window, fit and held out, for every stage: auto (default: "
+                    "0.5 when tuning a model of at most 100 M parameters, else 0) or 0 to 64");
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");
@@ -118,6 +133,7 @@ void add_quantize(CLI::App& app) {
         a->o.device = encode::parse_device(a->device);
         a->o.match_original = a->match == "original";
         quant::resolve_tune_mode(a->o);  // "auto": by device and model
+        a->o.calib_generated = parse_calib_generated(a->calib_generated);
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);
