@@ -263,16 +263,17 @@ TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
     fs::remove_all(d);
 }
 
-// --calib-random reaches every stage: the held-out set grows (its windows are
-// in the report), the file is reproducible, and it differs from the run
-// without random windows.
-TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
-    const fs::path d = test::scratch_dir("cortiq_tune_", "crnd");
-    auto run = [&](double random, const char* name) {
+// Extra calibration windows (--calib-random, --calib-generated) reach every
+// stage: with one per window the fit and held-out sets double, the setting is
+// recorded under `key`, the file is reproducible, and it differs from the run
+// without them.
+void expect_extra_windows_recorded_and_reproducible(const char* tag, const char* key,
+                                                    double quant::QuantizeOptions::*field) {
+    const fs::path d = test::scratch_dir("cortiq_tune_", tag);
+    auto run = [&](double per_window, const char* name) {
         auto o = tuned_options(d / name);
         o.tune_mode = "block";
-        o.calib_random = random;
+        o.*field = per_window;
         return quant::quantize(o);
     };
     run(0.0, "a.safetensors");
@@ -283,7 +284,8 @@ TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
         return nlohmann::json::parse(st.metadata().at("cortiq"));
     };
     const auto ma = meta("a.safetensors"), mb = meta("b.safetensors");
-    EXPECT_EQ(mb.at("calib_random_per_window").get<double>(), 1.0);
+    EXPECT_EQ(ma.at(key).get<double>(), 0.0);
+    EXPECT_EQ(mb.at(key).get<double>(), 1.0);
     EXPECT_EQ(mb.at("samples_fit").get<int>(), 2 * ma.at("samples_fit").get<int>());
     EXPECT_EQ(mb.at("samples_sel").get<int>(), 2 * ma.at("samples_sel").get<int>());
     EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
@@ -291,32 +293,17 @@ TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
     fs::remove_all(d);
 }
 
-// --calib-generated doubles the fit and held-out windows with the model's own
-// samples, is recorded in the settings, and gives the same bytes twice.
+TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
+    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    expect_extra_windows_recorded_and_reproducible("crnd", "calib_random_per_window",
+                                                   &quant::QuantizeOptions::calib_random);
+}
+
+// The model's own samples (calib/generated.hpp) as calibration windows.
 TEST(QuantizeTune, CalibrationOnTheModelsOwnSamplesIsRecordedAndReproducible) {
     if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
-    const fs::path d = test::scratch_dir("cortiq_tune_", "cgen");
-    auto run = [&](double generated, const char* name) {
-        auto o = tuned_options(d / name);
-        o.tune_mode = "block";
-        o.calib_generated = generated;
-        return quant::quantize(o);
-    };
-    run(0.0, "a.safetensors");
-    run(1.0, "b.safetensors");
-    run(1.0, "c.safetensors");
-    const auto meta = [&](const char* f) {
-        const auto st = io::SafetensorsFile::open((d / f).string());
-        return nlohmann::json::parse(st.metadata().at("cortiq"));
-    };
-    const auto ma = meta("a.safetensors"), mb = meta("b.safetensors");
-    EXPECT_EQ(ma.at("calib_generated_per_window").get<double>(), 0.0);
-    EXPECT_EQ(mb.at("calib_generated_per_window").get<double>(), 1.0);
-    EXPECT_EQ(mb.at("samples_fit").get<int>(), 2 * ma.at("samples_fit").get<int>());
-    EXPECT_EQ(mb.at("samples_sel").get<int>(), 2 * ma.at("samples_sel").get<int>());
-    EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
-    EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
-    fs::remove_all(d);
+    expect_extra_windows_recorded_and_reproducible("cgen", "calib_generated_per_window",
+                                                   &quant::QuantizeOptions::calib_generated);
 }
 
 #include "tune/distill.hpp"
