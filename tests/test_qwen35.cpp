@@ -20,6 +20,7 @@
 #include "model/delta_ops.hpp"
 #include "model/generate.hpp"
 #include "model/llama.hpp"
+#include "qwen35_golden.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -38,30 +39,6 @@ const fs::path kTrained = kGolden / "tiny-qwen35-trained";
 // far below any real mistake (a wrong norm, gate or decay moves logits by
 // whole units).
 constexpr double kGoldenTol = 1e-4;
-
-struct Golden35 {
-    std::vector<std::vector<int32_t>> seqs;
-    std::vector<std::vector<int64_t>> rows;
-    std::vector<float> logits;  // the kept rows of every sequence, in order
-    int64_t vocab = 0;
-};
-
-Golden35 load_golden35(const fs::path& dir = kTiny) {
-    Golden35 g;
-    std::ifstream in(dir / "golden.json");
-    const auto j = nlohmann::json::parse(in);
-    g.seqs = j.at("seqs").get<std::vector<std::vector<int32_t>>>();
-    g.rows = j.at("rows").get<std::vector<std::vector<int64_t>>>();
-    g.vocab = j.at("vocab").get<int64_t>();
-    int64_t n = 0;
-    for (const auto& r : g.rows) n += static_cast<int64_t>(r.size());
-    g.logits.resize(static_cast<size_t>(n * g.vocab));
-    std::ifstream f(dir / "golden.logits.f32", std::ios::binary);
-    f.read(reinterpret_cast<char*>(g.logits.data()),
-           static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
-    EXPECT_TRUE(f) << "golden.logits.f32 is short";
-    return g;
-}
 
 // Max |a − b| over the kept rows, and max |b| (the logit scale).
 std::pair<double, double> compare(const model::Model& m, const Golden35& g) {
@@ -131,7 +108,7 @@ TEST(Qwen35, ConfigDefaultsAndErrors) {
 }
 
 TEST(Qwen35, LogitsMatchTransformers) {
-    const auto g = load_golden35();
+    const auto g = load_golden35(kTiny);
     const auto m = model::Model::load(kTiny.string());
     const auto [worst, scale] = compare(m, g);
     std::printf("tiny-qwen35: max |logit − transformers| %.3g, max |logit| %.3g (rel %.3g)\n",
@@ -194,7 +171,7 @@ TEST(Qwen35, CausalLmLayoutGivesTheSameLogits) {
     const auto a = model::Model::load(kTiny.string());
     const auto b = model::Model::load(dir.string());
     EXPECT_EQ(b.config().prefix, "model.");
-    const auto g = load_golden35();
+    const auto g = load_golden35(kTiny);
     const MatF la = a.forward(g.seqs[1]), lb = b.forward(g.seqs[1]);
     EXPECT_EQ(la.vec(), lb.vec());
     fs::remove_all(dir);
@@ -203,7 +180,7 @@ TEST(Qwen35, CausalLmLayoutGivesTheSameLogits) {
 TEST(Qwen35, CachedDecodingMatchesTheFullPass) {
     // A prefill across a chunk boundary (70 tokens: chunks of 64 and 6), one
     // token at a time (the step form), then a chunk of 5 on the cached state.
-    const auto g = load_golden35();
+    const auto g = load_golden35(kTiny);
     const auto m = model::Model::load(kTiny.string());
     const auto& seq = g.seqs[0];
     const int64_t T = static_cast<int64_t>(seq.size()), V = m.config().vocab_size;
@@ -231,7 +208,7 @@ TEST(Qwen35, CachedDecodingMatchesTheFullPass) {
 TEST(Qwen35, GreedyGenerationMatchesFullPasses) {
     // generate() decodes through the cache (prefill, then the step form); each
     // of its tokens must be the argmax of a full pass over everything before it.
-    const auto g = load_golden35();
+    const auto g = load_golden35(kTiny);
     const auto m = model::Model::load(kTiny.string());
     const std::vector<int32_t> prompt(g.seqs[1].begin(), g.seqs[1].begin() + 5);
     model::GenerateOptions go;

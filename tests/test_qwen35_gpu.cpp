@@ -28,6 +28,7 @@
 #include "model/delta_ops.hpp"
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
+#include "qwen35_golden.hpp"
 #include "test_files.hpp"
 
 #ifdef CORTIQ_HAVE_CUDA
@@ -60,31 +61,6 @@ constexpr double kKernelTol = 1e-5;
 constexpr double kGramTol = 1e-4;
 // `ppl --device gpu` against `--device cpu` on the compressed file.
 constexpr double kPplTol = 1e-3;
-
-struct Golden35 {
-    std::vector<std::vector<int32_t>> seqs;
-    std::vector<std::vector<int64_t>> rows;
-    std::vector<float> logits;  // the kept rows of every sequence, in order
-    int64_t vocab = 0;
-};
-
-// golden.json (seqs, rows, vocab) and golden.logits.f32 of a model folder.
-Golden35 load_golden35(const fs::path& dir) {
-    Golden35 g;
-    std::ifstream in(dir / "golden.json");
-    const auto j = nlohmann::json::parse(in);
-    g.seqs = j.at("seqs").get<std::vector<std::vector<int32_t>>>();
-    g.rows = j.at("rows").get<std::vector<std::vector<int64_t>>>();
-    g.vocab = j.at("vocab").get<int64_t>();
-    int64_t n = 0;
-    for (const auto& r : g.rows) n += static_cast<int64_t>(r.size());
-    g.logits.resize(static_cast<size_t>(n * g.vocab));
-    std::ifstream f(dir / "golden.logits.f32", std::ios::binary);
-    f.read(reinterpret_cast<char*>(g.logits.data()),
-           static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
-    EXPECT_TRUE(f) << "golden.logits.f32 is short";
-    return g;
-}
 
 // Max |a − ref| / max |ref| over the kept rows of every sequence.
 template <class Forward>
