@@ -6,11 +6,16 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <utility>
 #include <vector>
+
+#include "core/matrix.hpp"
 
 namespace cortiq::test {
 
@@ -36,6 +41,26 @@ inline Golden35 load_golden35(const std::filesystem::path& dir) {
            static_cast<std::streamsize>(g.logits.size() * sizeof(float)));
     EXPECT_TRUE(f) << "golden.logits.f32 is short";
     return g;
+}
+
+// Max |a − ref| over the kept rows of every sequence, and max |ref| (the
+// logit scale); forward(seq) gives the logits of one sequence.
+template <class Forward>
+std::pair<double, double> golden_diff(const Golden35& g, Forward&& forward) {
+    double worst = 0, scale = 0;
+    const float* ref = g.logits.data();
+    for (size_t s = 0; s < g.seqs.size(); ++s) {
+        const MatF out = forward(g.seqs[s]);
+        EXPECT_EQ(out.cols(), g.vocab);
+        for (int64_t r : g.rows[s]) {
+            for (int64_t j = 0; j < g.vocab; ++j) {
+                worst = std::max(worst, std::fabs(static_cast<double>(out(r, j)) - ref[j]));
+                scale = std::max(scale, std::fabs(static_cast<double>(ref[j])));
+            }
+            ref += g.vocab;
+        }
+    }
+    return {worst, scale};
 }
 
 }  // namespace cortiq::test

@@ -42,20 +42,7 @@ constexpr double kGoldenTol = 1e-4;
 
 // Max |a − b| over the kept rows, and max |b| (the logit scale).
 std::pair<double, double> compare(const model::Model& m, const Golden35& g) {
-    double worst = 0, scale = 0;
-    const float* ref = g.logits.data();
-    for (size_t s = 0; s < g.seqs.size(); ++s) {
-        const MatF out = m.forward(g.seqs[s]);
-        EXPECT_EQ(out.cols(), g.vocab);
-        for (int64_t r : g.rows[s]) {
-            for (int64_t j = 0; j < g.vocab; ++j) {
-                worst = std::max(worst, std::fabs(static_cast<double>(out(r, j)) - ref[j]));
-                scale = std::max(scale, std::fabs(static_cast<double>(ref[j])));
-            }
-            ref += g.vocab;
-        }
-    }
-    return {worst, scale};
+    return golden_diff(g, [&](const std::vector<int32_t>& s) { return m.forward(s); });
 }
 
 TEST(Qwen35, ConfigOfThePublishedLayout) {

@@ -65,19 +65,7 @@ constexpr double kPplTol = 1e-3;
 // Max |a − ref| / max |ref| over the kept rows of every sequence.
 template <class Forward>
 double golden_rel(const Golden35& g, Forward&& forward) {
-    double worst = 0, scale = 0;
-    const float* ref = g.logits.data();
-    for (size_t s = 0; s < g.seqs.size(); ++s) {
-        const MatF out = forward(g.seqs[s]);
-        EXPECT_EQ(out.cols(), g.vocab);
-        for (int64_t r : g.rows[s]) {
-            for (int64_t j = 0; j < g.vocab; ++j) {
-                worst = std::max(worst, std::fabs(static_cast<double>(out(r, j)) - ref[j]));
-                scale = std::max(scale, std::fabs(static_cast<double>(ref[j])));
-            }
-            ref += g.vocab;
-        }
-    }
+    const auto [worst, scale] = golden_diff(g, forward);
     EXPECT_GT(scale, 0.0);
     return worst / scale;
 }

@@ -102,15 +102,22 @@ std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int
     return out;
 }
 
-int64_t append_random_windows(std::vector<std::vector<int32_t>>& set, double per_window,
-                              int64_t vocab, uint64_t seed) {
+int64_t append_windows(std::vector<std::vector<int32_t>>& set, double per_window, const char* what,
+                       const MakeWindows& make) {
     CORTIQ_CHECK(per_window >= 0 && std::isfinite(per_window),
-                 "random windows per window must be finite and non-negative, got {}", per_window);
+                 "{} windows per window must be finite and non-negative, got {}", what, per_window);
     if (set.empty()) return 0;
     const auto n = static_cast<int64_t>(std::llround(per_window * static_cast<double>(set.size())));
-    auto r = random_windows(n, static_cast<int64_t>(set[0].size()), vocab, seed);
+    auto r = make(n, static_cast<int64_t>(set[0].size()));
     set.insert(set.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
     return n;
+}
+
+int64_t append_random_windows(std::vector<std::vector<int32_t>>& set, double per_window,
+                              int64_t vocab, uint64_t seed) {
+    return append_windows(set, per_window, "random", [&](int64_t count, int64_t len) {
+        return random_windows(count, len, vocab, seed);
+    });
 }
 
 void add_random_windows(CalibSet& cs, double per_window, int64_t vocab, uint64_t seed) {

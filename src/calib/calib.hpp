@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,14 @@ CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>
 std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int64_t vocab,
                                                  uint64_t seed);
 
-// Appends round(per_window · |set|) random windows of the set's window length
-// (none to an empty set) and returns how many (--kd-random's windows).
+// Appends round(per_window · |set|) windows made by make(count, len), len the
+// set's window length (none to an empty set), and returns how many; `what`
+// names them in the error for a negative or non-finite per_window.
+using MakeWindows = std::function<std::vector<std::vector<int32_t>>(int64_t count, int64_t len)>;
+int64_t append_windows(std::vector<std::vector<int32_t>>& set, double per_window, const char* what,
+                       const MakeWindows& make);
+
+// append_windows of random_windows (--kd-random's windows).
 int64_t append_random_windows(std::vector<std::vector<int32_t>>& set, double per_window,
                               int64_t vocab, uint64_t seed);
 

@@ -1,7 +1,5 @@
 #include "calib/generated.hpp"
 
-#include <cmath>
-
 #include "core/error.hpp"
 #include "core/parallel.hpp"
 #include "model/generate.hpp"
@@ -33,23 +31,14 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
 
 int64_t add_generated_windows(CalibSet& cs, double per_window, const model::Model& m, int32_t start,
                               uint64_t seed) {
-    CORTIQ_CHECK(per_window >= 0 && std::isfinite(per_window),
-                 "generated windows per window must be finite and non-negative, got {}",
-                 per_window);
-    int64_t added = 0;
-    uint64_t s = seed;
-    for (auto* set : {&cs.fit, &cs.sel}) {
-        if (!set->empty()) {
-            const auto n =
-                static_cast<int64_t>(std::llround(per_window * static_cast<double>(set->size())));
-            auto w = generated_windows(m, n, static_cast<int64_t>((*set)[0].size()), start, 1.0, s);
-            set->insert(set->end(), std::make_move_iterator(w.begin()),
-                        std::make_move_iterator(w.end()));
-            added += n;
-        }
-        s = seed + (uint64_t{1} << 32);
-    }
-    return added;
+    const auto sampled = [&](uint64_t s) {
+        return [&m, start, s](int64_t count, int64_t len) {
+            return generated_windows(m, count, len, start, 1.0, s);
+        };
+    };
+    const int64_t fit = append_windows(cs.fit, per_window, "generated", sampled(seed));
+    return fit +
+           append_windows(cs.sel, per_window, "generated", sampled(seed + (uint64_t{1} << 32)));
 }
 
 }  // namespace cortiq::calib
