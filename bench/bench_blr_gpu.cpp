@@ -128,8 +128,8 @@ double prefill_us(ec::Gpu& gpu, const mc::DevicePacked& dev, const mc::BatchOpti
 // The prefill row of one shape and budget: fp16 cuBLAS, TF32 tiles, fp16
 // tiles at the default and at each of `tiles` MiB.
 std::string prefill_row(ec::Gpu& gpu, const mc::DevicePacked& dev, double bpw, double t16_us,
-                        const std::vector<int64_t>& tiles, const float* x, float* y,
-                        int64_t tokens, int reps) {
+                        const std::vector<int64_t>& tiles, const float* x, float* y, int64_t tokens,
+                        int reps) {
     mc::BatchOptions old_o, new_o;
     old_o.math = mc::BatchMath::tf32;
     int64_t scratch = 0;
@@ -187,7 +187,8 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
             const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                 mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
             });
-            prefill += prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(), tokens, reps);
+            prefill +=
+                prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(), tokens, reps);
             const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, 1));
             const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
             fmt::print(
@@ -203,8 +204,9 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
         "\nPrefill, {} tokens, µs (medians): fp16 cuBLAS against the packed layer's TF32 tiles "
         "(old) and fp16 tiles (new, default tile budget {} MiB; scratch: its batch buffers)\n",
         tokens, mc::BatchOptions{}.tile_bytes >> 20);
-    fmt::print("| m×n | bpw | rank | fp16 | old TF32 | new fp16 | new vs old | old / fp16 | "
-               "new / fp16 | scratch MiB |");
+    fmt::print(
+        "| m×n | bpw | rank | fp16 | old TF32 | new fp16 | new vs old | old / fp16 | "
+        "new / fp16 | scratch MiB |");
     for (int64_t mb : tiles) fmt::print(" new, tile {} MiB |", mb);
     fmt::print("\n|---|---|---|---|---|---|---|---|---|---|");
     for (size_t i = 0; i < tiles.size(); ++i) fmt::print("---|");

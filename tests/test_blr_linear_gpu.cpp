@@ -10,10 +10,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <initializer_list>
-#include <tuple>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
+#include <tuple>
 
 #include "blr/model.hpp"
 #include "blr/packed.hpp"

@@ -38,7 +38,7 @@ struct BlockTuneResult {
     double sel_before = 0, sel_after = 0;  // the same on the held-out windows
     int best_epoch = 0;                    // 0: the start was kept
     int epochs_run = 0;
-    int64_t flips = 0;                     // signs changed in the kept state
+    int64_t flips = 0;  // signs changed in the kept state
     double seconds = 0;
 };
 

@@ -86,8 +86,9 @@ __global__ void scale_rows_by(float* __restrict__ t, const __half* __restrict__ 
 
 }  // namespace
 
-void batch_path_tf32(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w, PackedScratch& ws,
-                const float* x, int64_t rows, float* y, float beta, const float* bias) {
+void batch_path_tf32(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
+                     PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
+                     const float* bias) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
@@ -107,8 +108,15 @@ void batch_path_tf32(cublasHandle_t blas, cudaStream_t stream, const DevicePacke
             CUDA_LAUNCH_CHECK();
             tiled_product(blas, stream, w.s_u(p), ws, ws.t.get(), rows, ws.u.get());
         }
-        blr_epilogue({.y = y, .u = ws.u.get(), .h = hs + p * w.m, .bias = bias, .rows = rows,
-                      .m = w.m, .beta = beta, .first = p == 0, .last = p + 1 == w.paths},
+        blr_epilogue({.y = y,
+                      .u = ws.u.get(),
+                      .h = hs + p * w.m,
+                      .bias = bias,
+                      .rows = rows,
+                      .m = w.m,
+                      .beta = beta,
+                      .first = p == 0,
+                      .last = p + 1 == w.paths},
                      stream);
     }
 }

@@ -60,8 +60,8 @@ void gemm_f16(cublasHandle_t blas, int64_t M, int64_t N, int64_t K, const __half
     const float one = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(M),
                               static_cast<int>(N), static_cast<int>(K), &one, a, CUDA_R_16F,
-                              static_cast<int>(lda), b, CUDA_R_16F, static_cast<int>(ldb), &beta,
-                              c, CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
+                              static_cast<int>(lda), b, CUDA_R_16F, static_cast<int>(ldb), &beta, c,
+                              CUDA_R_32F, static_cast<int>(ldc), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
 }
 
@@ -71,8 +71,8 @@ void gemm_f16(cublasHandle_t blas, int64_t M, int64_t N, int64_t K, const __half
 // cuBLAS gets dimensions in multiples of 8 (the fp16 kernels' alignment;
 // r = 2966 ran 1.7× slower than r = 4096): zero rows of the tile give the
 // padding rows of out, the inputs' zero columns the padding of K.
-void product_f16(cublasHandle_t blas, cudaStream_t stream, const SignMatrix& s,
-                 PackedScratch& ws, const __half* in, int64_t ld_in, int64_t rows, float* out) {
+void product_f16(cublasHandle_t blas, cudaStream_t stream, const SignMatrix& s, PackedScratch& ws,
+                 const __half* in, int64_t ld_in, int64_t rows, float* out) {
     const int64_t kc = chunk_cols(s, ws.batch.tile_bytes), m8 = round_up(s.rows, 8);
     CORTIQ_ASSERT(ld_in >= round_up(s.cols, 8), "product_f16: ld_in {} < {} columns", ld_in,
                   s.cols);
@@ -115,9 +115,17 @@ void batch_path_f16(cublasHandle_t blas, cudaStream_t stream, const DevicePacked
             product_f16(blas, stream, w.s_u(p), ws, ws.t16.get(), ld_t, rows, ws.u.get());
             su = st;
         }
-        blr_epilogue({.y = y, .u = ws.u.get(), .h = hs + p * w.m, .row_scale = su, .bias = bias,
-                      .rows = rows, .m = w.m, .beta = beta, .first = p == 0,
-                      .last = p + 1 == w.paths, .ld_u = ld_u},
+        blr_epilogue({.y = y,
+                      .u = ws.u.get(),
+                      .h = hs + p * w.m,
+                      .row_scale = su,
+                      .bias = bias,
+                      .rows = rows,
+                      .m = w.m,
+                      .beta = beta,
+                      .first = p == 0,
+                      .last = p + 1 == w.paths,
+                      .ld_u = ld_u},
                      stream);
     }
 }

@@ -11,9 +11,9 @@
 // columns at a time as BatchOptions::tile_bytes allows (sign_tile_f16.cu); and
 // cuBLAS multiplies them on the fp16 tensor cores with fp32 accumulation, the
 // column chunks of S summed into one fp32 product in a fixed order
-// (deterministic), every dimension padded with zeros to a multiple of 8. The row scales are undone exactly (powers of two) when t is
-// converted and in the epilogue with h, β and the bias (blr_epilogue.cu).
-// Rounding the activations to 11 significant bits costs ~3e-4 relative on a
+// (deterministic), every dimension padded with zeros to a multiple of 8. The row scales are undone
+// exactly (powers of two) when t is converted and in the epilogue with h, β and the bias
+// (blr_epilogue.cu). Rounding the activations to 11 significant bits costs ~3e-4 relative on a
 // layer. BatchMath::tf32 (or CORTIQ_BLR_BATCH=tf32) keeps the earlier path,
 // ±1.0f tiles through TF32 (blr_batch_tf32.cu), to compare against.
 //
