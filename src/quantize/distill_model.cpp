@@ -14,7 +14,8 @@
 
 namespace cortiq::quant {
 
-void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original) {
+void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
+                   double kd_random) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
     tune::Student s;
@@ -45,7 +46,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     std::vector<std::vector<int32_t>> fit = cs.fit;
-    const int64_t n_random = calib::append_random_windows(fit, run.o.kd_random, cfg.vocab_size,
+    const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,
                                                           0x7a2d0);  // fixed: reproducible
     const tune::DistillResult r = distill(s, teacher, fit, cs.sel, run.o.kd);
     if (r.best_epoch > 0)

@@ -47,10 +47,15 @@ double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
     return 0.0;
 }
 
+double resolve_kd_random(const QuantizeOptions& o, double generated) {
+    if (o.kd_random >= 0) return o.kd_random;
+    return generated > 0 ? 0.0 : 1.0;
+}
+
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
-    Inputs in{model::Model::load(o.model_dir), io::Checkpoint::open(o.model_dir), {}, {}};
+    Inputs in{model::Model::load(o.model_dir), io::Checkpoint::open(o.model_dir), {}, {}, 0.0};
     const auto& cfg = in.model.config();
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
     CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
@@ -67,6 +72,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     calib::add_random_windows(in.calib, o.calib_random, cfg.vocab_size, kCalibRandomSeed);
     // --calib-generated: windows sampled from the original model, the same way
     const double generated = resolve_calib_generated(o, in.model.num_params());
+    in.kd_random = resolve_kd_random(o, generated);
     if (generated > 0) {
         const auto t0 = std::chrono::steady_clock::now();
         const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
@@ -122,7 +128,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         in.settings["kd"] = {
             {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
             {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
-            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", o.kd_random},
+            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", in.kd_random},
             {"patience", o.kd.patience}};
     return in;
 }

@@ -83,7 +83,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         rep.calib_seconds += seconds_since(advance_start);
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
-    if (o.tune_kd()) distill_model(run, in.calib, *original);
+    if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
     bar.finish();
 
     write_output(o, in.checkpoint, in.settings, run.payloads, rep);

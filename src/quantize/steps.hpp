@@ -58,10 +58,15 @@ struct Inputs {
     calib::CalibSet calib;
     // The run's settings: the output's metadata and the journal's key.
     nlohmann::json settings;
+    // Random-token windows per fit window for distillation, auto resolved.
+    double kd_random = 0.0;
 };
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
 // --calib-generated with kCalibGeneratedAuto resolved for a model of `params`.
 double resolve_calib_generated(const QuantizeOptions& o, int64_t params);
+// --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
+// (`generated` per window), else 1.
+double resolve_kd_random(const QuantizeOptions& o, double generated);
 
 // ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
 struct WorkPlan {
@@ -120,7 +125,9 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
 // --tune ...+kd: every block's BLR layers tuned together on the KL divergence
 // to the original model's next-token distribution over the calibration
 // windows (tune/distill.hpp), then put in place.
-void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original);
+// kd_random: random-token windows added per fit window.
+void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
+                   double kd_random);
 
 // ── encode the head (encode_head.cpp) ────────────────────────────────────────
 void encode_head(Run& run, const io::Checkpoint& ck, double bpw);

@@ -15,13 +15,14 @@ namespace {
 struct QuantizeArgs {
     quant::QuantizeOptions o;
     std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
-    std::string calib_generated = "auto";
+    std::string calib_generated = "auto", kd_random = "auto";
     int threads = 0;
     bool quiet = false;
 };
 
-double parse_calib_generated(const std::string& v) {
-    if (v == "auto") return quant::kCalibGeneratedAuto;
+// "auto" (→ `automatic`) or a number of windows per window, 0 to 64.
+double parse_per_window(const char* flag, const std::string& v, double automatic) {
+    if (v == "auto") return automatic;
     size_t used = 0;
     double r = -1;
     try {
@@ -30,7 +31,7 @@ double parse_calib_generated(const std::string& v) {
         used = 0;
     }
     CORTIQ_CHECK(used == v.size() && r >= 0 && r <= 64,
-                 "--calib-generated: auto or a number from 0 to 64, not \"{}\"", v);
+                 "{}: auto or a number from 0 to 64, not \"{}\"", flag, v);
     return r;
 }
 
@@ -83,10 +84,9 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::Range(0, 1000));
     cmd->add_option("--kd-batch", a->o.kd.batch_windows, "distillation: windows per step")
         ->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--kd-random", a->o.kd_random,
-                    "distillation: windows of random token ids added, per fit window (default "
-                    "1; 0: none)")
-        ->check(CLI::Range(0.0, 64.0));
+    cmd->add_option("--kd-random", a->kd_random,
+                    "distillation: windows of random token ids added, per fit window: auto "
+                    "(default: 1, or 0 when --calib-generated adds sampled windows) or 0 to 64");
     cmd->add_option("--calib-random", a->o.calib_random,
                     "windows of random token ids added per calibration window, fit and held "
                     "out, for every stage (0: none)")
@@ -133,7 +133,9 @@ void add_quantize(CLI::App& app) {
         a->o.device = encode::parse_device(a->device);
         a->o.match_original = a->match == "original";
         quant::resolve_tune_mode(a->o);  // "auto": by device and model
-        a->o.calib_generated = parse_calib_generated(a->calib_generated);
+        a->o.calib_generated =
+            parse_per_window("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
+        a->o.kd_random = parse_per_window("--kd-random", a->kd_random, quant::kKdRandomAuto);
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);

@@ -4,15 +4,17 @@
 // A block of 8 warps owns a span of G groups of 1024 columns (G ≤ 4) and a
 // chunk of rows. It first tabulates, for each 4 inputs of its span, the 16
 // signed sums e(nib) = Σ_b (bit b of nib ? −v_b : v_b). A warp then takes one
-// row at a time: lane L loads the row's words 32·(G·span + g) + L (coalesced
-// 128-byte loads) and adds 8 table entries per word, one per nibble, so a bit
-// costs a quarter of a shift, mask, load and add instead of an extract, a
-// sign flip and an add each. The first rows' words are loaded before the
-// table is built, so the memory latency and the table overlap; spans of up to
-// 4096 columns keep most products (n ≤ 4096, r ≤ 4096) in one span. The table is indexed [nibble
-// group q][nibble][lane], so the 32 lanes of a lookup hit 32 different banks. Spans meet in a
-// partial buffer; the last block of a row chunk to finish (counted with an atomic) sums them in
-// span order, so the result does not depend on timing.
+// row at a time: lane L reads the row's word 32·(G·span + g) + L and adds 8
+// table entries per word, one per nibble, so a bit costs a quarter of a
+// shift, mask, load and add instead of an extract, a sign flip and an add
+// each. The bits come through shared memory in slabs of 32 KB, copied with
+// cp.async (each lane copies the words it will read, 128-byte rows per warp):
+// the first slab is in flight while the table is built, the next while one is
+// summed, so a block keeps its whole slab of loads in flight instead of a few
+// rows per warp. The table is indexed [nibble group q][nibble][lane], so the
+// 32 lanes of a lookup hit 32 different banks. Spans meet in a partial
+// buffer; the last block of a row chunk to finish (counted with an atomic)
+// sums them in span order, so the result does not depend on timing.
 #include <algorithm>
 #include <cstdlib>
 
@@ -28,7 +30,8 @@ namespace {
 constexpr int kGroupCols = 1024;     // columns a warp covers with one word per lane
 constexpr int kLut = 8 * 16 * 32;    // table floats per group and row: [q][nibble][lane]
 constexpr int kThreads = 256;        // 8 warps: warp q tabulates nibble group q
-constexpr int kRowsPerWarpStep = 4;  // rows a warp loads before it adds
+constexpr int kRowsPerWarpStep = 4;  // rows a warp sums side by side
+constexpr int kSlabWords = 8192;     // 32 KB of bits per slab buffer (two: one copied, one summed)
 constexpr int kMaxGroups = 4;        // a span: up to 4096 columns (64 KB of table a row)
 
 struct Params {
@@ -86,81 +89,121 @@ __device__ __forceinline__ void tabulate(const Params& p, int64_t c0, float* lut
         }
 }
 
-template <int G>
-struct Words {
-    uint32_t w[kRowsPerWarpStep][G];
-};
-
-// The words of lane `lane` for the rows k, k + 8, ... of one warp step.
-template <int G>
-__device__ __forceinline__ Words<G> load_step(const Params& p, const uint32_t* bits, bool live[G],
-                                              int64_t k, int64_t k1) {
-    Words<G> x;
-#pragma unroll
-    for (int u = 0; u < kRowsPerWarpStep; ++u) {
-        const int64_t ku = k + 8 * u;
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-            x.w[u][g] = live[g] && ku < k1 ? __ldg(bits + ku * p.s.ld + 32 * g) : 0u;
-    }
-    return x;
+// cp.async of one 32-bit word into shared memory (sm_80+): the copies of a
+// whole slab of rows are in flight at once, where loads into registers were
+// limited to the registers a lane could hold (4 rows ahead), so each warp's
+// rows came as a chain of round trips to memory (7–8 % of the bandwidth).
+__device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* src) {
+    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void commit_copies() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+__device__ __forceinline__ void wait_copies() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-template <int R, int G>
-__global__ void __launch_bounds__(kThreads) sign_gemv_kernel(Params p) {
-    extern __shared__ float lut[];  // R × G × kLut
-    __shared__ bool last;
+// Lane `lane` of warp `warp` copies its words of the slab's rows s0 + warp,
+// s0 + warp + 8, ... (< k1) into buf (row-major, 32·G words a row): a lane
+// later reads only the words it copied, so its own wait suffices.
+template <int G>
+__device__ __forceinline__ void copy_slab(const Params& p, const uint32_t* bits, const bool live[G],
+                                          int64_t s0, int64_t k1, uint32_t* buf) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t k0 = int64_t{blockIdx.y} * p.chunk, k1 = min(p.s.rows, k0 + p.chunk);
-    const int64_t wcol = int64_t{blockIdx.x} * 32 * G + lane;  // this lane's first word of a row
-    bool live[G];
+    const int64_t s1 = min(k1, s0 + kSlabWords / (32 * G));
+    for (int64_t k = s0 + warp; k < s1; k += 8)
 #pragma unroll
-    for (int g = 0; g < G; ++g) live[g] = wcol + 32 * g < p.s.ld;
-    const uint32_t* bits = p.s.words + wcol;
-    // With programmatic dependent launch (sm_90, CORTIQ_GEMV_PDL=1) the next
-    // kernel may start now; this one loads its first rows' bits, which no
-    // earlier kernel writes, and only then waits for the earlier kernels'
-    // results (in, out, scratch). Without it both calls return at once.
-#if __CUDA_ARCH__ >= 900
-    cudaTriggerProgrammaticLaunchCompletion();
-#endif
-    Words<G> next = load_step<G>(p, bits, live, k0 + warp, k1);
-#if __CUDA_ARCH__ >= 900
-    cudaGridDependencySynchronize();
-#endif
-    tabulate<R, G>(p, int64_t{blockIdx.x} * kGroupCols * G, lut);
-    __syncthreads();
+        for (int g = 0; g < G; ++g)
+            if (live[g])
+                copy_word_async(buf + (k - s0) * 32 * G + 32 * g + lane,
+                                bits + k * p.s.ld + 32 * g);
+    commit_copies();
+}
 
-    const float* tab = lut + lane;
-    for (int64_t k = k0 + warp; k < k1; k += 8 * kRowsPerWarpStep) {
-        const Words<G> cur = next;
-        if (k + 8 * kRowsPerWarpStep < k1)
-            next = load_step<G>(p, bits, live, k + 8 * kRowsPerWarpStep, k1);
+// The rows of one slab that this warp owns, kRowsPerWarpStep at a time (the
+// warp sums of several rows overlap).
+template <int R, int G>
+__device__ __forceinline__ void slab_rows(const Params& p, const float* tab, const bool live[G],
+                                          const uint32_t* buf, int64_t s0, int64_t k1) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t s1 = min(k1, s0 + kSlabWords / (32 * G));
+    for (int64_t k = s0 + warp; k < s1; k += 8 * kRowsPerWarpStep) {
+        float acc[kRowsPerWarpStep][R];
 #pragma unroll
         for (int u = 0; u < kRowsPerWarpStep; ++u) {
-            float acc[R];
+            const int64_t ku = k + 8 * u;
 #pragma unroll
-            for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+            for (int i = 0; i < R; ++i) acc[u][i] = 0.0f;
 #pragma unroll
-            for (int g = 0; g < G; ++g)
+            for (int g = 0; g < G; ++g) {
+                const uint32_t w =
+                    live[g] && ku < s1 ? buf[(ku - s0) * 32 * G + 32 * g + lane] : 0u;
 #pragma unroll
                 for (int q = 0; q < 8; ++q) {
-                    const uint32_t nib = (cur.w[u][g] >> (4 * q)) & 15u;
+                    const uint32_t nib = (w >> (4 * q)) & 15u;
 #pragma unroll
                     for (int i = 0; i < R; ++i)
-                        acc[i] += tab[(i * G + g) * kLut + q * 512 + nib * 32];
+                        acc[u][i] += tab[(i * G + g) * kLut + q * 512 + nib * 32];
                 }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kRowsPerWarpStep; ++u) {
             const int64_t ku = k + 8 * u;
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const float sum = warp_sum(acc[i]);
-                if (lane != 0 || ku >= k1) continue;
+                const float sum = warp_sum(acc[u][i]);
+                if (lane != 0 || ku >= s1) continue;
                 if (p.spans == 1)
                     finish(p.io, i, ku, sum);
                 else
                     p.part[(int64_t{blockIdx.x} * R + i) * p.s.rows + ku] = sum;
             }
         }
+    }
+}
+
+template <int R, int G>
+__global__ void __launch_bounds__(kThreads) sign_gemv_kernel(Params p) {
+    extern __shared__ float smem[];  // the table (R × G × kLut), then two slabs of bits
+    float* lut = smem;
+    uint32_t* slabs = reinterpret_cast<uint32_t*>(smem + R * G * kLut);
+    __shared__ bool last;
+    const int lane = threadIdx.x & 31;
+    const int64_t k0 = int64_t{blockIdx.y} * p.chunk, k1 = min(p.s.rows, k0 + p.chunk);
+    const int64_t wcol = int64_t{blockIdx.x} * 32 * G + lane;  // this lane's first word of a row
+    bool live[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) live[g] = wcol + 32 * g < p.s.ld;
+    const uint32_t* bits = p.s.words + wcol;
+    constexpr int64_t slab = kSlabWords / (32 * G);  // rows per slab
+    // With programmatic dependent launch (sm_90, the default) the next
+    // kernel may start now; this one starts copying its first slab of bits,
+    // which no earlier kernel writes, and only then waits for the earlier
+    // kernels' results (in, out, scratch). Without it both calls return at once.
+#if __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+#endif
+    copy_slab<G>(p, bits, live, k0, k1, slabs);
+#if __CUDA_ARCH__ >= 900
+    cudaGridDependencySynchronize();
+#endif
+    // the table is built while the first slab is on its way
+    tabulate<R, G>(p, int64_t{blockIdx.x} * kGroupCols * G, lut);
+    __syncthreads();
+
+    const float* tab = lut + lane;
+    int b = 0;
+    for (int64_t s0 = k0; s0 < k1; s0 += slab, b ^= 1) {
+        if (s0 + slab < k1) {  // the next slab flies while this one is summed
+            copy_slab<G>(p, bits, live, s0 + slab, k1, slabs + (b ^ 1) * kSlabWords);
+            wait_copies<1>();
+        } else {
+            wait_copies<0>();
+        }
+        slab_rows<R, G>(p, tab, live, slabs + b * kSlabWords, s0, k1);
     }
     if (p.spans == 1) return;
 
@@ -192,7 +235,7 @@ int knob(const char* name, int fallback, int lo, int hi) {
 
 template <int R, int G>
 void launch(const Params& p, dim3 grid, cudaStream_t stream) {
-    const size_t smem = sizeof(float) * kLut * R * G;
+    const size_t smem = sizeof(float) * kLut * R * G + 2 * sizeof(uint32_t) * kSlabWords;
     static const bool sized = [&] {  // tables past 48 KB need the opt-in, once
         CUDA_CHECK(cudaFuncSetAttribute(sign_gemv_kernel<R, G>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -207,9 +250,12 @@ void launch(const Params& p, dim3 grid, cudaStream_t stream) {
     cfg.stream = stream;
     cudaLaunchAttribute attr[1] = {};
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    // Off by default: on the H200 it made the decode slower (29.6 against
-    // 17.1 µs at 4096×11008, 1 bpw), the waiting blocks holding their SMs.
-    static const int pdl = knob("CORTIQ_GEMV_PDL", 0, 0, 1);
+    // On by default since the bits come in slabs: the next product copies its
+    // first slab while this one finishes. On the H200 at 1 bpw: 4096×11008
+    // 16.3 → 14.3 µs, a 32-layer model's linears 3.017 → 2.608 ms per token
+    // (CUDA graph). With loads into registers it had been slower (29.6 against
+    // 17.1 µs), the waiting blocks holding their SMs. CORTIQ_GEMV_PDL=0: off.
+    static const int pdl = knob("CORTIQ_GEMV_PDL", 1, 0, 1);
     attr[0].val.programmaticStreamSerializationAllowed = pdl;
     cfg.attrs = attr;
     cfg.numAttrs = 1;
