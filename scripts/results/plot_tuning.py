@@ -17,11 +17,15 @@ groups = [("CPU: tiny-llama-6m, 1.0 bpw, 64 windows", floats, [r for r in d["run
           ("CPU: tiny-llama-6m, 32 windows", floats, [r for r in d["runs"] if r["samples"] == 32]),
           ("CPU: tiny-qwen3-6m, 32 windows", d["qwen3"]["float"], d["qwen3"]["runs"]),
           ("H200: tiny-llama-6m", floats, d["gpu"]["runs"]),
-          ("H200: tiny-qwen3-6m, 128 windows", d["qwen3"]["float"], d["gpu"]["qwen3"])]
-fig = plt.figure(figsize=(22, 13))
-gs = fig.add_gridspec(2, 3, width_ratios=[10, 6, 4])
+          ("H200: tiny-qwen3-6m, 128 windows", d["qwen3"]["float"], d["gpu"]["qwen3"]),
+          ("H200, --calib-generated 0.5 (the defaults): tiny-llama-6m", floats, d["gpu"]["generated"]["runs"]),
+          ("H200, --calib-generated 0.5 (the defaults): tiny-qwen3-6m", d["qwen3"]["float"],
+           d["gpu"]["generated"]["qwen3"])]
+fig = plt.figure(figsize=(22, 19))
+gs = fig.add_gridspec(3, 3, width_ratios=[10, 6, 4])
 axes = [fig.add_subplot(gs[0, 0]), fig.add_subplot(gs[0, 1]), fig.add_subplot(gs[0, 2]),
-        fig.add_subplot(gs[1, 0:2]), fig.add_subplot(gs[1, 2])]
+        fig.add_subplot(gs[1, 0:2]), fig.add_subplot(gs[1, 2]),
+        fig.add_subplot(gs[2, 0:2]), fig.add_subplot(gs[2, 2])]
 for ax, (title, fl, runs) in zip(axes, groups):
     w = 0.8 / len(texts)
     for k, t in enumerate(texts):
