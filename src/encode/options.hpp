@@ -33,6 +33,11 @@ struct Options {
     int gptq_passes = 16;      // greedy passes of each gptq_v column (its cost on the GPU)
     double flip_tol = 1e-12;   // relative gain a flip must exceed (f64; f32 uses 1e-7)
     int gptq_block = 128;      // columns per block of the input-side search
+    // 0: the exact sequential greedy scan of each gptq_v column (the
+    // reference). Q > 0: rounds that flip up to Q of the most improving bits
+    // at once, kept when the column's objective improves (else fewer): far
+    // fewer sequential steps, for a parallel search (CPU encoder only so far).
+    int gptq_multi = 0;
 };
 
 // One encoded tensor.

@@ -111,6 +111,10 @@ void add_quantize(CLI::App& app) {
                     "greedy passes of each input-side column search (fewer: faster on the GPU, "
                     "slightly less accurate)")
         ->check(CLI::Range(1, 64));
+    cmd->add_option("--gptq-multi", a->o.enc.gptq_multi,
+                    "input-side column search by rounds of up to Q simultaneous flips, kept when "
+                    "they improve (0, the default: the exact sequential scan; CPU encoder only)")
+        ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "
                     "which corrects the drift of the compressed layers before it) or 'layer' (its "

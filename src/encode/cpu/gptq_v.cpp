@@ -9,6 +9,8 @@
 // touched in the sequential part; blocks of columns, the trailing update a GEMM.
 #include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "encode/cpu/stages.hpp"
 #include "linalg/blas.hpp"
@@ -50,10 +52,73 @@ int64_t column_search(double* s, const double* b, const MatD& k, double tol, int
     return flips;
 }
 
+// The same objective by rounds of simultaneous flips (Options::gptq_multi):
+// each round scores every single flip against the current s (phi2_a below, as
+// in column_search, all from the same alpha, beta and K s), takes the `multi`
+// best that improve by more than tol, and keeps them when the objective of
+// all of them together, with beta exact (βF = β − 4 Σ_F s_a (Ks)_a + 4 Σ_{a,a'∈F}
+// s_a s_a' K_aa'), still improves; else it halves the set, down to the best
+// flip alone, which always improves. A round's scores are independent, so a
+// parallel device spends a round where the scan spends r sequential steps.
+// `passes` caps the rounds at passes · r / multi (the scan's flips bound).
+int64_t column_search_multi(double* s, const double* b, const MatD& k, double tol, int passes,
+                            int multi, double* ks, double* g_out, int64_t* passes_run) {
+    const int64_t r = k.rows();
+    for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
+    double alpha = la::dot(s, b, r), beta = la::dot(s, ks, r);
+    std::vector<std::pair<double, int64_t>> cand;
+    int64_t flips = 0;
+    const int64_t max_rounds = std::max<int64_t>(1, passes * r / multi);
+    for (int64_t round = 0; round < max_rounds; ++round) {
+        ++*passes_run;
+        const double phi = beta > 0 ? alpha * alpha / beta : 0.0;
+        cand.clear();
+        for (int64_t a = 0; a < r; ++a) {
+            const double alpha2 = alpha - 2 * s[a] * b[a];
+            const double beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
+            if (!(beta2 > 0)) continue;
+            const double phi2 = alpha2 * alpha2 / beta2;
+            if (phi2 > phi * (1 + tol) + 1e-300) cand.emplace_back(-phi2, a);
+        }
+        if (cand.empty()) break;
+        int64_t q = std::min<int64_t>(multi, static_cast<int64_t>(cand.size()));
+        std::partial_sort(cand.begin(), cand.begin() + q, cand.end());
+        double alpha_f = 0, beta_f = 0;
+        for (; q >= 1; q /= 2) {  // the largest prefix of the best flips that improves
+            alpha_f = alpha;
+            beta_f = beta;
+            for (int64_t i = 0; i < q; ++i) {
+                const int64_t a = cand[static_cast<size_t>(i)].second;
+                alpha_f -= 2 * s[a] * b[a];
+                beta_f -= 4 * s[a] * ks[a];
+                for (int64_t i2 = 0; i2 < q; ++i2) {
+                    const int64_t a2 = cand[static_cast<size_t>(i2)].second;
+                    beta_f += 4 * s[a] * s[a2] * k(a, a2);
+                }
+            }
+            if (beta_f > 0 && alpha_f * alpha_f / beta_f > phi * (1 + tol) + 1e-300) break;
+        }
+        // the best flip alone is scored as in the round, so it always improves
+        CORTIQ_ASSERT(q >= 1, "gptq_v: no improving flip among the candidates");
+        for (int64_t i = 0; i < q; ++i) {
+            const int64_t a = cand[static_cast<size_t>(i)].second;
+            const double old = s[a];
+            s[a] = -old;
+            for (int64_t a2 = 0; a2 < r; ++a2) ks[a2] -= 2 * old * k(a2, a);
+        }
+        alpha = alpha_f;
+        beta = beta_f;
+        flips += q;
+    }
+    *g_out = beta > 0 ? alpha / beta : 0.0;
+    return flips;
+}
+
 }  // namespace
 
 int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback) {
+               int block, bool feedback, int multi) {
+    CORTIQ_CHECK(multi >= 0, "gptq_v: multi {} < 0", multi);
     ScopedStage st(c.prof, "gptq_v");
     const int64_t n = factors.n, r = factors.r;
     const auto& perm = c.input_ctx.perm;
@@ -79,8 +144,10 @@ int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double t
     for (int64_t j0 = 0; j0 < n; j0 += block) {
         const int64_t j1 = std::min(n, j0 + block);
         for (int64_t j = j0; j < j1; ++j) {
-            flips +=
-                column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j], &passes_run);
+            flips += multi > 0 ? column_search_multi(s.row(j), b.row(j), k, tol, passes, multi,
+                                                     ks.data(), &g[j], &passes_run)
+                               : column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j],
+                                               &passes_run);
             // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j
             const double inv = 1.0 / uc(j, j);
             for (int64_t a = 0; a < r; ++a) e(j, a) = (b(j, a) - g[j] * ks[a]) * inv;

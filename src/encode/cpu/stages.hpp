@@ -97,8 +97,10 @@ void als(blr::Factors& factors, const TensorContext& c, int sweeps);
 int64_t flip_u(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes);
 // Input side: columns of S_V,p in act order with error feedback through Uc,
 // carried in the latent space. feedback = false: the same search without it.
+// multi > 0: each column by rounds of up to `multi` simultaneous flips
+// (Options::gptq_multi) instead of the sequential scan.
 int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback = true);
+               int block, bool feedback = true, int multi = 0);
 
 // ── stage 9: pack ───────────────────────────────────────────────────────────
 // The payload of f (scales rebalanced, f16), its size, and the fit and

@@ -25,7 +25,9 @@ int64_t gptq_v_max_rank() {
 }
 
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback) {
+               int block, bool feedback, int multi) {
+    CORTIQ_CHECK(multi == 0, "--gptq-multi {}: the CUDA encoder has only the exact column search",
+                 multi);
     StageTimer timer(c, "gptq_v");
     const cudaStream_t st = c.stream();
     const int64_t n = factors.n, r = factors.r;

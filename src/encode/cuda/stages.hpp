@@ -223,8 +223,9 @@ void als(DeviceFactors& factors, const TensorContext& c, int sweeps);
 
 // ── stage 7: discrete knots ──────────────────────────────────────────────────
 int64_t flip_u(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes);
+// multi: Options::gptq_multi, which only the CPU encoder has so far (0 here).
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback = true);
+               int block, bool feedback = true, int multi = 0);
 // The largest rank the device column search supports.
 int64_t gptq_v_max_rank();
 
