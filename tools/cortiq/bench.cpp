@@ -21,6 +21,7 @@ struct BenchArgs {
     uint64_t seed = 1;
     double bpw = 1.0, rho = 0.03;
     int gptq_passes = encode::Options{}.gptq_passes;
+    int gptq_multi = encode::Options{}.gptq_multi;
     std::string device = "cpu", paths = "auto", methods = "nvg,nvg-noknots,svid,rtn-sign";
     int threads = 0;
     bool profile = true, json = false;
@@ -45,6 +46,7 @@ void run(const BenchArgs& a) {
     o.bpw = a.bpw;
     o.rho = a.rho;
     o.gptq_passes = a.gptq_passes;
+    o.gptq_multi = a.gptq_multi;
     o.paths = encode::parse_paths(a.paths);
     std::vector<encode::Method> methods;
     std::stringstream ss(a.methods);
@@ -90,6 +92,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--gptq-passes", args->gptq_passes,
                     "greedy passes of each input-side column search")
         ->check(CLI::Range(1, 64));
+    cmd->add_option("--gptq-multi", args->gptq_multi,
+                    "input-side column search by rounds of up to Q flips (0: the exact scan; "
+                    "CPU encoder only)")
+        ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");
     cmd->add_option("--methods", args->methods, "comma-separated: nvg,nvg-noknots,svid,rtn-sign");
