@@ -19,74 +19,100 @@ namespace cortiq::encode::cpu {
 
 namespace {
 
+// One column's search state: s, K s, α = sᵀb and β = sᵀKs, whose objective
+// (sᵀb)² / (sᵀKs) both searches maximise.
+struct Column {
+    double* s;
+    const double* b;
+    const MatD& k;
+    double* ks;
+    double alpha = 0, beta = 0;
+
+    Column(double* s_, const double* b_, const MatD& k_, double* ks_)
+        : s(s_), b(b_), k(k_), ks(ks_) {
+        const int64_t r = k.rows();
+        for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
+        alpha = la::dot(s, b, r);
+        beta = la::dot(s, ks, r);
+    }
+    double phi() const { return beta > 0 ? alpha * alpha / beta : 0.0; }
+    // α and β after flipping bit a alone; false when that β is not positive.
+    bool flipped(int64_t a, double* alpha2, double* beta2) const {
+        *alpha2 = alpha - 2 * s[a] * b[a];
+        *beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
+        return *beta2 > 0;
+    }
+    static bool improves(double phi2, double phi, double tol) {
+        return phi2 > phi * (1 + tol) + 1e-300;
+    }
+    // Flips bit a and keeps K s up to date (α and β are the caller's).
+    void flip(int64_t a) {
+        const double old = s[a];
+        s[a] = -old;
+        for (int64_t a2 = 0; a2 < k.rows(); ++a2) ks[a2] -= 2 * old * k(a2, a);
+    }
+    double scale() const { return beta > 0 ? alpha / beta : 0.0; }
+};
+
 // Greedy single-flip search maximising (sᵀb)² / (sᵀKs) from the current s.
 // Adds the passes it ran to *passes_run.
 int64_t column_search(double* s, const double* b, const MatD& k, double tol, int passes, double* ks,
                       double* g_out, int64_t* passes_run) {
-    const int64_t r = k.rows();
-    for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
-    double alpha = la::dot(s, b, r), beta = la::dot(s, ks, r);
+    Column c(s, b, k, ks);
     int64_t flips = 0;
     for (int pass = 0; pass < passes; ++pass) {
         ++*passes_run;
         int64_t nflip = 0;
-        for (int64_t a = 0; a < r; ++a) {
-            const double alpha2 = alpha - 2 * s[a] * b[a];
-            const double beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
-            if (!(beta2 > 0)) continue;
-            const double phi = beta > 0 ? alpha * alpha / beta : 0.0;
-            const double phi2 = alpha2 * alpha2 / beta2;
-            if (phi2 > phi * (1 + tol) + 1e-300) {
-                const double old = s[a];
-                s[a] = -old;
-                for (int64_t a2 = 0; a2 < r; ++a2) ks[a2] -= 2 * old * k(a2, a);
-                alpha = alpha2;
-                beta = beta2;
+        for (int64_t a = 0; a < k.rows(); ++a) {
+            double alpha2, beta2;
+            if (!c.flipped(a, &alpha2, &beta2)) continue;
+            if (Column::improves(alpha2 * alpha2 / beta2, c.phi(), tol)) {
+                c.flip(a);
+                c.alpha = alpha2;
+                c.beta = beta2;
                 ++nflip;
             }
         }
         flips += nflip;
         if (nflip == 0) break;
     }
-    *g_out = beta > 0 ? alpha / beta : 0.0;
+    *g_out = c.scale();
     return flips;
 }
 
 // The same objective by rounds of simultaneous flips (Options::gptq_multi):
-// each round scores every single flip against the current s (phi2_a below, as
-// in column_search, all from the same alpha, beta and K s), takes the `multi`
-// best that improve by more than tol, and keeps them when the objective of
-// all of them together, with beta exact (βF = β − 4 Σ_F s_a (Ks)_a + 4 Σ_{a,a'∈F}
-// s_a s_a' K_aa'), still improves; else it halves the set, down to the best
-// flip alone, which always improves. A round's scores are independent, so a
+// each round scores every single flip against the current s (as in
+// column_search, all from the same α, β and K s), takes the `multi` best that
+// improve by more than tol, and keeps them when the objective of all of them
+// together, with β exact (β_F = β − 4 Σ_F s_a (Ks)_a + 4 Σ_{a,a'∈F} s_a s_a'
+// K_aa'), still improves; else it halves the set, down to the best flip
+// alone, which always improves. A round's scores are independent, so a
 // parallel device spends a round where the scan spends r sequential steps.
 // `passes` caps the rounds at passes · r / multi (the scan's flips bound).
 int64_t column_search_multi(double* s, const double* b, const MatD& k, double tol, int passes,
                             int multi, double* ks, double* g_out, int64_t* passes_run) {
     const int64_t r = k.rows();
-    for (int64_t a = 0; a < r; ++a) ks[a] = la::dot(k.row(a), s, r);
-    double alpha = la::dot(s, b, r), beta = la::dot(s, ks, r);
+    Column c(s, b, k, ks);
     std::vector<std::pair<double, int64_t>> cand;
     int64_t flips = 0;
     const int64_t max_rounds = std::max<int64_t>(1, passes * r / multi);
     for (int64_t round = 0; round < max_rounds; ++round) {
         ++*passes_run;
-        const double phi = beta > 0 ? alpha * alpha / beta : 0.0;
+        const double phi = c.phi();
         cand.clear();
         for (int64_t a = 0; a < r; ++a) {
-            const double alpha2 = alpha - 2 * s[a] * b[a];
-            const double beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
-            if (!(beta2 > 0)) continue;
+            double alpha2, beta2;
+            if (!c.flipped(a, &alpha2, &beta2)) continue;
             const double phi2 = alpha2 * alpha2 / beta2;
-            if (phi2 > phi * (1 + tol) + 1e-300) cand.emplace_back(-phi2, a);
+            if (Column::improves(phi2, phi, tol)) cand.emplace_back(-phi2, a);
         }
         if (cand.empty()) break;
         int64_t q = std::min<int64_t>(multi, static_cast<int64_t>(cand.size()));
         std::partial_sort(cand.begin(), cand.begin() + q, cand.end());
         double alpha_f = 0, beta_f = 0;
         for (; q >= 1; q /= 2) {  // the largest prefix of the best flips that improves
-            alpha_f = alpha;
-            beta_f = beta;
+            alpha_f = c.alpha;
+            beta_f = c.beta;
             for (int64_t i = 0; i < q; ++i) {
                 const int64_t a = cand[static_cast<size_t>(i)].second;
                 alpha_f -= 2 * s[a] * b[a];
@@ -96,21 +122,16 @@ int64_t column_search_multi(double* s, const double* b, const MatD& k, double to
                     beta_f += 4 * s[a] * s[a2] * k(a, a2);
                 }
             }
-            if (beta_f > 0 && alpha_f * alpha_f / beta_f > phi * (1 + tol) + 1e-300) break;
+            if (beta_f > 0 && Column::improves(alpha_f * alpha_f / beta_f, phi, tol)) break;
         }
         // the best flip alone is scored as in the round, so it always improves
         CORTIQ_ASSERT(q >= 1, "gptq_v: no improving flip among the candidates");
-        for (int64_t i = 0; i < q; ++i) {
-            const int64_t a = cand[static_cast<size_t>(i)].second;
-            const double old = s[a];
-            s[a] = -old;
-            for (int64_t a2 = 0; a2 < r; ++a2) ks[a2] -= 2 * old * k(a2, a);
-        }
-        alpha = alpha_f;
-        beta = beta_f;
+        for (int64_t i = 0; i < q; ++i) c.flip(cand[static_cast<size_t>(i)].second);
+        c.alpha = alpha_f;
+        c.beta = beta_f;
         flips += q;
     }
-    *g_out = beta > 0 ? alpha / beta : 0.0;
+    *g_out = c.scale();
     return flips;
 }
 
