@@ -635,6 +635,22 @@ TEST(CalibSet, KdRandomAutoFollowsSampledWindows) {
     EXPECT_EQ(quant::resolve_kd_random(o, 0.0), 0.0);
 }
 
+// --samples auto: 192 windows when tuning a model of at most 100 M
+// parameters, 128 otherwise; a count given is kept.
+TEST(CalibSet, SamplesAutoFollowsTuning) {
+    quant::QuantizeOptions o;
+    o.calib.samples = quant::kSamplesAuto;
+    o.tune_mode = "block+kd";
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000), quant::kSamplesTuned);
+    EXPECT_EQ(quant::resolve_samples(o, 7'000'000'000), calib::CalibOptions{}.samples);
+    o.tune_mode = "none";
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000), calib::CalibOptions{}.samples);
+    o.calib.samples = 40;
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000), 40);
+    o.tune_mode = "block";
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000), 40);
+}
+
 TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {
     const fs::path d = tmp_dir("multi");
     const std::string austen = kData + "/text/austen-heldout.txt";

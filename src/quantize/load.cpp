@@ -47,6 +47,13 @@ double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
     return 0.0;
 }
 
+int64_t resolve_samples(const QuantizeOptions& o, int64_t params) {
+    if (o.calib.samples != kSamplesAuto) return o.calib.samples;
+    const bool tuned = o.tune_blocks() || o.tune_kd();
+    return tuned && params <= kCalibGeneratedAutoParams ? kSamplesTuned
+                                                        : calib::CalibOptions{}.samples;
+}
+
 double resolve_kd_random(const QuantizeOptions& o, double generated) {
     if (o.kd_random >= 0) return o.kd_random;
     return generated > 0 ? 0.0 : 1.0;
@@ -63,6 +70,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     for (const auto& p : o.calib_paths)
         calib_texts.push_back(io::read_text_file(p, "calibration text"));
     calib::CalibOptions co = o.calib;
+    co.samples = resolve_samples(o, in.model.num_params());
     if (co.seqlen <= 0)
         co.seqlen = std::min<int64_t>(
             512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);

@@ -64,6 +64,8 @@ struct Inputs {
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
 // --calib-generated with kCalibGeneratedAuto resolved for a model of `params`.
 double resolve_calib_generated(const QuantizeOptions& o, int64_t params);
+// Calibration windows with kSamplesAuto resolved for a model of `params`.
+int64_t resolve_samples(const QuantizeOptions& o, int64_t params);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);

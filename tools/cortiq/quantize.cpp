@@ -15,7 +15,7 @@ namespace {
 struct QuantizeArgs {
     quant::QuantizeOptions o;
     std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
-    std::string calib_generated = "auto", kd_random = "auto";
+    std::string calib_generated = "auto", kd_random = "auto", samples = "auto";
     int threads = 0;
     bool quiet = false;
 };
@@ -33,6 +33,20 @@ double parse_per_window(const char* flag, const std::string& v, double automatic
     CORTIQ_CHECK(used == v.size() && r >= 0 && r <= 64,
                  "{}: auto or a number from 0 to 64, not \"{}\"", flag, v);
     return r;
+}
+
+// --samples: auto (quant::kSamplesAuto) or a positive count.
+int64_t parse_samples(const std::string& v) {
+    if (v == "auto") return quant::kSamplesAuto;
+    size_t used = 0;
+    int64_t n = 0;
+    try {
+        n = std::stoll(v, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    CORTIQ_CHECK(used == v.size() && n > 0, "--samples: auto or a positive number, not \"{}\"", v);
+    return n;
 }
 
 }  // namespace
@@ -61,7 +75,9 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--include-head", a->o.include_head,
                   "also compress lm_head, last, on the compressed model's final hidden states "
                   "(a tied model keeps its float embedding)");
-    cmd->add_option("--samples", a->o.calib.samples, "calibration windows (fit + held out)");
+    cmd->add_option("--samples", a->samples,
+                    "calibration windows (fit + held out); auto: 192 when tuning a model of at "
+                    "most 100 M parameters, else 128");
     cmd->add_option("--seqlen", a->o.calib.seqlen,
                     "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
@@ -140,6 +156,7 @@ void add_quantize(CLI::App& app) {
         a->o.calib_generated =
             parse_per_window("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
         a->o.kd_random = parse_per_window("--kd-random", a->kd_random, quant::kKdRandomAuto);
+        a->o.calib.samples = parse_samples(a->samples);
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         const auto rep = quant::quantize(a->o);
