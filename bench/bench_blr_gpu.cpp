@@ -12,9 +12,7 @@
 // the weights (≥ 256 MB in all, past the L2), prefill times per call. Whole model: the
 // 224 linear layers of a 32-layer 4096/11008 Llama at 1.0 bpw, one token
 // through all of them, captured in a CUDA graph (kernel time, not launch
-// time), against the same layers in fp16. Decode runs both ways side by side:
-// one kernel per layer (the default) and one kernel per product
-// (PackedScratch::fused_decode off). Times are medians of CUDA events.
+// time), against the same layers in fp16. Times are medians of CUDA events.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -155,8 +153,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     fmt::print(
         "| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
         "fp16 GB/s (% peak) | packed GB/s (% peak) | fp16 {} tok µs | packed {} tok µs | "
-        "ratio | decode, a kernel per product µs | per layer vs per product |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
     mc::PackedScratch ws;
     std::string prefill;
@@ -183,14 +180,10 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                 devs.push_back(mc::upload_packed(pw, st));
             const auto& dev = devs[0];
             const int batch = std::max<int>(20, static_cast<int>(devs.size()));
-            auto decode_us = [&](bool fused) {
-                ws.fused_decode = fused;
-                return graph_ms(st, reps, batch, [&](int i) {
-                    mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], ws, x.get(), 1,
-                                      y.get(), 0.0f, nullptr);
-                });
-            };
-            const double tpp = decode_us(false), tp = decode_us(true);
+            const double tp = graph_ms(st, reps, batch, [&](int i) {
+                mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], ws, x.get(), 1, y.get(),
+                                  0.0f, nullptr);
+            });
             const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                 mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
             });
@@ -200,10 +193,10 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
             const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
             fmt::print(
                 "| {}×{} | {:.2f} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | "
-                "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× | {:.1f} | {:.2f}× |\n",
+                "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× |\n",
                 m, n, bpw, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp, b16 / 1e9,
                 100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
-                1e3 * tpb, t16b / tpb, 1e3 * tpp, tpp / tp);
+                1e3 * tpb, t16b / tpb);
             std::fflush(stdout);
         }
     }
@@ -251,10 +244,6 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
             fp16_linear(gpu.blas(), dense[i].get(), x16.get(), y16.get(), m, n, 1);
         }
     };
-    ws.fused_decode = false;
-    const double tpp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
-    const double tppe = time_ms(st, std::max(3, reps / 10), run_packed);
-    ws.fused_decode = true;
     const double tp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
     const double td = graph_ms(st, reps, 1, [&](int) { run_dense(); });
     const double tpe = time_ms(st, std::max(3, reps / 10), run_packed);
@@ -269,12 +258,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
                1e3 / td, tde);
     fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp,
                1e3 / tp, tpe);
-    fmt::print("| packed BLR, a kernel per product | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n",
-               packed_bytes / 1e9, tpp, 1e3 / tpp, tppe);
-    fmt::print(
-        "speed-up {:.2f}× (graph), {:.2f}× (launched); a kernel per product {:.2f}× "
-        "(graph)\n",
-        td / tp, tde / tpe, td / tpp);
+    fmt::print("speed-up {:.2f}× (graph), {:.2f}× (launched)\n", td / tp, tde / tpe);
 }
 
 }  // namespace

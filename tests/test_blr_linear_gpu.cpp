@@ -1,7 +1,6 @@
 // The packed layer on CUDA (model/cuda/blr_linear.hpp) against the CPU packed
 // layer (itself tested against dequantise-then-dense in test_blr_linear.cpp):
-// random payloads of awkward shapes, the decode kernels (1–4 rows; one per
-// layer, and one per product against it bit for bit) and the
+// random payloads of awkward shapes, the decode kernels (1–4 rows) and the
 // batch path (fp16 tiles, in one piece and in column chunks; the earlier TF32
 // tiles), activations past fp16's range, accumulation into y and the bias; then a
 // compressed model's perplexity on the GPU, packed, against the CPU. Skips
@@ -125,63 +124,6 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
     for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
     VecD h(65, 0.1), g(129, 0.7);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
-#endif
-}
-
-// The decode of a whole layer in one kernel (blr_decode.cu) gives the same
-// bits as one kernel per product (sign_gemv.cu): the same sums in the same
-// order. Shapes with one and several 1024-column spans in each product,
-// chunks of t and y shorter and longer than a 32 KB slab, more work items
-// than the grid has blocks, one to three paths,
-// one and two rows, y accumulated (β = 1) with a bias; each layer twice in a
-// row (the span counters are left at zero for the next call).
-TEST(BlrLinearGpu, OneKernelPerLayerGivesTheBitsOfOneKernelPerProduct) {
-    REQUIRE_GPU();
-#ifdef CORTIQ_HAVE_CUDA
-    ec::Gpu gpu;
-    const cudaStream_t st = gpu.stream();
-    for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1},
-                              {1, 1, 1, 2},
-                              {130, 65, 65, 3},
-                              {1200, 2600, 1100, 2},
-                              {2100, 3000, 40, 1},
-                              {4096, 2500, 2300, 1},
-                              {9000, 700, 600, 2},
-                              // chunks of y, then of t, longer than a slab
-                              {40000, 64, 32, 1},
-                              {64, 40, 34000, 1},
-                              // more phase-1, then phase-2 items than blocks
-                              {16, 140000, 8, 2},
-                              {16, 16, 140000, 1}}) {
-        const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
-        const auto pw =
-            blr::PackedWeight::from_payload(blr::pack(random_model(m, n, r, p, 5 * m + n)), tag);
-        const auto dev = model::cuda::upload_packed(pw, st);
-        Rng rng(9);
-        std::vector<float> x(2 * static_cast<size_t>(n)), y0(2 * static_cast<size_t>(m)),
-            bias(static_cast<size_t>(m));
-        for (auto* v : {&x, &y0, &bias})
-            for (auto& e : *v) e = static_cast<float>(rng.normal());
-        const auto dx = ec::upload_f(x, st), db = ec::upload_f(bias, st);
-        for (int rows : {1, 2})
-            for (float beta : {0.0f, 1.0f}) {
-                std::vector<float> got[2];
-                for (bool fused : {false, true}) {
-                    model::cuda::PackedScratch ws;
-                    ws.fused_decode = fused;
-                    for (int rep = 0; rep < 2; ++rep) {
-                        auto dy = ec::upload_f(y0, st);
-                        model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows,
-                                                   dy.get(), beta,
-                                                   beta != 0.0f ? db.get() : nullptr);
-                        auto y = ec::download_f(dy.get(), dy.size(), st);
-                        if (rep == 1) EXPECT_EQ(y, got[fused]) << tag << " second call";
-                        got[fused] = std::move(y);
-                    }
-                }
-                EXPECT_EQ(got[0], got[1]) << tag << " rows " << rows << " beta " << beta;
-            }
-    }
 #endif
 }
 

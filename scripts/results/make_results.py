@@ -151,5 +151,25 @@ for (model, text), d in sorted(by.items()):
         lines += [f"![{model} {text}]({png})", ""]
     except ImportError:
         pass
+# Output-aware tuning (issue 13): perplexity after each stage of quantize
+# --device gpu, from docs/tuning.json (gpu.stages; plot_tuning_stages.py draws it)
+tuning_json = os.path.join(out_dir, "tuning.json")
+stages = json.load(open(tuning_json))["gpu"].get("stages") if os.path.exists(tuning_json) else None
+if stages:
+    lines += ["## After each tuning stage (issue 13)", "",
+              f"From `docs/tuning.json` (gpu.stages; docs/tuning.md has the discussion): {stages['protocol']}. "
+              "Perplexity (× float) on " + " / ".join(stages["texts"]) + ".", "",
+              "| model | target bpw | NVG | + block | + block + kd (the defaults) |", "|---|---|---|---|---|"]
+    runs = stages["runs"]
+    for model, fl in stages["float"].items():
+        for target in sorted({r["target"] for r in runs if r["model"] == model}):
+            cells = []
+            for st in ["NVG", "+block", "+block+kd"]:
+                r = [x for x in runs if x["model"] == model and x["target"] == target and x["stage"] == st]
+                cells.append((" / ".join(f"{p:.2f} ({p / f:.3f}×)" for p, f in zip(r[0]["ppl"], fl))
+                              + f" at {r[0]['bpw']:.4f}" + (" (CPU)" if r[0].get("where") == "cpu" else ""))
+                             if r else "–")
+            lines.append(f"| {model} | {target} | " + " | ".join(cells) + " |")
+    lines += ["", "![tuning stages](tuning_stages.png)", ""]
 open(os.path.join(out_dir, "results.md"), "w").write("\n".join(lines) + "\n")
 print("wrote", os.path.join(out_dir, "results.md"))

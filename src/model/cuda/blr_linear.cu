@@ -20,10 +20,8 @@ void ensure(ec::DeviceBuffer<T>& b, int64_t n, cudaStream_t stream) {
     if (b.size() < n) b = ec::DeviceBuffer<T>(n, stream);
 }
 
-// Decode: one blr_decode kernel for the layer, or (ws.fused_decode off)
-// sign_gemv per product, g and the scales folded in, the first product of a
-// path writing t, the second adding into y (β and the bias once). A sign
-// payload is one product either way.
+// Decode: sign_gemv per product, g and the scales folded in; the first
+// product of a path writes t, the second adds into y (β and the bias once).
 void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, int rows, float* y,
                  float beta, const float* bias, cudaStream_t stream) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
@@ -31,12 +29,6 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, int r
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());
     if (w.sign) {
         sign_gemv(w.svt(0), {x, w.n, gs, hs, y, w.m, beta, bias}, rows, ws.gemv, stream);
-        return;
-    }
-    if (ws.fused_decode) {
-        const DecodeLayer layer{w.sv.get(), w.su.get(), w.ld_v, w.ld_u, hs,     ls,
-                                gs,         w.m,        w.n,    w.r,    w.paths};
-        blr_decode(layer, x, rows, y, beta, bias, ws.decode, stream);
         return;
     }
     ensure(ws.t, rows * w.r, stream);
@@ -153,14 +145,6 @@ BatchOptions batch_options_from_env() {
         o.tile_bytes = mb << 20;
     }
     return o;
-}
-
-bool fused_decode_from_env() {
-    const char* m = std::getenv("CORTIQ_BLR_DECODE");
-    if (!m) return true;
-    const std::string v = m;
-    CORTIQ_ASSERT(v == "fused" || v == "paths", "CORTIQ_BLR_DECODE={}: fused or paths", v);
-    return v == "fused";
 }
 
 SignMatrix DevicePacked::svt(int p) const {

@@ -2,11 +2,8 @@
 // the CUDA twin of model/blr_linear.hpp). Per path:
 //   t = ℓ ∘ (S_Vᵀ (g ∘ x)),  u = S_U t,  y = β·y + Σ_p h_p ∘ u_p (+ bias)
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
-// One or two rows (decode): one kernel for the whole layer, both products of
-// every path with a grid-wide barrier between them (model/cuda/blr_decode.cu),
-// or with PackedScratch::fused_decode off (CORTIQ_BLR_DECODE=paths) one kernel
-// per product (model/cuda/sign_gemv.cu); both read every sign bit once and add
-// tabulated signed sums of four inputs, in the same order (the same bits).
+// One or two rows (decode): per product one kernel that reads every sign bit
+// once and adds tabulated signed sums of four inputs (model/cuda/sign_gemv.cu).
 // A batch (prefill, scoring, calibration), per product: the activations go to
 // fp16 with g (or ℓ) folded in and each row scaled by a power of two that puts
 // its max in [2^14, 2^15) (rows_to_f16.cu: no overflow, whatever the
@@ -34,7 +31,6 @@
 
 #include "blr/packed.hpp"
 #include "core/cuda/device.hpp"
-#include "model/cuda/blr_decode.hpp"
 #include "model/cuda/sign_gemv.hpp"
 
 namespace cortiq::model::cuda {
@@ -68,8 +64,6 @@ struct BatchOptions {
 
 // The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
 BatchOptions batch_options_from_env();
-// One kernel per decoded layer (true, the default) unless CORTIQ_BLR_DECODE=paths.
-bool fused_decode_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
@@ -77,9 +71,7 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<__half> x16, t16, tile16;
     cortiq::cuda::DVec row_scale;  // 2 × rows: x's, then t's
     GemvScratch gemv;
-    DecodeScratch decode;
     BatchOptions batch = batch_options_from_env();
-    bool fused_decode = fused_decode_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +
