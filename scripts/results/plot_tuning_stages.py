@@ -41,9 +41,8 @@ for a, model in enumerate(models):
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xticks([0.42, 0.9, 2.0])
         ax.set_xticklabels(["0.42", "0.9", "2.0"])
-        for axis in (ax.yaxis,):
-            axis.set_major_formatter(ScalarFormatter())
-            axis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.axhline(1.0, color="k", lw=0.5)
         ax.set_title(f"{model}: {text} (float {fl:.2f})", fontsize=9)
         ax.set_xlabel("true bits per weight (8 × bytes / weights)")

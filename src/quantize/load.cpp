@@ -24,6 +24,12 @@ std::vector<std::string> checkpoint_files(const io::Checkpoint& ck) {
     return files;
 }
 
+// Where the automatic calibration settings (--calib-generated, --samples)
+// take their larger values: a tuned run of a model small enough to sample.
+bool tuned_small_model(const QuantizeOptions& o, int64_t params) {
+    return o.tuned() && params <= kCalibGeneratedAutoParams;
+}
+
 }  // namespace
 
 void check_output(const QuantizeOptions& o) {
@@ -36,9 +42,8 @@ void check_output(const QuantizeOptions& o) {
 
 double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
     if (o.calib_generated >= 0) return o.calib_generated;
-    const bool tuned = o.tune_blocks() || o.tune_kd();
-    if (tuned && params <= kCalibGeneratedAutoParams) return 0.5;
-    if (tuned && o.verbose)
+    if (tuned_small_model(o, params)) return 0.5;
+    if (o.tuned() && o.verbose)
         fmt::print(stderr,
                    "calibration: --calib-generated auto is 0 for {:.0f} M parameters (sampling "
                    "runs token by token on the CPU); --calib-generated 0.5 helps off the "
@@ -49,9 +54,7 @@ double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
 
 int64_t resolve_samples(const QuantizeOptions& o, int64_t params) {
     if (o.calib.samples != kSamplesAuto) return o.calib.samples;
-    const bool tuned = o.tune_blocks() || o.tune_kd();
-    return tuned && params <= kCalibGeneratedAutoParams ? kSamplesTuned
-                                                        : calib::CalibOptions{}.samples;
+    return tuned_small_model(o, params) ? kSamplesTuned : calib::CalibOptions{}.samples;
 }
 
 double resolve_kd_random(const QuantizeOptions& o, double generated) {

@@ -55,7 +55,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     Inputs in = load_and_check(o, plan);
     // tuning refuses what it cannot run (Qwen3.5's blocks) before any work
-    if (o.tune_blocks() || o.tune_kd()) dims_of(in.model.config());
+    if (o.tuned()) dims_of(in.model.config());
     const Journal journal(o.out_path, in.settings, o.resume, o.force);
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;

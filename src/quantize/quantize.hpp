@@ -98,6 +98,7 @@ struct QuantizeOptions {
     double calib_generated = 0.0;
     bool tune_blocks() const { return tune_mode == "block" || tune_mode == "block+kd"; }
     bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
+    bool tuned() const { return tune_blocks() || tune_kd(); }
     bool resume = false, force = false, progress = true, verbose = true;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
