@@ -2,6 +2,7 @@
 // (prints tables; not a timed unit test):
 //   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
 //                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,64,16]
+//                 [--paths 1,2]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
 // packed layer its bits and f16 scales. Prefill: --tokens rows, cuBLAS fp16
 // tensor-core GEMM against the packed layer's batch path, side by side: the
@@ -148,14 +149,18 @@ std::string prefill_row(ec::Gpu& gpu, const mc::DevicePacked& dev, double bpw, d
 }
 
 void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<double>& bpws,
-                 int64_t tokens, int reps, const std::vector<int64_t>& tiles) {
+                 const std::vector<int>& path_counts, int64_t tokens, int reps,
+                 const std::vector<int64_t>& tiles) {
     const cudaStream_t st = gpu.stream();
     fmt::print(
-        "| m×n | bpw | rank | true bpw | fp16 decode µs | packed decode µs | speed-up | "
-        "fp16 GB/s (% peak) | packed GB/s (% peak) | fp16 {} tok µs | packed {} tok µs | "
-        "ratio |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| m×n | bpw | P | rank | true bpw | fp16 decode µs | packed decode µs (default) | "
+        "speed-up | spans µs | default vs spans | fp16 GB/s (% peak) | packed GB/s (% peak) | "
+        "fp16 {} tok µs | packed {} tok µs | ratio |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
-    mc::PackedScratch ws;
+    mc::PackedScratch ws, ws_spans;
+    ws.decode = mc::Decode::rows;
+    ws_spans.decode = mc::Decode::spans;
     std::string prefill;
     for (auto [m, n] : bench::parse_shapes(shapes)) {
         std::vector<ec::DeviceBuffer<__half>> w16s;
@@ -172,33 +177,41 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
         });
         const auto x = fill_float(tokens * n, st);
         auto y = fill_float(tokens * m, st);
-        for (double bpw : bpws) {
-            const auto pw = bench::random_packed(m, n, bpw, 3);
-            std::vector<mc::DevicePacked> devs;
-            devs.push_back(mc::upload_packed(pw, st));
-            for (int c = copies_for(devs[0].bytes()); c > 1; --c)
+        for (double bpw : bpws)
+            for (int paths : path_counts) {
+                const auto pw = bench::random_packed(m, n, bpw, 3, paths);
+                std::vector<mc::DevicePacked> devs;
                 devs.push_back(mc::upload_packed(pw, st));
-            const auto& dev = devs[0];
-            const int batch = std::max<int>(20, static_cast<int>(devs.size()));
-            const double tp = graph_ms(st, reps, batch, [&](int i) {
-                mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], ws, x.get(), 1, y.get(),
-                                  0.0f, nullptr);
-            });
-            const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
-                mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f, nullptr);
-            });
-            prefill +=
-                prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(), tokens, reps);
-            const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, 1));
-            const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
-            fmt::print(
-                "| {}×{} | {:.2f} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | "
-                "{:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× |\n",
-                m, n, bpw, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp, b16 / 1e9,
-                100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
-                1e3 * tpb, t16b / tpb);
-            std::fflush(stdout);
-        }
+                for (int c = copies_for(devs[0].bytes()); c > 1; --c)
+                    devs.push_back(mc::upload_packed(pw, st));
+                const auto& dev = devs[0];
+                const int batch = std::max<int>(20, static_cast<int>(devs.size()));
+                auto decode_ms = [&](mc::PackedScratch& w) {
+                    return graph_ms(st, reps, batch, [&](int i) {
+                        mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], w, x.get(), 1,
+                                          y.get(), 0.0f, nullptr);
+                    });
+                };
+                const double tp = decode_ms(ws), ts = decode_ms(ws_spans);
+                const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
+                    mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f,
+                                      nullptr);
+                });
+                if (paths == 1)
+                    prefill += prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(),
+                                           tokens, reps);
+                const double payload =
+                    static_cast<double>(blr::payload_bytes(m, n, pw.r, paths));
+                const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
+                fmt::print(
+                    "| {}×{} | {:.2f} | {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.1f} | "
+                    "{:.2f}× | {:.0f} ({:.0f} %) | {:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× "
+                    "|\n",
+                    m, n, bpw, paths, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp,
+                    1e3 * ts, ts / tp, b16 / 1e9, 100 * b16 / kPeakBytesPerS, bp / 1e9,
+                    100 * bp / kPeakBytesPerS, 1e3 * t16b, 1e3 * tpb, t16b / tpb);
+                std::fflush(stdout);
+            }
     }
     fmt::print(
         "\nPrefill, {} tokens, µs (medians): fp16 cuBLAS against the packed layer's TF32 tiles "
@@ -213,8 +226,12 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     fmt::print("\n{}", prefill);
 }
 
-// One token through every linear layer of a Llama-shaped model, as a CUDA graph.
-void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
+// One token through every linear layer of a Llama-shaped model, as a CUDA
+// graph: fp16 cuBLAS; the packed layers one by one with the span kernels
+// (Decode::spans) and with the row kernels (Decode::rows); and with the row
+// kernels, the layers that read the same input (q, k, v; gate, up) grouped
+// into one pair of launches, as the runtime runs them.
+void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     const cudaStream_t st = gpu.stream();
     const int64_t H = 4096, F = 11008;
     const std::vector<std::pair<int64_t, int64_t>> shapes = {{H, H}, {H, H}, {H, H}, {H, H},
@@ -224,19 +241,41 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
     int64_t packed_bytes = 0, dense_bytes = 0;
     for (int64_t l = 0; l < layers; ++l)
         for (auto [m, n] : shapes) {
-            packed.push_back(mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l), st));
+            packed.push_back(
+                mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l, paths), st));
             packed_bytes += packed.back().bytes();
             dense.push_back(fill_half(m * n, st));
             dense_bytes += 2 * m * n;
         }
-    const auto x = fill_float(F, st);
-    auto y = fill_float(F, st);
+    // q, k, v and gate, up write separate outputs (as in a model); o and down one.
+    auto x = fill_float(F, st);
+    std::vector<ec::DVec> ys;
+    for (int i = 0; i < 5; ++i) ys.push_back(fill_float(F, st));
     const auto x16 = fill_half(F, st);
     auto y16 = fill_half(F, st);
-    mc::PackedScratch ws;
-    auto run_packed = [&] {
-        for (auto& p : packed)
-            mc::packed_linear(gpu.blas(), st, p, ws, x.get(), 1, y.get(), 0.0f, nullptr);
+    mc::PackedScratch ws, ws_spans;
+    ws.decode = mc::Decode::rows;
+    ws_spans.decode = mc::Decode::spans;
+    constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
+    auto one_by_one = [&](mc::PackedScratch& w) {
+        for (size_t i = 0; i < packed.size(); ++i)
+            mc::packed_linear(gpu.blas(), st, packed[i], w, x.get(), 1, ys[kOut[i % 7]].get(),
+                              0.0f, nullptr);
+    };
+    auto grouped = [&] {
+        for (size_t l = 0; l < packed.size(); l += 7) {
+            const mc::PackedOut qkv[3] = {{&packed[l], ys[0].get()},
+                                          {&packed[l + 1], ys[1].get()},
+                                          {&packed[l + 2], ys[2].get()}};
+            mc::packed_linear_group(gpu.blas(), st, qkv, 3, ws, x.get(), 1);
+            mc::packed_linear(gpu.blas(), st, packed[l + 3], ws, x.get(), 1, ys[3].get(), 0.0f,
+                              nullptr);
+            const mc::PackedOut gate_up[2] = {{&packed[l + 4], ys[3].get()},
+                                              {&packed[l + 5], ys[4].get()}};
+            mc::packed_linear_group(gpu.blas(), st, gate_up, 2, ws, x.get(), 1);
+            mc::packed_linear(gpu.blas(), st, packed[l + 6], ws, x.get(), 1, ys[3].get(), 0.0f,
+                              nullptr);
+        }
     };
     auto run_dense = [&] {
         for (size_t i = 0; i < dense.size(); ++i) {
@@ -244,28 +283,35 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps) {
             fp16_linear(gpu.blas(), dense[i].get(), x16.get(), y16.get(), m, n, 1);
         }
     };
-    const double tp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
     const double td = graph_ms(st, reps, 1, [&](int) { run_dense(); });
-    const double tpe = time_ms(st, std::max(3, reps / 10), run_packed);
+    const double ts = graph_ms(st, reps, 1, [&](int) { one_by_one(ws_spans); });
+    const double tr = graph_ms(st, reps, 1, [&](int) { one_by_one(ws); });
+    const double tg = graph_ms(st, reps, 1, [&](int) { grouped(); });
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
-    fmt::print("\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw):\n",
-               layers);
+    const double tge = time_ms(st, std::max(3, reps / 10), grouped);
     fmt::print(
-        "| weights | bytes | ms/token (graph) | tokens/s (graph) | ms/token (launched one by one) "
-        "|\n");
+        "\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw, P = {}):\n",
+        layers, paths);
+    fmt::print("| weights | bytes | ms/token (graph) | tokens/s (graph) | speed-up |\n");
     fmt::print("|---|---|---|---|---|\n");
-    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", dense_bytes / 1e9, td,
-               1e3 / td, tde);
-    fmt::print("| packed BLR | {:.2f} GB | {:.3f} | {:.0f} | {:.3f} |\n", packed_bytes / 1e9, tp,
-               1e3 / tp, tpe);
-    fmt::print("speed-up {:.2f}× (graph), {:.2f}× (launched)\n", td / tp, tde / tpe);
+    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", dense_bytes / 1e9, td,
+               1e3 / td);
+    auto row = [&](const char* name, double t) {
+        fmt::print("| {} | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n", name, packed_bytes / 1e9,
+                   t, 1e3 / t, td / t);
+    };
+    row("packed, span kernels, layer by layer", ts);
+    row("packed, row kernels, layer by layer", tr);
+    row("packed, row kernels, q/k/v and gate/up grouped", tg);
+    fmt::print("launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n",
+               tde, tge, tde / tge);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
     std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
-    std::string tile_list = "1024,64,16";
+    std::string tile_list = "1024,64,16", path_list = "1,2";
     int64_t tokens = 512, layers = 32;
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -280,6 +326,8 @@ int main(int argc, char** argv) try {
             layers = std::stoll(v);
         else if (k == "--tiles")
             tile_list = v;
+        else if (k == "--paths")
+            path_list = v;
         else if (k == "--reps")
             reps = std::stoi(v);
         else
@@ -291,9 +339,13 @@ int main(int argc, char** argv) try {
     std::vector<int64_t> tiles;
     std::stringstream ts(tile_list);
     for (std::string t; std::getline(ts, t, ',');) tiles.push_back(std::stoll(t));
+    std::vector<int> path_counts;
+    std::stringstream ps(path_list);
+    for (std::string t; std::getline(ps, t, ',');) path_counts.push_back(std::stoi(t));
     ec::Gpu gpu;
-    layer_table(gpu, shapes, bpws, tokens, reps, tiles);
-    if (layers > 0) whole_model(gpu, layers, reps / 4);
+    layer_table(gpu, shapes, bpws, path_counts, tokens, reps, tiles);
+    if (layers > 0)
+        for (int paths : path_counts) whole_model(gpu, layers, reps / 4, paths);
     return 0;
 } catch (const std::exception& e) {
     fmt::print(stderr, "bench_blr_gpu: {}\n", e.what());

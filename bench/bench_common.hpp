@@ -17,29 +17,31 @@
 
 namespace cortiq::bench {
 
-// A packed BLR weight with random signs and scales of one path at a bpw
+// A packed BLR weight with random signs and scales of `paths` paths at a bpw
 // budget (the rank rule of blr::rank_for): the kernels' time does not depend
 // on the values.
-inline blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_t seed) {
+inline blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_t seed,
+                                       int paths = 1) {
     blr::PackedWeight w;
     w.m = m;
     w.n = n;
-    w.r = blr::rank_for(m, n, bpw, 1);
-    w.paths = 1;
+    w.r = blr::rank_for(m, n, bpw, paths);
+    w.paths = paths;
     Rng rng(seed);
     auto scales = [&](int64_t k) {
         std::vector<uint16_t> v(static_cast<size_t>(k));
         for (auto& x : v) x = float_to_half(static_cast<float>(0.05 * (1.0 + rng.uniform())));
         return v;
     };
-    w.h = scales(m);
-    w.l = scales(w.r);
-    w.g = scales(n);
-    w.bits.resize(blr::words_for(static_cast<uint64_t>(w.r) * static_cast<uint64_t>(m + n)) + 1);
+    w.h = scales(paths * m);
+    w.l = scales(paths * w.r);
+    w.g = scales(paths * n);
+    const uint64_t used =
+        static_cast<uint64_t>(paths * w.r) * static_cast<uint64_t>(m + n);
+    w.bits.resize(blr::words_for(used) + 1);
     for (auto& b : w.bits)
         b = (static_cast<uint64_t>(rng.uniform() * 4294967296.0) << 32) ^
             static_cast<uint64_t>(rng.uniform() * 4294967296.0);
-    const uint64_t used = static_cast<uint64_t>(w.r) * static_cast<uint64_t>(m + n);
     if (used % 64) w.bits[used / 64] &= (uint64_t{1} << (used % 64)) - 1;
     for (size_t i = used / 64 + (used % 64 ? 1 : 0); i < w.bits.size(); ++i) w.bits[i] = 0;
     return w;

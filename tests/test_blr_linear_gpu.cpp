@@ -1,6 +1,7 @@
 // The packed layer on CUDA (model/cuda/blr_linear.hpp) against the CPU packed
 // layer (itself tested against dequantise-then-dense in test_blr_linear.cpp):
-// random payloads of awkward shapes, the decode kernels (1–4 rows) and the
+// random payloads of awkward shapes, the decode kernels (1–2 rows: the row
+// kernels, alone and with layers grouped, and the earlier span kernels) and the
 // batch path (fp16 tiles, in one piece and in column chunks; the earlier TF32
 // tiles), activations past fp16's range, accumulation into y and the bias; then a
 // compressed model's perplexity on the GPU, packed, against the CPU. Skips
@@ -63,7 +64,8 @@ namespace ec = cortiq::cuda;
 // Returns the largest relative error seen.
 double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                     const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
-                    std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300}) {
+                    std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300},
+                    model::cuda::Decode decode = model::cuda::Decode::rows) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
     ec::Gpu gpu;
@@ -71,6 +73,7 @@ double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
     const auto dev = model::cuda::upload_packed(pw, st);
     model::cuda::PackedScratch ws;
     ws.batch = opt;
+    ws.decode = decode;
     double worst = 0;
     Rng rng(5);
     std::vector<float> bias(static_cast<size_t>(pw.m));
@@ -115,15 +118,82 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
                               {1100, 700, 300, 1},
                               // several 1024-column spans in both decode products
                               {1200, 2600, 1100, 2},
-                              {2100, 3000, 40, 1}}) {
-        check_on_gpu(blr::pack(random_model(m, n, r, p, 31 * m + n)),
-                     fmt::format("{}x{} r{} P{}", m, n, r, p));
+                              {2100, 3000, 40, 1},
+                              // a one-path layer with input rows past 8192
+                              // columns (decoded by the span kernels)
+                              {300, 9000, 40, 1}}) {
+        const auto bytes = blr::pack(random_model(m, n, r, p, 31 * m + n));
+        const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
+        check_on_gpu(bytes, tag);
+        // the earlier span kernels (decode only)
+        check_on_gpu(bytes, tag + " spans", {}, 1.0, {1, 2}, model::cuda::Decode::spans);
     }
     Rng rng(2);
     MatD s(65, 129);
     for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
     VecD h(65, 0.1), g(129, 0.7);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
+    check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 spans", {}, 1.0, {1, 2},
+                 model::cuda::Decode::spans);
+#endif
+}
+
+// Layers that read the same input decode in one pair of launches
+// (packed_linear_group): every layer's y, with its own β and bias, equals
+// what it gives alone on the CPU, for P = 1 and 2, a sign payload, shapes
+// that cut into several blocks of rows, 1 and 2 rows; more layers than one
+// launch takes (kMaxSignProducts) split into several launches.
+TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    const int64_t n = 1500;
+    std::vector<blr::PackedWeight> pws;
+    for (auto [m, r, p] : {std::tuple{700, 300, 2}, {37, 13, 1}, {2000, 70, 2}, {5, 1, 2},
+                           {900, 500, 1}, {300, 200, 2}})
+        pws.push_back(blr::PackedWeight::from_payload(
+            blr::pack(random_model(m, n, r, p, 17 * m + r)), "group"));
+    Rng rng(9);
+    {
+        MatD s(129, n);
+        for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        pws.push_back(
+            blr::PackedWeight::from_payload(blr::pack_sign(s, VecD(129, 0.1), VecD(n, 0.7)), "s"));
+    }
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    std::vector<mc::DevicePacked> devs;
+    for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
+    mc::PackedScratch ws;
+    for (int rows : {1, 2}) {
+        std::vector<float> x(static_cast<size_t>(rows * n));
+        for (auto& v : x) v = static_cast<float>(rng.normal());
+        const auto dx = ec::upload_f(x, st);
+        std::vector<ec::DVec> ys, biases;
+        std::vector<std::vector<float>> want;
+        std::vector<mc::PackedOut> outs;
+        for (size_t l = 0; l < pws.size(); ++l) {
+            const int64_t m = pws[l].m;
+            std::vector<float> y0(static_cast<size_t>(rows * m)), bias(static_cast<size_t>(m));
+            for (auto& v : y0) v = static_cast<float>(rng.normal());
+            for (auto& v : bias) v = static_cast<float>(rng.normal());
+            const float beta = l % 2 ? 1.0f : 0.0f;
+            std::vector<float> w(y0.size());
+            model::BlrLinear(pws[l]).apply(x.data(), rows, w.data());
+            for (size_t i = 0; i < w.size(); ++i)
+                w[i] += beta * y0[i] + bias[i % static_cast<size_t>(m)];
+            want.push_back(std::move(w));
+            ys.push_back(ec::upload_f(y0, st));
+            biases.push_back(ec::upload_f(bias, st));
+            outs.push_back({&devs[l], ys.back().get(), beta, biases.back().get()});
+        }
+        mc::packed_linear_group(gpu.blas(), st, outs.data(), static_cast<int>(outs.size()), ws,
+                                dx.get(), rows);
+        for (size_t l = 0; l < pws.size(); ++l) {
+            const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
+            EXPECT_LE(rel_diff(got, want[l]), kLayerTol) << "layer " << l << " rows " << rows;
+        }
+    }
 #endif
 }
 

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "blr/sign_layout.hpp"
+#include "core/half.hpp"
 #include "core/error.hpp"
 #include "model/cuda/blr_batch.hpp"
 #include "model/cuda/blr_linear.hpp"
@@ -20,9 +23,10 @@ void ensure(ec::DeviceBuffer<T>& b, int64_t n, cudaStream_t stream) {
     if (b.size() < n) b = ec::DeviceBuffer<T>(n, stream);
 }
 
-// Decode: sign_gemv per product, g and the scales folded in; the first
-// product of a path writes t, the second adds into y (β and the bias once).
-void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, int rows, float* y,
+// Decode with Decode::spans: sign_gemv per product, g and the scales folded
+// in; the first product of a path writes t, the second adds into y (β and the
+// bias once).
+void decode_spans(const DevicePacked& w, PackedScratch& ws, const float* x, int rows, float* y,
                  float beta, const float* bias, cudaStream_t stream) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
@@ -40,6 +44,69 @@ void decode_path(const DevicePacked& w, PackedScratch& ws, const float* x, int r
                    p == 0 ? bias : nullptr},
                   rows, ws.gemv, stream);
     }
+}
+
+// Decode with Decode::rows: the products of every layer of the group in two
+// launches of sign_rows, t_p = ℓ_p ∘ S_V,pᵀ (g_p ∘ x) for every layer and
+// path, then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p per layer (a sign payload's
+// one product, y = β·y + bias + h ∘ S (g ∘ x), in the first). False (nothing
+// run) when a product does not fit the kernel, or for a lone one-path layer
+// with rows longer than kLongRowCols (below).
+constexpr int64_t kLongRowCols = 8192;
+
+bool decode_rows(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
+                 cudaStream_t stream) {
+    // A lone one-path layer with long input rows is left to the span kernels:
+    // there the row kernel's table per stripe per block costs more than the
+    // spans' meeting through global memory (H200, 1 bpw, 4096×11008: 16.5 µs
+    // by rows, also with t by spans and y by rows; 14.3 by spans).
+    if (count == 1 && !layers[0].w->sign && layers[0].w->paths == 1 &&
+        layers[0].w->n > kLongRowCols)
+        return false;
+    int64_t t_words = 0;
+    for (int l = 0; l < count; ++l)
+        if (!layers[l].w->sign) t_words += layers[l].w->paths * rows * layers[l].w->r;
+    ensure(ws.t, t_words, stream);
+    std::vector<SignProduct> first, second;
+    int64_t off = 0;
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        const auto* hs = reinterpret_cast<const __half*>(w.h.get());
+        const auto* ls = reinterpret_cast<const __half*>(w.l.get());
+        if (w.sign) {
+            SignProduct pr;
+            pr.piece[0] = {w.svt(0), x, w.n, w.g32.get(), hs};
+            pr.out = layers[l].y;
+            pr.ld_out = w.m;
+            pr.beta = layers[l].beta;
+            pr.bias = layers[l].bias;
+            first.push_back(pr);
+            continue;
+        }
+        SignProduct out;
+        out.pieces = w.paths;
+        out.out = layers[l].y;
+        out.ld_out = w.m;
+        out.beta = layers[l].beta;
+        out.bias = layers[l].bias;
+        for (int p = 0; p < w.paths; ++p) {
+            float* t = ws.t.get() + off + p * rows * w.r;
+            SignProduct pr;
+            pr.piece[0] = {w.svt(p), x, w.n, w.g32.get() + p * w.n, ls + p * w.r};
+            pr.out = t;
+            pr.ld_out = w.r;
+            first.push_back(pr);
+            out.piece[p] = {w.s_u(p), t, w.r, nullptr, hs + p * w.m};
+        }
+        second.push_back(out);
+        off += w.paths * rows * w.r;
+    }
+    for (const auto* v : {&first, &second})
+        for (const auto& pr : *v)
+            if (!sign_rows_fits(pr, rows)) return false;
+    sign_rows(first.data(), static_cast<int>(first.size()), rows, stream);
+    sign_rows(second.data(), static_cast<int>(second.size()), rows, stream);
+    return true;
 }
 
 int64_t round_up(int64_t v, int64_t k) {
@@ -147,6 +214,14 @@ BatchOptions batch_options_from_env() {
     return o;
 }
 
+Decode decode_from_env() {
+    const char* d = std::getenv("CORTIQ_BLR_DECODE");
+    if (!d) return Decode::rows;
+    const std::string v = d;
+    CORTIQ_ASSERT(v == "rows" || v == "spans", "CORTIQ_BLR_DECODE={}: rows or spans", v);
+    return v == "rows" ? Decode::rows : Decode::spans;
+}
+
 SignMatrix DevicePacked::svt(int p) const {
     const int64_t rows = sign ? m : r;
     return {sv.get() + p * rows * ld_v, ld_v, rows, n};
@@ -184,6 +259,9 @@ DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream) {
     up(d.h, w.h.data(), static_cast<int64_t>(w.h.size()));
     up(d.l, w.l.data(), static_cast<int64_t>(w.l.size()));
     up(d.g, w.g.data(), static_cast<int64_t>(w.g.size()));
+    std::vector<float> g32(w.g.size());
+    for (size_t i = 0; i < g32.size(); ++i) g32[i] = half_to_float(w.g[i]);
+    up(d.g32, g32.data(), static_cast<int64_t>(g32.size()));
     CUDA_CHECK(cudaStreamSynchronize(stream));  // the host vectors may go
     return d;
 }
@@ -193,11 +271,30 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    const float* bias) {
     if (rows == 0) return;
     static_assert(kDecodeRows == 2, "sign_gemv takes 1 or 2 rows");
-    if (rows <= kDecodeRows)
-        return decode_path(w, ws, x, static_cast<int>(rows), y, beta, bias, stream);
+    if (rows <= kDecodeRows) {
+        const PackedOut one{&w, y, beta, bias};
+        if (ws.decode == Decode::rows &&
+            decode_rows(&one, 1, ws, x, static_cast<int>(rows), stream))
+            return;
+        return decode_spans(w, ws, x, static_cast<int>(rows), y, beta, bias, stream);
+    }
     if (ws.batch.math == BatchMath::tf32)
         return batch_path_tf32(blas, stream, w, ws, x, rows, y, beta, bias);
     return batch_path_f16(blas, stream, w, ws, x, rows, y, beta, bias);
+}
+
+}  // namespace cortiq::model::cuda
+
+namespace cortiq::model::cuda {
+
+void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
+                         int count, PackedScratch& ws, const float* x, int64_t rows) {
+    if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::rows &&
+        decode_rows(layers, count, ws, x, static_cast<int>(rows), stream))
+        return;
+    for (int l = 0; l < count; ++l)
+        packed_linear(blas, stream, *layers[l].w, ws, x, rows, layers[l].y, layers[l].beta,
+                      layers[l].bias);
 }
 
 }  // namespace cortiq::model::cuda

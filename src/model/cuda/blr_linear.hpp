@@ -2,8 +2,12 @@
 // the CUDA twin of model/blr_linear.hpp). Per path:
 //   t = ℓ ∘ (S_Vᵀ (g ∘ x)),  u = S_U t,  y = β·y + Σ_p h_p ∘ u_p (+ bias)
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
-// One or two rows (decode): per product one kernel that reads every sign bit
-// once and adds tabulated signed sums of four inputs (model/cuda/sign_gemv.cu).
+// One or two rows (decode): two launches of a kernel that reads every sign bit
+// once and adds tabulated signed sums of four inputs, a block per run of whole
+// rows (model/cuda/sign_rows.cu): every path's t, then y from all paths; the
+// layers that read the same input (q, k, v; gate, up) share the two launches
+// (packed_linear_group). Decode::spans keeps the earlier kernels, one per
+// product with rows cut into 1024-column spans (sign_gemv.cu).
 // A batch (prefill, scoring, calibration), per product: the activations go to
 // fp16 with g (or ℓ) folded in and each row scaled by a power of two that puts
 // its max in [2^14, 2^15) (rows_to_f16.cu: no overflow, whatever the
@@ -32,6 +36,7 @@
 #include "blr/packed.hpp"
 #include "core/cuda/device.hpp"
 #include "model/cuda/sign_gemv.hpp"
+#include "model/cuda/sign_rows.hpp"
 
 namespace cortiq::model::cuda {
 
@@ -43,14 +48,16 @@ struct DevicePacked {
     cortiq::cuda::DeviceBuffer<uint32_t> sv;       // per path: S_Vᵀ (a sign payload: S, m rows)
     cortiq::cuda::DeviceBuffer<uint32_t> su;       // per path: S_U, m rows
     cortiq::cuda::DeviceBuffer<uint16_t> h, l, g;  // f16 scales, paths × (m | r | n)
+    cortiq::cuda::DVec g32;  // g in float32 (paths × n), copied into the row kernels' shared memory
     SignMatrix svt(int p) const;
     SignMatrix s_u(int p) const;
     int64_t bytes() const {
-        return 4 * (sv.size() + su.size()) + 2 * (h.size() + l.size() + g.size());
+        return 4 * (sv.size() + su.size() + g32.size()) + 2 * (h.size() + l.size() + g.size());
     }
 };
 
 enum class BatchMath { f16, tf32 };
+enum class Decode { rows, spans };
 
 struct BatchOptions {
     BatchMath math = BatchMath::f16;
@@ -64,6 +71,8 @@ struct BatchOptions {
 
 // The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
 BatchOptions batch_options_from_env();
+// Decode::rows, or CORTIQ_BLR_DECODE=rows|spans.
+Decode decode_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
@@ -72,6 +81,7 @@ struct PackedScratch {
     cortiq::cuda::DVec row_scale;  // 2 × rows: x's, then t's
     GemvScratch gemv;
     BatchOptions batch = batch_options_from_env();
+    Decode decode = decode_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +
@@ -88,5 +98,19 @@ constexpr int64_t kDecodeRows = 2;
 void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
                    PackedScratch& ws, const float* x, int64_t rows, float* y, float beta,
                    const float* bias);
+
+// One layer of a group that reads the same input.
+struct PackedOut {
+    const DevicePacked* w = nullptr;
+    float* y = nullptr;
+    float beta = 0.0f;
+    const float* bias = nullptr;
+};
+
+// Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: with rows ≤
+// kDecodeRows and Decode::rows, two launches for all of them; otherwise one
+// packed_linear each.
+void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
+                         int count, PackedScratch& ws, const float* x, int64_t rows);
 
 }  // namespace cortiq::model::cuda

@@ -188,11 +188,10 @@ struct GpuModel::Impl {
         float* q = ws.q.get();
         float* k = cached ? cache.k[l].get() + pos0 * c.kv_dim() : ws.k.get();
         float* v = cached ? cache.v[l].get() + pos0 * c.kv_dim() : ws.v.get();
-        cuda::linear(bl, st, L.q, n, R, c.attn_gate ? ws.qg.get() : q, 0.0f);
+        cuda::linear_group(bl, st, {&L.q, &L.k, &L.v}, n, R,
+                           {c.attn_gate ? ws.qg.get() : q, k, v});
         if (c.attn_gate)
             cuda::split_query_gate(ws.qg.get(), R, c.num_heads, hd, q, ws.agate.get(), st);
-        cuda::linear(bl, st, L.k, n, R, k, 0.0f);
-        cuda::linear(bl, st, L.v, n, R, v, 0.0f);
         if (c.qk_norm) {  // per head: rows of head_dim values
             cuda::rmsnorm(q, R * c.num_heads, hd, L.q_norm.get(), eps, q, st);
             cuda::rmsnorm(k, R * c.num_kv_heads, hd, L.k_norm.get(), eps, k, st);
@@ -222,10 +221,8 @@ struct GpuModel::Impl {
         const cublasHandle_t bl = gpu.blas();
         const cuda::DeviceDelta& D = w.layers[l].delta;
         if (seen("linear_attn.in_proj_qkv", n, c.hidden_size)) return false;
-        cuda::linear(bl, st, D.qkv, n, R, ws.qkv_lin.get(), 0.0f);
-        cuda::linear(bl, st, D.z, n, R, ws.z.get(), 0.0f);
-        cuda::linear(bl, st, D.b, n, R, ws.b.get(), 0.0f);
-        cuda::linear(bl, st, D.a, n, R, ws.a.get(), 0.0f);
+        cuda::linear_group(bl, st, {&D.qkv, &D.z, &D.b, &D.a}, n, R,
+                           {ws.qkv_lin.get(), ws.z.get(), ws.b.get(), ws.a.get()});
         cuda::causal_conv1d_silu(ws.qkv_lin.get(), batch, T, C, D.conv.get(), d.conv_kernel,
                                  cached ? cache.conv[l].get() : nullptr, ws.qkv.get(), st);
         constexpr float kL2Eps = 1e-6f;  // transformers' l2norm in the delta rule
@@ -280,8 +277,7 @@ struct GpuModel::Impl {
         // MLP half; down_proj accumulates into x.
         cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
         if (seen("mlp.gate_proj", n, H)) return;
-        cuda::linear(bl, st, L.gate, n, R, ws.gate.get(), 0.0f);
-        cuda::linear(bl, st, L.up, n, R, ws.up.get(), 0.0f);
+        cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
         cuda::swiglu(ws.gate.get(), ws.up.get(), R * c.intermediate_size, st);
         if (seen("mlp.down_proj", ws.gate.get(), c.intermediate_size)) return;
         cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);

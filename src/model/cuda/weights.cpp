@@ -118,4 +118,25 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
     if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
 }
 
+void linear_group(cublasHandle_t blas, cudaStream_t stream,
+                  std::initializer_list<const DeviceLinear*> ls, const float* x, int64_t rows,
+                  std::initializer_list<float*> ys) {
+    CORTIQ_ASSERT(ls.size() == ys.size());
+    std::vector<PackedOut> packed;
+    PackedScratch* scratch = nullptr;
+    auto y = ys.begin();
+    for (const DeviceLinear* l : ls) {
+        float* out = *y++;
+        if (l->packed && (!scratch || scratch == l->scratch)) {
+            scratch = l->scratch;
+            packed.push_back({l->packed.get(), out, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
+        } else {
+            linear(blas, stream, *l, x, rows, out, 0.0f);
+        }
+    }
+    if (!packed.empty())
+        packed_linear_group(blas, stream, packed.data(), static_cast<int>(packed.size()), *scratch,
+                            x, rows);
+}
+
 }  // namespace cortiq::model::cuda

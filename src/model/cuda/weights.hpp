@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -66,5 +67,11 @@ void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream);
 // beta = 1 accumulates into a residual stream.
 void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, const float* x,
             int64_t rows, float* y, float beta);
+
+// ys[i] = x · ls[i]ᵀ (+ bias) for layers that read the same x (q, k, v; gate,
+// up): the compressed ones share their decode launches (packed_linear_group).
+void linear_group(cublasHandle_t blas, cudaStream_t stream,
+                  std::initializer_list<const DeviceLinear*> ls, const float* x, int64_t rows,
+                  std::initializer_list<float*> ys);
 
 }  // namespace cortiq::model::cuda
