@@ -200,8 +200,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                 if (paths == 1)
                     prefill += prefill_row(gpu, dev, bpw, 1e3 * t16b, tiles, x.get(), y.get(),
                                            tokens, reps);
-                const double payload =
-                    static_cast<double>(blr::payload_bytes(m, n, pw.r, paths));
+                const double payload = static_cast<double>(blr::payload_bytes(m, n, pw.r, paths));
                 const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
                 fmt::print(
                     "| {}×{} | {:.2f} | {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.1f} | "
@@ -241,8 +240,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     int64_t packed_bytes = 0, dense_bytes = 0;
     for (int64_t l = 0; l < layers; ++l)
         for (auto [m, n] : shapes) {
-            packed.push_back(
-                mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l, paths), st));
+            packed.push_back(mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l, paths), st));
             packed_bytes += packed.back().bytes();
             dense.push_back(fill_half(m * n, st));
             dense_bytes += 2 * m * n;
@@ -259,8 +257,8 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
     auto one_by_one = [&](mc::PackedScratch& w) {
         for (size_t i = 0; i < packed.size(); ++i)
-            mc::packed_linear(gpu.blas(), st, packed[i], w, x.get(), 1, ys[kOut[i % 7]].get(),
-                              0.0f, nullptr);
+            mc::packed_linear(gpu.blas(), st, packed[i], w, x.get(), 1, ys[kOut[i % 7]].get(), 0.0f,
+                              nullptr);
     };
     auto grouped = [&] {
         for (size_t l = 0; l < packed.size(); l += 7) {
@@ -297,14 +295,15 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", dense_bytes / 1e9, td,
                1e3 / td);
     auto row = [&](const char* name, double t) {
-        fmt::print("| {} | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n", name, packed_bytes / 1e9,
-                   t, 1e3 / t, td / t);
+        fmt::print("| {} | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n", name, packed_bytes / 1e9, t,
+                   1e3 / t, td / t);
     };
     row("packed, span kernels, layer by layer", ts);
     row("packed, row kernels, layer by layer", tr);
     row("packed, row kernels, q/k/v and gate/up grouped", tg);
-    fmt::print("launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n",
-               tde, tge, tde / tge);
+    fmt::print(
+        "launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n", tde,
+        tge, tde / tge);
 }
 
 }  // namespace

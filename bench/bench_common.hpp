@@ -36,8 +36,7 @@ inline blr::PackedWeight random_packed(int64_t m, int64_t n, double bpw, uint64_
     w.h = scales(paths * m);
     w.l = scales(paths * w.r);
     w.g = scales(paths * n);
-    const uint64_t used =
-        static_cast<uint64_t>(paths * w.r) * static_cast<uint64_t>(m + n);
+    const uint64_t used = static_cast<uint64_t>(paths * w.r) * static_cast<uint64_t>(m + n);
     w.bits.resize(blr::words_for(used) + 1);
     for (auto& b : w.bits)
         b = (static_cast<uint64_t>(rng.uniform() * 4294967296.0) << 32) ^

@@ -149,8 +149,12 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     namespace mc = model::cuda;
     const int64_t n = 1500;
     std::vector<blr::PackedWeight> pws;
-    for (auto [m, r, p] : {std::tuple{700, 300, 2}, {37, 13, 1}, {2000, 70, 2}, {5, 1, 2},
-                           {900, 500, 1}, {300, 200, 2}})
+    for (auto [m, r, p] : {std::tuple{700, 300, 2},
+                           {37, 13, 1},
+                           {2000, 70, 2},
+                           {5, 1, 2},
+                           {900, 500, 1},
+                           {300, 200, 2}})
         pws.push_back(blr::PackedWeight::from_payload(
             blr::pack(random_model(m, n, r, p, 17 * m + r)), "group"));
     Rng rng(9);

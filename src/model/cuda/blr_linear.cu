@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "blr/sign_layout.hpp"
-#include "core/half.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "model/cuda/blr_batch.hpp"
 #include "model/cuda/blr_linear.hpp"
 
@@ -27,7 +27,7 @@ void ensure(ec::DeviceBuffer<T>& b, int64_t n, cudaStream_t stream) {
 // in; the first product of a path writes t, the second adds into y (β and the
 // bias once).
 void decode_spans(const DevicePacked& w, PackedScratch& ws, const float* x, int rows, float* y,
-                 float beta, const float* bias, cudaStream_t stream) {
+                  float beta, const float* bias, cudaStream_t stream) {
     const auto* hs = reinterpret_cast<const __half*>(w.h.get());
     const auto* ls = reinterpret_cast<const __half*>(w.l.get());
     const auto* gs = reinterpret_cast<const __half*>(w.g.get());

@@ -188,8 +188,7 @@ struct GpuModel::Impl {
         float* q = ws.q.get();
         float* k = cached ? cache.k[l].get() + pos0 * c.kv_dim() : ws.k.get();
         float* v = cached ? cache.v[l].get() + pos0 * c.kv_dim() : ws.v.get();
-        cuda::linear_group(bl, st, {&L.q, &L.k, &L.v}, n, R,
-                           {c.attn_gate ? ws.qg.get() : q, k, v});
+        cuda::linear_group(bl, st, {&L.q, &L.k, &L.v}, n, R, {c.attn_gate ? ws.qg.get() : q, k, v});
         if (c.attn_gate)
             cuda::split_query_gate(ws.qg.get(), R, c.num_heads, hd, q, ws.agate.get(), st);
         if (c.qk_norm) {  // per head: rows of head_dim values

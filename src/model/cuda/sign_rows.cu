@@ -9,7 +9,7 @@
 // per block instead of one per block.
 //
 // A block: 8 warps, 8·RPW rows at most (RPW a power of two ≤ 8 chosen per
-// launch from its bits, about two blocks per SM). Its rows' bits (all
+// launch from its bits, about three blocks per SM). Its rows' bits (all
 // pieces) are copied to shared memory with cp.async before the block waits
 // for the previous kernel (programmatic dependent launch: the bits are
 // weights, no kernel writes them). The inputs come through a ring of stripe
@@ -21,12 +21,14 @@
 // barrier per stripe suffices.
 //
 // Measured on the H200 (bench_blr_gpu, 1 bpw, decode inside CUDA graphs):
-// 4096×4096 8.9 µs for both products against 10.1 with sign_gemv; a 32-layer
-// 4096/11008 model's linears with q/k/v and gate/up grouped 2.07 ms against
-// 2.62. What it took: bank-conflict-free tables (the first version, with
-// strided reads, ran 3× slower), inputs staged ahead (not loaded per stripe),
-// no branches over a warp's rows (so their lookups interleave), two blocks
-// per SM.
+// 4096×4096 8.9 µs for both products against 10.2 with sign_gemv (P = 2:
+// 9.0 against 18.9); a 32-layer 4096/11008 model's linears with q/k/v and
+// gate/up grouped 1.933 ms against 2.632 (P = 2: 2.087 against 5.237). What
+// it took: bank-conflict-free tables (the first version, with strided reads,
+// ran 3× slower), inputs staged ahead (not loaded per stripe), no branches
+// over a warp's rows (so their lookups interleave), three blocks per SM (the
+// grouped model: 2.316 ms with one, 2.122 with two).
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -260,7 +262,8 @@ __global__ void __launch_bounds__(kThreads) sign_rows_kernel(const __grid_consta
                 float e[8];
 #pragma unroll
                 for (int q = 0; q < 8; ++q)
-                    e[q] = t[i * kLut + lut_slot(q, static_cast<int>((w[u] >> (4 * q)) & 15u), lane)];
+                    e[q] =
+                        t[i * kLut + lut_slot(q, static_cast<int>((w[u] >> (4 * q)) & 15u), lane)];
                 acc[u][i] += ((e[0] + e[1]) + (e[2] + e[3])) + ((e[4] + e[5]) + (e[6] + e[7]));
             }
         if (s + 1 != stripes && s + 1 != groups0) continue;  // the piece goes on
@@ -365,7 +368,7 @@ void sign_rows(const SignProduct* products, int count, int rows, cudaStream_t st
         // bits, each product cut into runs of whole rows: 8·RPW rows (RPW a
         // power of two up to 8, one for the launch), or fewer where the
         // bits budget allows fewer.
-        static const int per_sm = knob("CORTIQ_ROWS_BLOCKS_PER_SM", 2, 1, 16);
+        static const int per_sm = knob("CORTIQ_ROWS_BLOCKS_PER_SM", 3, 1, 16);
         int64_t total_words = 0;
         for (int i = 0; i < n; ++i)
             total_words += products[c0 + i].piece[0].s.rows * row_words(products[c0 + i]);

@@ -21,8 +21,8 @@
 namespace cortiq::model::cuda {
 
 struct SignPiece {
-    SignMatrix s;                       // rows: the product's; cols: the inputs read
-    const float* in = nullptr;          // R rows of s.cols values, leading dimension ld_in
+    SignMatrix s;               // rows: the product's; cols: the inputs read
+    const float* in = nullptr;  // R rows of s.cols values, leading dimension ld_in
     int64_t ld_in = 0;
     const float* in_scale = nullptr;    // g (s.cols), or null for ones
     const __half* out_scale = nullptr;  // per row, or null for ones

@@ -129,7 +129,8 @@ void linear_group(cublasHandle_t blas, cudaStream_t stream,
         float* out = *y++;
         if (l->packed && (!scratch || scratch == l->scratch)) {
             scratch = l->scratch;
-            packed.push_back({l->packed.get(), out, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
+            packed.push_back(
+                {l->packed.get(), out, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
         } else {
             linear(blas, stream, *l, x, rows, out, 0.0f);
         }
