@@ -20,12 +20,15 @@
 
 #include "core/error.hpp"
 #include "model/cuda/sign_gemv.hpp"
+#include "model/cuda/sign_launch.hpp"
 
 namespace cortiq::model::cuda {
 
 namespace ec = cortiq::cuda;
 
 namespace {
+
+using namespace sign_detail;
 
 constexpr int kGroupCols = 1024;     // columns a warp covers with one word per lane
 constexpr int kLut = 8 * 16 * 32;    // table floats per group and row: [q][nibble][lane]
@@ -44,11 +47,6 @@ struct Params {
     int spans;
     int64_t chunk;  // rows per chunk
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // out[i, k] = β·out[i, k] + bias[k] + scale[k]·sum
 __device__ __forceinline__ void finish(const GemvIo& io, int i, int64_t k, float sum) {
@@ -91,20 +89,13 @@ __device__ __forceinline__ void tabulate(const Params& p, int64_t c0, float* lut
         }
 }
 
-// cp.async of one 32-bit word into shared memory (sm_80+): the copies of a
+// Bits come through cp.async (copy_word_async, sign_launch.hpp): the copies of a
 // whole slab of rows are in flight at once, where loads into registers were
 // limited to the registers a lane could hold (4 rows ahead). Measured on the
 // H200 this alone changed little (4096×11008 at 1 bpw: 16.3 against 15.7 µs):
 // each product is bound by its chain of dependent steps, not by the loads in
 // flight; what it bought is the overlap with programmatic dependent launch
 // (14.3 µs, launch() below).
-__device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* src) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void commit_copies() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
 template <int N>
 __device__ __forceinline__ void wait_copies() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -231,12 +222,6 @@ __global__ void __launch_bounds__(kThreads) sign_gemv_kernel(Params p) {
     if (threadIdx.x == 0) p.counters[blockIdx.y] = 0u;  // ready for the next call
 }
 
-// A benchmark's knob from the environment, read once per name at first use.
-int knob(const char* name, int fallback, int lo, int hi) {
-    const char* e = std::getenv(name);
-    return e ? std::clamp(std::atoi(e), lo, hi) : fallback;
-}
-
 template <int R, int G>
 void launch(const Params& p, dim3 grid, cudaStream_t stream) {
     const size_t smem = sizeof(float) * kLut * R * G + 2 * sizeof(uint32_t) * kSlabWords;
@@ -247,23 +232,7 @@ void launch(const Params& p, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)sized;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    // On by default since the bits come in slabs: the next product copies its
-    // first slab while this one finishes. On the H200 at 1 bpw: 4096×11008
-    // 16.3 → 14.3 µs, a 32-layer model's linears 3.017 → 2.608 ms per token
-    // (CUDA graph). With loads into registers it had been slower (29.6 against
-    // 17.1 µs), the waiting blocks holding their SMs. CORTIQ_GEMV_PDL=0: off.
-    static const int pdl = knob("CORTIQ_GEMV_PDL", 1, 0, 1);
-    attr[0].val.programmaticStreamSerializationAllowed = pdl;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sign_gemv_kernel<R, G>, p));
+    launch_pdl(sign_gemv_kernel<R, G>, grid, kThreads, smem, stream, p);
 }
 
 template <int R>
@@ -287,20 +256,6 @@ void launch_groups(int groups, const Params& p, dim3 grid, cudaStream_t stream) 
 int max_groups() {
     static const int g = knob("CORTIQ_GEMV_GROUPS", 1, 1, kMaxGroups);
     return g;
-}
-
-int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        return v;
-    }();
-    return n;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
 }
 
 }  // namespace

@@ -33,11 +33,14 @@
 #include <cstdlib>
 
 #include "core/error.hpp"
+#include "model/cuda/sign_launch.hpp"
 #include "model/cuda/sign_rows.hpp"
 
 namespace cortiq::model::cuda {
 
 namespace {
+
+using namespace sign_detail;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -57,16 +60,6 @@ struct Params {
     int rows_per_block[kMaxSignProducts];
     int count;
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-__device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* src) {
-    const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
-}
 
 // Stripe s of a product: its piece and the stripe within the piece.
 struct Stripe {
@@ -156,9 +149,6 @@ __device__ __forceinline__ void tabulate(const float* slot, bool with_g, float* 
     }
 }
 
-__device__ __forceinline__ void commit_copies() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
 
 // RPW: rows per warp (a block: 8·RPW rows at most). Every warp runs all RPW
 // of its rows without branches (rows past the block's last read its last row
@@ -291,25 +281,6 @@ __global__ void __launch_bounds__(kThreads) sign_rows_kernel(const __grid_consta
     }
 }
 
-int knob(const char* name, int fallback, int lo, int hi) {
-    const char* e = std::getenv(name);
-    return e ? std::clamp(std::atoi(e), lo, hi) : fallback;
-}
-
-int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-        return v;
-    }();
-    return n;
-}
-
-int64_t ceil_div(int64_t a, int64_t b) {
-    return (a + b - 1) / b;
-}
-
 int64_t row_words(const SignProduct& p) {
     return p.piece[0].s.ld + (p.pieces > 1 ? p.piece[1].s.ld : 0);
 }
@@ -325,18 +296,8 @@ void launch(const Params& p, int blocks, size_t bits_bytes, cudaStream_t stream)
         return true;
     }();
     (void)sized;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(blocks));
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    static const int pdl = knob("CORTIQ_GEMV_PDL", 1, 0, 1);
-    attr[0].val.programmaticStreamSerializationAllowed = pdl;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, sign_rows_kernel<R, RPW>, p));
+    launch_pdl(sign_rows_kernel<R, RPW>, dim3(static_cast<unsigned>(blocks)), kThreads, smem,
+               stream, p);
 }
 
 template <int R>
