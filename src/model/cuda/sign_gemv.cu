@@ -77,12 +77,7 @@ __device__ __forceinline__ void tabulate(const Params& p, int64_t c0, float* lut
                 }
             }
             float e[16];
-            e[0] = (v[0] + v[1]) + (v[2] + v[3]);
-#pragma unroll
-            for (int nib = 1; nib < 16; ++nib) {
-                const int hb = nib >= 8 ? 3 : nib >= 4 ? 2 : nib >= 2 ? 1 : 0;
-                e[nib] = e[nib ^ (1 << hb)] - 2.0f * v[hb];
-            }
+            signed_sums(v, e);
             float* dst = lut + (i * G + g) * kLut + q * 512 + lane;
 #pragma unroll
             for (int nib = 0; nib < 16; ++nib) dst[nib * 32] = e[nib];

@@ -20,6 +20,17 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// The 16 signed sums of 4 inputs, e(nib) = Σ_b (bit b of nib ? −v_b : v_b),
+// each from the one with its highest set bit clear (15 adds after the first).
+__device__ __forceinline__ void signed_sums(const float (&v)[4], float (&e)[16]) {
+    e[0] = (v[0] + v[1]) + (v[2] + v[3]);
+#pragma unroll
+    for (int nib = 1; nib < 16; ++nib) {
+        const int hb = nib >= 8 ? 3 : nib >= 4 ? 2 : nib >= 2 ? 1 : 0;
+        e[nib] = e[nib ^ (1 << hb)] - 2.0f * v[hb];
+    }
+}
+
 // cp.async of one 32-bit word into shared memory (sm_80+).
 __device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* src) {
     const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -137,18 +137,12 @@ __device__ __forceinline__ void tabulate(const float* slot, bool with_g, float* 
         const float4 x = *reinterpret_cast<const float4*>(slot + i * kStripeCols + c);
         const float v[4] = {g.x * x.x, g.y * x.y, g.z * x.z, g.w * x.w};
         float e[16];
-        e[0] = (v[0] + v[1]) + (v[2] + v[3]);
-#pragma unroll
-        for (int nib = 1; nib < 16; ++nib) {
-            const int hb = nib >= 8 ? 3 : nib >= 4 ? 2 : nib >= 2 ? 1 : 0;
-            e[nib] = e[nib ^ (1 << hb)] - 2.0f * v[hb];
-        }
+        signed_sums(v, e);
         float* dst = lut + i * kLut;
 #pragma unroll
         for (int nib = 0; nib < 16; ++nib) dst[lut_slot(q, nib, lane)] = e[nib];
     }
 }
-
 
 // RPW: rows per warp (a block: 8·RPW rows at most). Every warp runs all RPW
 // of its rows without branches (rows past the block's last read its last row
