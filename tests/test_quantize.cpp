@@ -195,6 +195,34 @@ TEST_F(Quantize, BaselinesUseTheSamePipeline) {
     fs::remove_all(d);
 }
 
+// --profile reports the encoder's seconds per stage (in total and in the
+// JSON) without changing a byte of the output; without it nothing is reported.
+TEST_F(Quantize, ProfileReportsEncoderStagesAndChangesNoByte) {
+    const fs::path d = tmp_dir("prof");
+    auto o = base_options(d / "plain.safetensors");
+    o.force = true;
+    const auto plain = quant::quantize(o);
+    EXPECT_TRUE(plain.encode_stages.entries().empty());
+    EXPECT_FALSE(plain.to_json().contains("encode_stages"));
+    EXPECT_EQ(plain.summary().find("encoder stages"), std::string::npos);
+
+    o.out_path = (d / "profiled.safetensors").string();
+    o.profile = true;
+    const auto prof = quant::quantize(o);
+    EXPECT_EQ(slurp(d / "plain.safetensors"), slurp(d / "profiled.safetensors"));
+    const auto j = prof.to_json();
+    ASSERT_TRUE(j.contains("encode_stages"));
+    for (const char* stage : {"latents", "itq", "svid", "als", "flip_u", "gptq_v", "pack"}) {
+        ASSERT_TRUE(j["encode_stages"].contains(stage)) << stage;
+        EXPECT_GE(j["encode_stages"][stage].get<double>(), 0.0) << stage;
+    }
+    double staged = 0;
+    for (const auto& e : prof.encode_stages.entries()) staged += e.seconds;
+    EXPECT_GT(staged, 0.0);
+    EXPECT_NE(prof.summary().find("encoder stages"), std::string::npos);
+    fs::remove_all(d);
+}
+
 TEST_F(Quantize, BadInputGivesOneClearErrorAndNoOutput) {
     const fs::path d = tmp_dir("bad");
     const std::string q = (d / "o.safetensors").string();

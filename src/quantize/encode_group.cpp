@@ -13,7 +13,8 @@ namespace cortiq::quant {
 std::vector<encode::Encoded> encode_group(
     const std::vector<GroupJob>& jobs, const MatD& h_fit, const MatD& h_sel,
     const encode::Options& base, encode::Device device, int gpu_jobs, const std::vector<int>& gpus,
-    const std::string& what, const std::function<void(size_t, const encode::Encoded&)>& on_done) {
+    bool profile, const std::string& what,
+    const std::function<void(size_t, const encode::Encoded&)>& on_done) {
     std::vector<encode::Encoded> out(jobs.size());
     if (jobs.empty()) return out;
     // rtn-sign is a few GEMMs: the CPU writes its sign payload.
@@ -30,9 +31,18 @@ std::vector<encode::Encoded> encode_group(
         mo.device = encode::Device::gpu;
         mo.in_flight = gpu_jobs;
         mo.gpus = gpus;
-        mo.on_done = [&](size_t i, const encode::ManyResult& r) { on_done(i, r.enc); };
+        mo.profile = profile;
+        mo.on_done = [&](size_t i, const encode::ManyResult& r) {
+            if (!profile) return on_done(i, r.enc);
+            encode::Encoded e = r.enc;
+            e.stages = r.prof;
+            on_done(i, e);
+        };
         auto res = encode::encode_many(inputs, many, mo);
-        for (size_t i = 0; i < jobs.size(); ++i) out[i] = std::move(res[i].enc);
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            out[i] = std::move(res[i].enc);
+            out[i].stages = res[i].prof;
+        }
         return out;
     }
     const encode::cpu::InputContext input_ctx(h_fit, h_sel, base.rho, what);
@@ -40,7 +50,9 @@ std::vector<encode::Encoded> encode_group(
         encode::Options o = base;
         o.bpw = jobs[i].bpw;
         try {
-            out[i] = encode::cpu::encode_tensor(jobs[i].w, input_ctx, o);
+            Profile prof;
+            out[i] = encode::cpu::encode_tensor(jobs[i].w, input_ctx, o, profile ? &prof : nullptr);
+            out[i].stages = prof;
         } catch (const Error& e) {
             CORTIQ_FAIL("{}: {}", jobs[i].name, e.what());
         }

@@ -18,10 +18,12 @@ struct GroupJob {
     double bpw;
 };
 
-// Results in job order; on_done(i, enc) as each finishes.
+// Results in job order; on_done(i, enc) as each finishes. With `profile`,
+// each result's `stages` holds its seconds per encoder stage.
 std::vector<encode::Encoded> encode_group(
     const std::vector<GroupJob>& jobs, const MatD& h_fit, const MatD& h_sel,
     const encode::Options& base, encode::Device device, int gpu_jobs, const std::vector<int>& gpus,
-    const std::string& what, const std::function<void(size_t, const encode::Encoded&)>& on_done);
+    bool profile, const std::string& what,
+    const std::function<void(size_t, const encode::Encoded&)>& on_done);
 
 }  // namespace cortiq::quant

@@ -34,14 +34,14 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const auto [h_fit, h_sel] = run.states.head_grams();
     run.report.calib_seconds += seconds_since(calib_start);
     const auto encode_start = std::chrono::steady_clock::now();
-    const auto enc = encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus,
-                                  fmt::format("{} (lm_head)", o.model_dir),
-                                  [&](size_t, const encode::Encoded& e) {
-                                      if (o.verbose)
-                                          run.bar.print(fmt::format("{:<40} {}", kHead, e.line));
-                                      run.bar.advance(vocab * hidden, kHead);
-                                  });
+    const auto enc = encode_group(
+        jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile,
+        fmt::format("{} (lm_head)", o.model_dir), [&](size_t, const encode::Encoded& e) {
+            if (o.verbose) run.bar.print(fmt::format("{:<40} {}{}", kHead, e.line, stage_note(e)));
+            run.bar.advance(vocab * hidden, kHead);
+        });
     run.report.encode_seconds += seconds_since(encode_start);
+    run.report.encode_stages.merge(enc[0].stages);
     blr::validate_any(enc[0].payload, kHead, vocab, hidden);
     run.payloads[kHead] = enc[0].payload;
     LayerRecord rec;

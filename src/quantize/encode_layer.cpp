@@ -68,18 +68,19 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
             fmt::format("{} (layer {} input of {})", o.model_dir, layer, g.input);
         const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what);
         const auto t0 = std::chrono::steady_clock::now();
-        const auto enc =
-            encode_group(jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, o.gpus, what,
-                         [&](size_t i, const encode::Encoded& e) {
-                             const std::string name = tensor_name(c, layer, jobs[i].name);
-                             const double alpha = grams.drift_alpha[i];
-                             if (o.verbose)
-                                 run.bar.print(fmt::format(
-                                     "{:<40} {}{}", name, e.line,
-                                     alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : ""));
-                             run.bar.advance(jobs[i].w.size(), name);
-                         });
+        const auto enc = encode_group(
+            jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
+            [&](size_t i, const encode::Encoded& e) {
+                const std::string name = tensor_name(c, layer, jobs[i].name);
+                const double alpha = grams.drift_alpha[i];
+                if (o.verbose)
+                    run.bar.print(fmt::format(
+                        "{:<40} {}{}{}", name, e.line,
+                        alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : "", stage_note(e)));
+                run.bar.advance(jobs[i].w.size(), name);
+            });
         run.report.encode_seconds += seconds_since(t0);
+        for (const auto& e : enc) run.report.encode_stages.merge(e.stages);
         for (size_t i = 0; i < jobs.size(); ++i) {
             const std::string name = tensor_name(c, layer, jobs[i].name);
             install_payload(run, layer, jobs[i].name, enc[i].payload);

@@ -100,6 +100,10 @@ struct QuantizeOptions {
     bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
     bool tuned() const { return tune_blocks() || tune_kd(); }
     bool resume = false, force = false, progress = true, verbose = true;
+    // Seconds per encoder stage: on each tensor's line (verbose), in total in
+    // the summary and in --json ("encode_stages"). On the GPU every stage then
+    // synchronises the device, so the tensors in flight overlap less.
+    bool profile = false;
     // Testing hook: throw an Error right after the journal entry of this layer
     // is written (num_layers: of the head), as a killed run would stop (-1:
     // never).
@@ -139,6 +143,10 @@ struct QuantizeReport {
     // embedding) and the output's size.
     int64_t total_params = 0, file_bytes = 0;
     double seconds = 0, encode_seconds = 0, calib_seconds = 0, tune_seconds = 0;
+    // QuantizeOptions::profile: the encoder's seconds per stage, summed over
+    // the tensors encoded in this run (tensors in flight together add up
+    // past the wall time).
+    Profile encode_stages;
     // One entry per tuned block: layer, losses before/after, epoch kept, flips.
     nlohmann::json tuned_blocks = nlohmann::json::array();
     nlohmann::json distilled;  // --tune ...+kd: KL before/after, epoch kept, flips, seconds

@@ -9,6 +9,10 @@
 
 namespace cortiq::quant {
 
+std::string stage_note(const encode::Encoded& e) {
+    return e.stages.entries().empty() ? "" : " | stages " + e.stages.line();
+}
+
 TensorReport report_of(const std::string& name, const GroupJob& job, const encode::Encoded& e,
                        encode::Method method) {
     TensorReport r;
@@ -84,6 +88,11 @@ nlohmann::json QuantizeReport::to_json() const {
     j["encode_seconds"] = encode_seconds;
     j["calib_seconds"] = calib_seconds;
     j["tune_seconds"] = tune_seconds;
+    if (!encode_stages.entries().empty()) {
+        nlohmann::json st = nlohmann::json::object();
+        for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
+        j["encode_stages"] = st;
+    }
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     if (!distilled.is_null()) j["distilled"] = distilled;
     j["resumed_layers"] = resumed_layers;
@@ -125,7 +134,10 @@ std::string QuantizeReport::summary() const {
                tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
                resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
                resumed_head ? ", lm_head resumed" : "") +
-           kept_small_note() + tune_note;
+           kept_small_note() + tune_note +
+           (encode_stages.entries().empty()
+                ? ""
+                : "\nencoder stages (summed over tensors): " + encode_stages.line());
 }
 
 std::string QuantizeReport::kept_small_note() const {

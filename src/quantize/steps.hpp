@@ -144,6 +144,9 @@ void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
 
 TensorReport report_of(const std::string& name, const GroupJob& job, const encode::Encoded& e,
                        encode::Method method);
+// " | stages latents 0.12s (10%) | ..." for a tensor's line when it was
+// profiled (QuantizeOptions::profile), else "".
+std::string stage_note(const encode::Encoded& e);
 double ratio(int64_t a, int64_t b);
 
 }  // namespace cortiq::quant

@@ -146,6 +146,9 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--force", a->o.force, "overwrite the output / discard an old journal");
     cmd->add_option("--json", a->json, "write the run's summary as JSON to this file");
     cmd->add_flag("-q,--quiet", a->quiet, "no per-tensor lines or progress bar");
+    cmd->add_flag("--profile", a->o.profile,
+                  "seconds per encoder stage on each tensor's line and in total (with "
+                  "--device gpu every stage then waits for the device)");
     cmd->callback([a] {
         set_num_threads(a->threads);
         a->o.enc.method = encode::parse_method(a->method);
