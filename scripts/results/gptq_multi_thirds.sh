@@ -2,9 +2,9 @@
 # exact column search against --gptq-multi 8, tiny models, CPU encoder, untuned,
 # 64 windows of one third of tinystories-calib (3 disjoint thirds = 3 paired runs)
 set -u
-C=/work/main/build/tools/cortiq/cortiq
-D=/work/shared/data
-cd /work/notes/multi
+C=${CORTIQ:?path to the cortiq binary}
+D=${DATA:?path to shared/data}
+mkdir -p "${WORK:-/tmp/gptq_multi}" && cd "${WORK:-/tmp/gptq_multi}"  # holds calib0..2.txt: tinystories-calib cut in thirds at line ends
 for model in ${MODELS:-tiny-llama-6m}; do
 for bpw in ${BPWS:-0.55 1.0 2.0}; do
 for k in 0 1 2; do
