@@ -283,10 +283,6 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
     return batch_path_f16(blas, stream, w, ws, x, rows, y, beta, bias);
 }
 
-}  // namespace cortiq::model::cuda
-
-namespace cortiq::model::cuda {
-
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows) {
     if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::rows &&
