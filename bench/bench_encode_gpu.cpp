@@ -3,6 +3,7 @@
 //                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
 //                    [--layer-dims 4096,11008]
 //                    [--in-flight 4] [--threads 0] [--gptq lazy|batched]
+//                    [--gptq-multi 0,8]
 //                    [--scaling 1,2,4,8 [--scaling-layers 32]]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
@@ -11,6 +12,9 @@
 // --scaling: encode_many over that layer and over a model of that many such
 // layers on 1, 2, 4, 8 GPUs (those visible), with the scaling efficiency
 // (time on 1 / (k × time on k)) and each GPU's idle fraction (issue 16).
+// --gptq-multi 0,8: the sizes and the layer with each column search
+// (Options::gptq_multi: 0 the exact scan, Q rounds of up to Q flips), side by
+// side in one run.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -168,6 +172,7 @@ int main(int argc, char** argv) {
     std::vector<int64_t> scaling_depths = {1, 32};  // --scaling-layers 32 (and 1)
     double bpw = 1.0;
     cu::Tuning size_tuning;  // --gptq lazy|batched: the column search of --sizes
+    std::vector<int> multis = {0};  // --gptq-multi 0,8
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -205,6 +210,11 @@ int main(int argc, char** argv) {
             const std::string v = next();
             CORTIQ_CHECK(v == "lazy" || v == "batched", "--gptq takes lazy or batched, not {}", v);
             size_tuning.gptq_kernel = v == "lazy" ? cu::GptqKernel::lazy : cu::GptqKernel::batched;
+        } else if (a == "--gptq-multi") {
+            multis.clear();
+            std::stringstream ss(next());
+            for (std::string t; std::getline(ss, t, ',');) multis.push_back(std::stoi(t));
+            CORTIQ_CHECK(!multis.empty(), "--gptq-multi is empty");
         } else
             CORTIQ_FAIL("unknown flag {}", a);
     }
@@ -225,17 +235,23 @@ int main(int argc, char** argv) {
                 const auto t0 = Clock::now();
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const double gen = seconds_since(t0);
-                Row r = run_gpu(gpu, s, o, size_tuning, true, fmt::format("{}x{}", z.m, z.n));
-                fmt::print(
-                    "{}x{} (inputs generated in {:.1f}s)\n  {}\n  ctx {:.2f}s tensor {:.2f}s\n"
-                    "  profile: {}\n",
-                    z.m, z.n, gen, r.line, r.ctx_s, r.tensor_s, r.prof);
-                std::fflush(stdout);
-                // unprofiled (no per-stage synchronisation): the headline seconds
-                Row u = run_gpu(gpu, s, o, size_tuning, false, fmt::format("{}x{}", z.m, z.n));
-                fmt::print("  unprofiled: ctx {:.2f}s tensor {:.2f}s\n", u.ctx_s, u.tensor_s);
-                std::fflush(stdout);
-                rows.push_back(u);
+                for (int q : multis) {
+                    Options oq = o;
+                    oq.gptq_multi = q;
+                    const std::string tag = q == 0 ? fmt::format("{}x{}", z.m, z.n)
+                                                   : fmt::format("{}x{} Q{}", z.m, z.n, q);
+                    Row r = run_gpu(gpu, s, oq, size_tuning, true, tag);
+                    fmt::print(
+                        "{} (inputs generated in {:.1f}s)\n  {}\n  ctx {:.2f}s tensor {:.2f}s\n"
+                        "  profile: {}\n",
+                        tag, gen, r.line, r.ctx_s, r.tensor_s, r.prof);
+                    std::fflush(stdout);
+                    // unprofiled (no per-stage synchronisation): the headline seconds
+                    Row u = run_gpu(gpu, s, oq, size_tuning, false, tag);
+                    fmt::print("  unprofiled: ctx {:.2f}s tensor {:.2f}s\n", u.ctx_s, u.tensor_s);
+                    std::fflush(stdout);
+                    rows.push_back(u);
+                }
             }
             print_rows("GPU, 1 tensor at a time (unprofiled)", rows);
         }
@@ -327,7 +343,8 @@ int main(int argc, char** argv) {
             for (auto& g : grams) inputs.push_back({&g.first, &g.second, "input"});
             std::vector<ManyJob> jobs;
             for (int k = 0; k < 7; ++k) jobs.push_back({names[k], &ws[k], ins[k], o});
-            auto run = [&](int flight) {
+            auto run = [&](int flight, int multi) {
+                for (auto& j : jobs) j.options.gptq_multi = multi;
                 ManyOptions mo;
                 mo.in_flight = flight;
                 const auto t1 = Clock::now();
@@ -340,16 +357,23 @@ int main(int argc, char** argv) {
                 encode_many(inputs, jobs, mo);
                 return seconds_since(t1);
             };
-            fmt::print("encode_many, {} in flight:\n", in_flight);
-            std::fflush(stdout);
-            const double many_s = run(in_flight);
-            fmt::print("one at a time:\n");
-            std::fflush(stdout);
-            const double seq_s = run(1);
-            fmt::print(
-                "\n== decoder layer (7 tensors) ==\nencode_many ({} in flight): {:.1f}s\n"
-                "one at a time:             {:.1f}s\nspeed-up: {:.2f}x\n",
-                in_flight, many_s, seq_s, seq_s / many_s);
+            std::vector<double> many_s;
+            for (int q : multis) {
+                fmt::print("encode_many, {} in flight, gptq-multi {}:\n", in_flight, q);
+                std::fflush(stdout);
+                many_s.push_back(run(in_flight, q));
+            }
+            fmt::print("\n== decoder layer (7 tensors) ==\n");
+            for (size_t k = 0; k < multis.size(); ++k)
+                fmt::print("encode_many ({} in flight), gptq-multi {}: {:.1f}s ({:.2f}x the first)\n",
+                           in_flight, multis[k], many_s[k], many_s[0] / many_s[k]);
+            if (multis.size() == 1) {  // a list compares the searches, not the scheduling
+                fmt::print("one at a time:\n");
+                std::fflush(stdout);
+                const double seq_s = run(1, multis[0]);
+                fmt::print("one at a time: {:.1f}s\nspeed-up: {:.2f}x\n", seq_s,
+                           seq_s / many_s[0]);
+            }
         }
         return 0;
     } catch (const std::exception& e) {

@@ -22,6 +22,7 @@
 #include "encode/cuda/stages.hpp"
 #include "encode/encode_many.hpp"
 #include "encode/synthetic.hpp"
+#include "flip_gain.hpp"
 #include "linalg/blas.hpp"
 
 using namespace cortiq;
@@ -280,6 +281,50 @@ TEST(CudaKnots, GptqVMatchesCpu) {
          {std::tuple<int64_t, int64_t, int64_t>{160, 128, 24}, {96, 200, 72}, {256, 192, 150}})
         for (cu::GptqKernel kernel : {cu::GptqKernel::lazy, cu::GptqKernel::batched})
             expect_gptq_v_matches_cpu(m, n, r, kernel);
+}
+
+// The rounds of simultaneous flips (Options::gptq_multi) on the device
+// against the float64 CPU rounds, as for the exact scan: ≥ 99 % of S_V equal,
+// g and the error close, with feedback on the second of two paths; at r = 600
+// every thread holds two bits. Without feedback each column must end where no
+// single flip gains more than float32 sums can resolve.
+TEST(CudaKnots, GptqVMultiMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    const Options o;
+    for (auto [m, n, r] : {std::tuple<int64_t, int64_t, int64_t>{160, 128, 24},
+                           {256, 192, 150},
+                           {700, 640, 600}}) {
+        Fixture f(m, n, 61 + m);
+        const blr::Factors base = cpu::build_init(*f.tc, r, 2, small_options());
+        for (int multi : {1, 8, 32}) {
+            if (r == 600 && multi != 8) continue;
+            blr::Factors g = base;
+            const int64_t ng =
+                cpu::gptq_v(g, *f.tc, 1, o.flip_tol, o.flip_passes, o.gptq_block, true, multi);
+            cu::DeviceFactors gd = cu::to_device(base, f.gpu.stream());
+            const int64_t ngd =
+                cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block, true, multi);
+            const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
+            EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
+                << m << "x" << n << " r" << r << " multi " << multi << ": " << ng << " vs "
+                << ngd << " flips";
+            EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+            const double e = cpu::err(g, *f.tc, cpu::Metric::h);
+            const double ed = cu::err(gd, *f.c, cu::Metric::h);
+            EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " multi " << multi;
+            std::cerr << m << "x" << n << " r" << r << " multi " << multi << ": flips cpu " << ng
+                      << ", gpu " << ngd << "\n";
+        }
+    }
+    Fixture f(96, 200, 67);
+    const blr::Factors one = cpu::build_init(*f.tc, 40, 1, small_options());
+    cu::DeviceFactors d = cu::to_device(one, f.gpu.stream());
+    EXPECT_GT(cu::gptq_v(d, *f.c, 0, o.flip_tol, 64, o.gptq_block, false, 8), 0);
+    const blr::Factors h = cu::to_host(d, f.gpu.stream());
+    for (double v : h.paths[0].sv.vec()) ASSERT_TRUE(v == 1.0 || v == -1.0);
+    for (int64_t j = 0; j < 200; ++j) EXPECT_LE(best_single_flip_gain(h, *f.tc, j), 1e-5) << j;
+    EXPECT_THROW(cu::gptq_v(d, *f.c, 0, o.flip_tol, 16, o.gptq_block, true, cu::kMaxGptqMulti + 1),
+                 Error);
 }
 
 // Ranks only large layers reach: at r = 1500 the lazy kernel's 14 owner warps

@@ -9,6 +9,7 @@
 #include "core/rng.hpp"
 #include "encode/cpu/stages.hpp"
 #include "encode/synthetic.hpp"
+#include "flip_gain.hpp"
 #include "linalg/blas.hpp"
 
 using namespace cortiq;
@@ -275,31 +276,6 @@ TEST(GptqV, BlockSizeDoesNotChangeTheResult) {
     EXPECT_EQ(a.paths[1].sv.vec(), b.paths[1].sv.vec());
     for (int64_t j = 0; j < 100; ++j)
         EXPECT_NEAR(a.paths[1].g[j], b.paths[1].g[j], 1e-9 * std::abs(b.paths[1].g[j]) + 1e-15);
-}
-
-// The largest relative gain a single sign flip would still give column j of
-// path 0 (one path, no feedback: the column's target is fixed, b = Mᵀ w_j).
-static double best_single_flip_gain(const blr::Factors& f, const TensorContext& c, int64_t j) {
-    const MatD mm = f.left(0);
-    const MatD k = la::gemm(mm, true, mm, false);
-    const int64_t r = k.rows();
-    std::vector<double> s(f.paths[0].sv.row(j), f.paths[0].sv.row(j) + r), b(r, 0.0), ks(r, 0.0);
-    for (int64_t a = 0; a < r; ++a)
-        for (int64_t i = 0; i < mm.rows(); ++i) b[a] += c.w(i, j) * mm(i, a);
-    double alpha = 0, beta = 0;
-    for (int64_t a = 0; a < r; ++a) {
-        for (int64_t a2 = 0; a2 < r; ++a2) ks[a] += k(a, a2) * s[a2];
-        alpha += s[a] * b[a];
-    }
-    for (int64_t a = 0; a < r; ++a) beta += s[a] * ks[a];
-    const double phi = alpha * alpha / beta;
-    double best = 0;
-    for (int64_t a = 0; a < r; ++a) {
-        const double alpha2 = alpha - 2 * s[a] * b[a];
-        const double beta2 = beta - 4 * s[a] * ks[a] + 4 * k(a, a);
-        if (beta2 > 0) best = std::max(best, alpha2 * alpha2 / beta2 / phi - 1);
-    }
-    return best;
 }
 
 // The rounds of simultaneous flips (Options::gptq_multi) stop where the exact

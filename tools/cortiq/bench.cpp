@@ -94,7 +94,7 @@ void add_bench(CLI::App& app) {
         ->check(CLI::Range(1, 64));
     cmd->add_option("--gptq-multi", args->gptq_multi,
                     "input-side column search by rounds of up to Q flips (0: the exact scan; "
-                    "CPU encoder only)")
+                    "the CUDA encoder takes up to 32)")
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");

@@ -10,7 +10,9 @@
 // kernels make the sequential scan's decisions (Tuning::gptq_kernel): the lazy
 // one (gptq_v_lazy.cu: one warp decides chunk by chunk, owner warps keep ks up
 // to date from a log of the flips) and the batched one (gptq_v_batched.cu:
-// the whole block updates ks after every flip).
+// the whole block updates ks after every flip). With Options::gptq_multi = Q
+// > 0 the column is searched by rounds of up to Q simultaneous flips instead
+// (gptq_v_multi.cu, the CPU's column_search_multi).
 #include <algorithm>
 #include <cmath>
 
@@ -26,19 +28,24 @@ int64_t gptq_v_max_rank() {
 
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
                int block, bool feedback, int multi) {
-    CORTIQ_CHECK(multi == 0, "--gptq-multi {}: the CUDA encoder has only the exact column search",
-                 multi);
+    CORTIQ_CHECK(multi >= 0 && multi <= kMaxGptqMulti,
+                 "--gptq-multi {}: the CUDA encoder takes 0 (the exact scan) to {} flips per round",
+                 multi, kMaxGptqMulti);
     StageTimer timer(c, "gptq_v");
     const cudaStream_t st = c.stream();
     const int64_t n = factors.n, r = factors.r;
-    // the lazy kernel up to its rank (its owners hold 8 chunks each), else batched
+    // rounds when asked; else the lazy kernel up to its rank (its owners hold 8
+    // chunks each), else batched
     GptqPlan l;
-    bool lazy = c.tuning.gptq_kernel == GptqKernel::lazy;
+    bool lazy = multi == 0 && c.tuning.gptq_kernel == GptqKernel::lazy;
     if (lazy) {
         l = plan_lazy(c.gpu, r, block);
         lazy = l.nb >= 1;
     }
-    if (!lazy) l = plan_batched(c.gpu, r, block, c.tuning.gptq_threads, c.tuning.gptq_prefetch);
+    if (multi > 0)
+        l = plan_multi(c.gpu, r, block);
+    else if (!lazy)
+        l = plan_batched(c.gpu, r, block, c.tuning.gptq_threads, c.tuning.gptq_prefetch);
     const int cap = c.tuning.gptq_log_cap;
     CORTIQ_CHECK(cap == 0 || (cap >= 64 && cap <= 4096 && (cap & (cap - 1)) == 0),
                  "gptq_log_cap must be 0 or a power of two from 64 to 4096, not {}", cap);
@@ -97,8 +104,11 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
                .passes_run = counts.get() + 1,
                .ldk = lazy ? rp : r,
                .stats = counts.get() + 2,
-               .log_cap = c.tuning.gptq_log_cap};
-    if (lazy)
+               .log_cap = c.tuning.gptq_log_cap,
+               .multi = multi};
+    if (multi > 0)
+        prepare_multi(l);
+    else if (lazy)
         prepare_lazy(l);
     else
         prepare_batched(l);
@@ -106,7 +116,9 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
         const int64_t j1 = std::min(n, j0 + l.nb);
         a.j0 = j0;
         a.j1 = j1;
-        if (lazy)
+        if (multi > 0)
+            launch_multi(c.gpu, a, l);
+        else if (lazy)
             launch_lazy(c.gpu, a, l);
         else
             launch_batched(c.gpu, a, l);

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "encode/cuda/ops.hpp"
+#include "encode/cuda/stages.hpp"
 
 namespace cortiq::encode::cuda {
 
@@ -26,7 +27,9 @@ struct GptqArgs {
     unsigned long long* stats;       // lazy kernel: chunk visits, log entries applied from
                                      // the near blocks and from L2, waits for blocks
     int log_cap = 0;                 // lazy kernel: entries of its flip-log ring (0: all 4,096)
+    int multi = 0;                   // multi kernel: flips per round (1..kMaxGptqMulti)
 };
+
 
 // A launch plan: threads per block, columns per block (bounded by shared memory).
 struct GptqPlan {
@@ -46,6 +49,10 @@ GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads = 0, int p
 void launch_lazy(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void launch_batched(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void prepare_lazy(const GptqPlan& p);
+// The rounds of simultaneous flips (gptq_v_multi.cu), a.multi per round.
+GptqPlan plan_multi(const Gpu& g, int64_t r, int block);
+void prepare_multi(const GptqPlan& p);
+void launch_multi(const Gpu& g, const GptqArgs& a, const GptqPlan& p);
 void prepare_batched(const GptqPlan& p);
 
 // Does flipping bit a raise φ = α²/β by more than the tolerance? (the CPU's

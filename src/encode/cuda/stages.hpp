@@ -223,7 +223,9 @@ void als(DeviceFactors& factors, const TensorContext& c, int sweeps);
 
 // ── stage 7: discrete knots ──────────────────────────────────────────────────
 int64_t flip_u(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes);
-// multi: Options::gptq_multi, which only the CPU encoder has so far (0 here).
+// multi: Options::gptq_multi (0: the exact scan; Q: rounds of up to Q flips,
+// at most kMaxGptqMulti).
+constexpr int kMaxGptqMulti = 32;
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
                int block, bool feedback = true, int multi = 0);
 // The largest rank the device column search supports.
