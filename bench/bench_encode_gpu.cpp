@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
     std::vector<int> scaling_counts;                // --scaling 1,2,4,8
     std::vector<int64_t> scaling_depths = {1, 32};  // --scaling-layers 32 (and 1)
     double bpw = 1.0;
-    cu::Tuning size_tuning;  // --gptq lazy|batched: the column search of --sizes
+    cu::Tuning size_tuning;         // --gptq lazy|batched: the column search of --sizes
     std::vector<int> multis = {0};  // --gptq-multi 0,8
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
@@ -365,14 +365,14 @@ int main(int argc, char** argv) {
             }
             fmt::print("\n== decoder layer (7 tensors) ==\n");
             for (size_t k = 0; k < multis.size(); ++k)
-                fmt::print("encode_many ({} in flight), gptq-multi {}: {:.1f}s ({:.2f}x the first)\n",
-                           in_flight, multis[k], many_s[k], many_s[0] / many_s[k]);
+                fmt::print(
+                    "encode_many ({} in flight), gptq-multi {}: {:.1f}s ({:.2f}x the first)\n",
+                    in_flight, multis[k], many_s[k], many_s[0] / many_s[k]);
             if (multis.size() == 1) {  // a list compares the searches, not the scheduling
                 fmt::print("one at a time:\n");
                 std::fflush(stdout);
                 const double seq_s = run(1, multis[0]);
-                fmt::print("one at a time: {:.1f}s\nspeed-up: {:.2f}x\n", seq_s,
-                           seq_s / many_s[0]);
+                fmt::print("one at a time: {:.1f}s\nspeed-up: {:.2f}x\n", seq_s, seq_s / many_s[0]);
             }
         }
         return 0;

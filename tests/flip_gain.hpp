@@ -15,8 +15,7 @@ namespace cortiq::encode {
 // The largest relative gain a single sign flip would still give column j of
 // path 0 (one path, no feedback: the column's target is fixed, b = Mᵀ w_j):
 // max over bits of φ'/φ − 1, φ = (sᵀb)²/(sᵀKs), K = MᵀM (SPEC §3.7).
-inline double best_single_flip_gain(const blr::Factors& f, const cpu::TensorContext& c,
-                                    int64_t j) {
+inline double best_single_flip_gain(const blr::Factors& f, const cpu::TensorContext& c, int64_t j) {
     const MatD mm = f.left(0);
     const MatD k = la::gemm(mm, true, mm, false);
     const int64_t r = k.rows();

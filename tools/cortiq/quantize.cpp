@@ -129,7 +129,8 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::Range(1, 64));
     cmd->add_option("--gptq-multi", a->o.enc.gptq_multi,
                     "input-side column search by rounds of up to Q simultaneous flips, kept when "
-                    "they improve (0, the default: the exact sequential scan; the CUDA encoder takes up to 32)")
+                    "they improve (0, the default: the exact sequential scan; the CUDA encoder "
+                    "takes up to 32)")
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "

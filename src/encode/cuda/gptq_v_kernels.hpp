@@ -30,7 +30,6 @@ struct GptqArgs {
     int multi = 0;                   // multi kernel: flips per round (1..kMaxGptqMulti)
 };
 
-
 // A launch plan: threads per block, columns per block (bounded by shared memory).
 struct GptqPlan {
     int threads = 256;

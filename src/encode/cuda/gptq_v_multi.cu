@@ -90,7 +90,71 @@ __device__ inline int warp_top(const double (&score)[N], const unsigned (&bit)[N
             out_bit[count] = static_cast<int>(best_bit);
         }
     }
+    if (lane == 0)
+        for (int c = count; c < q_max; ++c) out_score[c] = 0.0;  // the list's end
     return count;
+}
+
+constexpr int kRows = 4;  // K rows a thread holds in registers per step of the update
+
+// K[sel[i], y] for the thread's elements y = t + k·T, i < q ≤ kRows, all
+// loads issued before any is used.
+template <int Ept>
+__device__ inline void load_rows(const GptqArgs& a, const int* sel, int q,
+                                 float (&kr)[kRows][Ept]) {
+    const int t = threadIdx.x, T = blockDim.x;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+        const float* row = a.k + static_cast<int64_t>(i < q ? sel[i] : 0) * a.ldk;
+#pragma unroll
+        for (int k = 0; k < Ept; ++k) {
+            const int64_t y = t + static_cast<int64_t>(k) * T;
+            kr[i][k] = i < q && y < a.r ? __ldg(row + y) : 0.f;
+        }
+    }
+}
+
+// Warp 0: the largest of the prefixes qn, qn/2, …, 1 of the ranked candidates
+// whose flips together improve φ (α and β over the set exact, in float64),
+// into *nsel, their signs before the flip into sel_s and α, β after into ab.
+__device__ inline void check_set(const GptqArgs& a, int qn, const int* sel, const float* sg,
+                                 const float* bv, const float* ks, double alpha, double beta,
+                                 double phi, float* sel_s, int* nsel, double* ab) {
+    const int lane = threadIdx.x & 31;
+    const int ai = lane < qn ? sel[lane] : 0;
+    const float si = lane < qn ? sg[ai] : 0.f;
+    const float bi = lane < qn ? bv[ai] : 0.f;
+    const float ki = lane < qn ? ks[ai] : 0.f;
+    const float* krow = a.k + static_cast<int64_t>(ai) * a.ldk;  // K[a_i, ·]
+    int q = qn;
+    double alpha_f = alpha, beta_f = beta;
+    for (; q >= 1; q /= 2) {
+        double da = 0, db = 0, dk = 0;
+        if (lane < q) {
+            da = static_cast<double>(si) * bi;
+            db = static_cast<double>(si) * ki;
+        }
+#pragma unroll
+        for (int i2 = 0; i2 < kMaxGptqMulti; ++i2) {
+            const float s2 = __shfl_sync(0xffffffffu, si, i2);
+            if (lane < q && i2 < q) dk += static_cast<double>(si) * s2 * krow[sel[i2]];
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            da += __shfl_xor_sync(0xffffffffu, da, o);
+            db += __shfl_xor_sync(0xffffffffu, db, o);
+            dk += __shfl_xor_sync(0xffffffffu, dk, o);
+        }
+        alpha_f = alpha - 2.0 * da;
+        beta_f = beta - 4.0 * db + 4.0 * dk;
+        // the best flip alone was scored so: it always improves
+        if (q == 1 || (beta_f > 0 && multi_improves(alpha_f * alpha_f / beta_f, phi, a.tol))) break;
+    }
+    if (lane < q) sel_s[lane] = si;
+    if (lane == 0) {
+        *nsel = q;
+        ab[0] = alpha_f;
+        ab[1] = beta_f;
+    }
 }
 
 template <int Ept>
@@ -103,12 +167,14 @@ __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
     float* bv = ks + r;
     float* sg = bv + r;
     float* kd = sg + r;
-    float* eb = kd + r;         // nb × r errors of this block's columns
-    float* ucol = eb + nb * r;  // Uc[j0 + q, j] of the current column
-    __shared__ double wscore[kWarps][kMaxGptqMulti];
+    float* eb = kd + r;                               // nb × r errors of this block's columns
+    float* ucol = eb + nb * r;                        // Uc[j0 + q, j] of the current column
+    __shared__ double wscore[kWarps][kMaxGptqMulti];  // each warp's best, 0 past its end
     __shared__ int wbit[kWarps][kMaxGptqMulti];
-    __shared__ int wcount[kWarps];
-    __shared__ int sel[kMaxGptqMulti];    // the flips of this round, in order
+    double* wscore_flat = &wscore[0][0];  // warp w's list at w·Q (the lists are packed)
+    int* wbit_flat = &wbit[0][0];
+    __shared__ int ncand;
+    __shared__ int sel[kMaxGptqMulti];      // the flips of this round, in order
     __shared__ float sel_s[kMaxGptqMulti];  // their signs before the flip
     __shared__ double top_score[kMaxGptqMulti];
     __shared__ int nsel;
@@ -133,76 +199,48 @@ __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
             for (int k = 0; k < Ept; ++k) {
                 const int64_t y = t + static_cast<int64_t>(k) * T;
                 bit[k] = static_cast<unsigned>(y);
-                score[k] = y < r ? flip_score(sg[y], bv[y], ks[y], kd[y], alpha, beta, phi, a.tol)
-                                 : 0.0;
+                score[k] =
+                    y < r ? flip_score(sg[y], bv[y], ks[y], kd[y], alpha, beta, phi, a.tol) : 0.0;
             }
-            const int wc = warp_top(score, bit, Ept, qm, wscore[warp], wbit[warp]);
-            if (lane == 0) wcount[warp] = wc;
+            warp_top(score, bit, Ept, qm, wscore_flat + warp * qm, wbit_flat + warp * qm);
             __syncthreads();
             if (warp == 0) {
-                // the block's best Q among the warps' lists
+                // the block's best Q among the warps' lists (zero-filled past their ends)
                 double ms[kMerge];
                 unsigned mb[kMerge];
 #pragma unroll
                 for (int i = 0; i < kMerge; ++i) {
-                    const int e = lane + 32 * i, w = e / qm, q = e % qm;
-                    const bool ok = w < nw && q < wcount[w];
-                    ms[i] = ok ? wscore[w][q] : 0.0;
-                    mb[i] = ok ? static_cast<unsigned>(wbit[w][q]) : 0xffffffffu;
+                    const int e = lane + 32 * i;
+                    const bool ok = e < nw * qm && wscore_flat[e] > 0;
+                    ms[i] = ok ? wscore_flat[e] : 0.0;
+                    mb[i] = ok ? static_cast<unsigned>(wbit_flat[e]) : 0xffffffffu;
                 }
                 const int qn = warp_top(ms, mb, kMerge, qm, top_score, sel);
-                __syncwarp();
-                // the largest prefix 2^-h·qn (halving) whose flips together improve
-                const int ai = lane < qn ? sel[lane] : 0;
-                const float si = lane < qn ? sg[ai] : 0.f;
-                const float bi = lane < qn ? bv[ai] : 0.f;
-                const float ki = lane < qn ? ks[ai] : 0.f;
-                const float* krow = a.k + static_cast<int64_t>(ai) * a.ldk;  // K[a_i, ·]
-                int q = qn;
-                double alpha_f = alpha, beta_f = beta;
-                for (; q >= 1; q /= 2) {
-                    double da = 0, db = 0, dk = 0;
-                    if (lane < q) {
-                        da = static_cast<double>(si) * bi;
-                        db = static_cast<double>(si) * ki;
-                    }
-#pragma unroll
-                    for (int i2 = 0; i2 < kMaxGptqMulti; ++i2) {
-                        const float s2 = __shfl_sync(0xffffffffu, si, i2);
-                        if (lane < q && i2 < q) dk += static_cast<double>(si) * s2 * krow[sel[i2]];
-                    }
-                    for (int o = 16; o > 0; o >>= 1) {
-                        da += __shfl_xor_sync(0xffffffffu, da, o);
-                        db += __shfl_xor_sync(0xffffffffu, db, o);
-                        dk += __shfl_xor_sync(0xffffffffu, dk, o);
-                    }
-                    alpha_f = alpha - 2.0 * da;
-                    beta_f = beta - 4.0 * db + 4.0 * dk;
-                    // the best flip alone was scored so: it always improves
-                    if (q == 1 ||
-                        (beta_f > 0 && multi_improves(alpha_f * alpha_f / beta_f, phi, a.tol)))
-                        break;
-                }
-                if (lane < q) sel_s[lane] = si;
-                if (lane == 0) {
-                    nsel = qn == 0 ? 0 : q;
-                    ab[0] = alpha_f;
-                    ab[1] = beta_f;
-                }
+                if (lane == 0) ncand = qn;
             }
             __syncthreads();
+            const int qn = ncand;
+            if (qn == 0) break;
+            // the K rows of the first candidates, fetched while warp 0 checks the set
+            float kr[kRows][Ept];
+            load_rows(a, sel, qn < kRows ? qn : kRows, kr);
+            if (warp == 0) check_set(a, qn, sel, sg, bv, ks, alpha, beta, phi, sel_s, &nsel, ab);
+            __syncthreads();
             const int q = nsel;
-            if (q == 0) break;
             alpha = ab[0];
             beta = ab[1];
             // Ks −= 2 s_a K[a, ·] for each flip in order (the CPU's Column::flip)
-            for (int i = 0; i < q; ++i) {
-                const int64_t ai = sel[i];
-                const float old = sel_s[i];
+            for (int i0 = 0; i0 < q; i0 += kRows) {
+                if (i0 > 0) load_rows(a, sel + i0, q - i0 < kRows ? q - i0 : kRows, kr);
 #pragma unroll
-                for (int k = 0; k < Ept; ++k) {
-                    const int64_t y = t + static_cast<int64_t>(k) * T;
-                    if (y < r) ks[y] -= 2.f * old * __ldg(a.k + ai * a.ldk + y);
+                for (int i = 0; i < kRows; ++i) {
+                    if (i0 + i >= q) break;
+                    const float old2 = 2.f * sel_s[i0 + i];
+#pragma unroll
+                    for (int k = 0; k < Ept; ++k) {
+                        const int64_t y = t + static_cast<int64_t>(k) * T;
+                        if (y < r) ks[y] -= old2 * kr[i][k];
+                    }
                 }
             }
             if (t < q) sg[sel[t]] = -sel_s[t];
