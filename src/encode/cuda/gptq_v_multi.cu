@@ -14,18 +14,17 @@
 // 4096×11008 (12 passes of 1475 bits), each one waiting for the last flip's
 // update of Ks; a round makes up to Q of them with one block-wide step.
 //
-// The block, per round (four barriers):
-//   1. every thread scores its bits; each warp lists its best Q (all its
-//      candidates when it has no more than Q, else by repeated warp arg-max:
-//      redux.sync on the two halves of the double, then the lowest bit);
-//   2. every listed candidate counts the listed ones that rank before it (a
-//      larger score, or the same and a lower bit): the block's best Q in order,
-//      without a serial merge;
-//   3. every thread fetches the K rows of the first candidates while warp 0
-//      checks the set, the sums of all its halvings in one pass;
-//   4. every thread applies the flips to its elements of Ks in the set's order.
-// A first version merged and checked in warp 0 alone: 70 % of the stall cycles
-// were at block barriers (Nsight Compute), 16 µs per round at 4096×11008.
+// The block: each warp picks its own best Q by repeated warp arg-max
+// (redux.sync on the two halves of the double, then the lowest bit), warp 0
+// merges the warps' lists the same way and checks the set, and every thread
+// applies the flips to its elements of Ks in the set's order.
+//
+// Where it stands (H200, bench_encode_gpu --sizes 4096x11008 --gptq-multi 0,8):
+// 36.9 s per tensor against 32.1 s with the exact scan; 4.18 M rounds of 5.8
+// flips, about 16 µs each; 70 % of the stall cycles at block barriers
+// (Nsight Compute). A version with the merge by ranks in every thread (each
+// listed candidate counting those before it) and all halvings summed in one
+// pass was slower still (41.2 s, commit 81698b6).
 #include <algorithm>
 
 #include "encode/cuda/gptq_v_kernels.hpp"
@@ -36,6 +35,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
+constexpr int kMerge = kWarps * kMaxGptqMulti / 32;  // entries per lane of the merge
 
 // The CPU's test (Column::improves): φ' > φ(1 + tol) + 1e-300.
 __device__ inline bool multi_improves(double phi2, double phi, double tol) {
@@ -69,70 +69,37 @@ __device__ inline bool warp_best(double score, unsigned bit, double* best, unsig
     return true;
 }
 
-// The warp's best q_max candidates (all of them when it has no more), in no
-// particular order, into out_score/out_bit, zero-filled past their count.
-// score[k] of bit[k]; 0: not a candidate.
+// The warp's best q ≤ Q of `n` scores per lane (score[k] of bit[k], 0: none),
+// in order, into out_score/out_bit (lane 0 writes); returns their count.
 template <int N>
-__device__ inline void warp_list(const double (&score)[N], const unsigned (&bit)[N], int q_max,
-                                 double* out_score, int* out_bit) {
+__device__ inline int warp_top(const double (&score)[N], const unsigned (&bit)[N], int n, int q_max,
+                               double* out_score, int* out_bit) {
     const int lane = threadIdx.x & 31;
-    int mine = 0;
-#pragma unroll
-    for (int k = 0; k < N; ++k) mine += score[k] > 0;
-    const int total = static_cast<int>(__reduce_add_sync(0xffffffffu, static_cast<unsigned>(mine)));
-    if (total <= q_max) {  // all of them: compacted by the lanes' prefix counts
-        int incl = mine;
-        for (int o = 1; o < 32; o <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += v;
-        }
-        int pos = incl - mine;
-#pragma unroll
-        for (int k = 0; k < N; ++k)
-            if (score[k] > 0) {
-                out_score[pos] = score[k];
-                out_bit[pos] = static_cast<int>(bit[k]);
-                ++pos;
-            }
-        for (int c = total + lane; c < q_max; c += 32) out_score[c] = 0.0;
-        return;
-    }
     unsigned taken = 0;
-    for (int count = 0; count < q_max; ++count) {  // more than q_max: never runs out
-        double mine_s = 0;
+    int count = 0;
+    for (; count < q_max; ++count) {
+        double mine = 0;
         int mk = -1;
         unsigned mine_bit = 0xffffffffu;
 #pragma unroll
         for (int k = 0; k < N; ++k)
-            if (!(taken >> k & 1u) && score[k] > mine_s) {  // ties: the lower k
-                mine_s = score[k];
+            if (k < n && !(taken >> k & 1u) && score[k] > mine) {  // ties: the lower k
+                mine = score[k];
                 mk = k;
                 mine_bit = bit[k];
             }
         double best;
         unsigned best_bit;
-        warp_best(mine_s, mine_bit, &best, &best_bit);
+        if (!warp_best(mine, mine_bit, &best, &best_bit)) break;
         if (mk >= 0 && mine_bit == best_bit) taken |= 1u << mk;
         if (lane == 0) {
             out_score[count] = best;
             out_bit[count] = static_cast<int>(best_bit);
         }
     }
-}
-
-// The listed candidate e's place in the block's order: how many listed
-// candidates rank before it (a larger score, or the same and a lower bit).
-// The lists are nw of q_max entries, zero-filled past their counts.
-__device__ inline int rank_of(double se, unsigned be, const double* lscore, const int* lbit, int nw,
-                              int q_max) {
-    int rank = 0;
-    for (int w = 0; w < nw; ++w)
-        for (int q = 0; q < q_max; ++q) {
-            const double s2 = lscore[w * q_max + q];
-            if (!(s2 > 0)) break;
-            rank += s2 > se || (s2 == se && static_cast<unsigned>(lbit[w * q_max + q]) < be);
-        }
-    return rank;
+    if (lane == 0)
+        for (int c = count; c < q_max; ++c) out_score[c] = 0.0;  // the list's end
+    return count;
 }
 
 constexpr int kRows = 4;  // K rows a thread holds in registers per step of the update
@@ -154,62 +121,42 @@ __device__ inline void load_rows(const GptqArgs& a, const int* sel, int q,
     }
 }
 
-// The candidates of a round in order (shared memory): bits, their signs,
-// targets and Ks before the flips, and K among them.
-struct RoundSet {
-    int bit[kMaxGptqMulti];
-    float s[kMaxGptqMulti], b[kMaxGptqMulti], ks[kMaxGptqMulti];
-    float kq[kMaxGptqMulti * kMaxGptqMulti];  // K[bit_i, bit_i2] at i·qn + i2
-};
-
 // Warp 0: the largest of the prefixes qn, qn/2, …, 1 of the ranked candidates
 // whose flips together improve φ (α and β over the set exact, in float64),
-// into *nsel, with α and β after the flips into ab. K among the candidates is
-// fetched in groups of 8 rows (one round trip each), and every halving's sum
-// Σ_{i,i2<q} s_i s_i2 K_{i,i2} comes from one pass over it.
-__device__ inline void check_set(const GptqArgs& a, int qn, RoundSet& rs, double alpha, double beta,
-                                 double phi, int* nsel, double* ab) {
+// into *nsel, their signs before the flip into sel_s and α, β after into ab.
+__device__ inline void check_set(const GptqArgs& a, int qn, const int* sel, const float* sg,
+                                 const float* bv, const float* ks, double alpha, double beta,
+                                 double phi, float* sel_s, int* nsel, double* ab) {
     const int lane = threadIdx.x & 31;
-    const int col = lane < qn ? rs.bit[lane] : 0;
-    for (int i0 = 0; i0 < qn; i0 += 8) {
-        float v[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            v[i] = lane < qn && i0 + i < qn
-                       ? a.k[static_cast<int64_t>(rs.bit[i0 + i]) * a.ldk + col]
-                       : 0.f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            if (lane < qn && i0 + i < qn) rs.kq[(i0 + i) * qn + lane] = v[i];
-    }
-    __syncwarp();
-    constexpr int kLevels = 6;  // qn >> l for l < 6 covers qn ≤ 32
-    double dk[kLevels] = {};
-    const double si = lane < qn ? rs.s[lane] : 0.0;
-    for (int i2 = 0; i2 < qn; ++i2) {
-        const double term = lane < qn ? si * rs.s[i2] * rs.kq[lane * qn + i2] : 0.0;
-#pragma unroll
-        for (int l = 0; l < kLevels; ++l)
-            if (lane < (qn >> l) && i2 < (qn >> l)) dk[l] += term;
-    }
+    const int ai = lane < qn ? sel[lane] : 0;
+    const float si = lane < qn ? sg[ai] : 0.f;
+    const float bi = lane < qn ? bv[ai] : 0.f;
+    const float ki = lane < qn ? ks[ai] : 0.f;
+    const float* krow = a.k + static_cast<int64_t>(ai) * a.ldk;  // K[a_i, ·]
     int q = qn;
     double alpha_f = alpha, beta_f = beta;
+    for (; q >= 1; q /= 2) {
+        double da = 0, db = 0, dk = 0;
+        if (lane < q) {
+            da = static_cast<double>(si) * bi;
+            db = static_cast<double>(si) * ki;
+        }
 #pragma unroll
-    for (int l = 0; l < kLevels; ++l) {
-        q = qn >> l;
-        double da = lane < q ? si * rs.b[lane] : 0.0;
-        double db = lane < q ? si * rs.ks[lane] : 0.0;
-        double dkl = dk[l];
+        for (int i2 = 0; i2 < kMaxGptqMulti; ++i2) {
+            const float s2 = __shfl_sync(0xffffffffu, si, i2);
+            if (lane < q && i2 < q) dk += static_cast<double>(si) * s2 * krow[sel[i2]];
+        }
         for (int o = 16; o > 0; o >>= 1) {
             da += __shfl_xor_sync(0xffffffffu, da, o);
             db += __shfl_xor_sync(0xffffffffu, db, o);
-            dkl += __shfl_xor_sync(0xffffffffu, dkl, o);
+            dk += __shfl_xor_sync(0xffffffffu, dk, o);
         }
         alpha_f = alpha - 2.0 * da;
-        beta_f = beta - 4.0 * db + 4.0 * dkl;
+        beta_f = beta - 4.0 * db + 4.0 * dk;
         // the best flip alone was scored so: it always improves
-        if (q <= 1 || (beta_f > 0 && multi_improves(alpha_f * alpha_f / beta_f, phi, a.tol))) break;
+        if (q == 1 || (beta_f > 0 && multi_improves(alpha_f * alpha_f / beta_f, phi, a.tol))) break;
     }
+    if (lane < q) sel_s[lane] = si;
     if (lane == 0) {
         *nsel = q;
         ab[0] = alpha_f;
@@ -221,17 +168,22 @@ template <int Ept>
 __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
     extern __shared__ float sm[];
     const int64_t r = a.r;
-    const int T = blockDim.x, t = threadIdx.x, warp = t >> 5, nw = T >> 5;
+    const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
     const int qm = a.multi;
     float* ks = sm;
     float* bv = ks + r;
     float* sg = bv + r;
     float* kd = sg + r;
-    float* eb = kd + r;                                // nb × r errors of this block's columns
-    float* ucol = eb + nb * r;                         // Uc[j0 + q, j] of the current column
-    __shared__ double lscore[kWarps * kMaxGptqMulti];  // warp w's list at w·Q, 0 past its end
-    __shared__ int lbit[kWarps * kMaxGptqMulti];
-    __shared__ RoundSet rs;
+    float* eb = kd + r;                               // nb × r errors of this block's columns
+    float* ucol = eb + nb * r;                        // Uc[j0 + q, j] of the current column
+    __shared__ double wscore[kWarps][kMaxGptqMulti];  // each warp's best, 0 past its end
+    __shared__ int wbit[kWarps][kMaxGptqMulti];
+    double* wscore_flat = &wscore[0][0];  // warp w's list at w·Q (the lists are packed)
+    int* wbit_flat = &wbit[0][0];
+    __shared__ int ncand;
+    __shared__ int sel[kMaxGptqMulti];      // the flips of this round, in order
+    __shared__ float sel_s[kMaxGptqMulti];  // their signs before the flip
+    __shared__ double top_score[kMaxGptqMulti];
     __shared__ int nsel;
     __shared__ double ab[2];
     __shared__ double red[2][32];
@@ -257,39 +209,40 @@ __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
                 score[k] =
                     y < r ? flip_score(sg[y], bv[y], ks[y], kd[y], alpha, beta, phi, a.tol) : 0.0;
             }
-            warp_list(score, bit, qm, lscore + warp * qm, lbit + warp * qm);
+            warp_top(score, bit, Ept, qm, wscore_flat + warp * qm, wbit_flat + warp * qm);
             __syncthreads();
-            // the block's best Q in order: each listed candidate's rank
-            bool listed = false;
-            if (t < nw * qm && lscore[t] > 0) {
-                listed = true;
-                const auto be = static_cast<unsigned>(lbit[t]);
-                const int rank = rank_of(lscore[t], be, lscore, lbit, nw, qm);
-                if (rank < qm) {
-                    rs.bit[rank] = static_cast<int>(be);
-                    rs.s[rank] = sg[be];
-                    rs.b[rank] = bv[be];
-                    rs.ks[rank] = ks[be];
+            if (warp == 0) {
+                // the block's best Q among the warps' lists (zero-filled past their ends)
+                double ms[kMerge];
+                unsigned mb[kMerge];
+#pragma unroll
+                for (int i = 0; i < kMerge; ++i) {
+                    const int e = lane + 32 * i;
+                    const bool ok = e < nw * qm && wscore_flat[e] > 0;
+                    ms[i] = ok ? wscore_flat[e] : 0.0;
+                    mb[i] = ok ? static_cast<unsigned>(wbit_flat[e]) : 0xffffffffu;
                 }
+                const int qn = warp_top(ms, mb, kMerge, qm, top_score, sel);
+                if (lane == 0) ncand = qn;
             }
-            const int listed_n = __syncthreads_count(listed);
-            const int qn = listed_n < qm ? listed_n : qm;
+            __syncthreads();
+            const int qn = ncand;
             if (qn == 0) break;
             // the K rows of the first candidates, fetched while warp 0 checks the set
             float kr[kRows][Ept];
-            load_rows(a, rs.bit, qn < kRows ? qn : kRows, kr);
-            if (warp == 0) check_set(a, qn, rs, alpha, beta, phi, &nsel, ab);
+            load_rows(a, sel, qn < kRows ? qn : kRows, kr);
+            if (warp == 0) check_set(a, qn, sel, sg, bv, ks, alpha, beta, phi, sel_s, &nsel, ab);
             __syncthreads();
             const int q = nsel;
             alpha = ab[0];
             beta = ab[1];
             // Ks −= 2 s_a K[a, ·] for each flip in order (the CPU's Column::flip)
             for (int i0 = 0; i0 < q; i0 += kRows) {
-                if (i0 > 0) load_rows(a, rs.bit + i0, q - i0 < kRows ? q - i0 : kRows, kr);
+                if (i0 > 0) load_rows(a, sel + i0, q - i0 < kRows ? q - i0 : kRows, kr);
 #pragma unroll
                 for (int i = 0; i < kRows; ++i) {
                     if (i0 + i >= q) break;
-                    const float old2 = 2.f * rs.s[i0 + i];
+                    const float old2 = 2.f * sel_s[i0 + i];
 #pragma unroll
                     for (int k = 0; k < Ept; ++k) {
                         const int64_t y = t + static_cast<int64_t>(k) * T;
@@ -297,7 +250,7 @@ __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
                     }
                 }
             }
-            if (t < q) sg[rs.bit[t]] = -rs.s[t];
+            if (t < q) sg[sel[t]] = -sel_s[t];
             total += static_cast<unsigned long long>(q);
             __syncthreads();
         }
@@ -335,9 +288,8 @@ GptqPlan plan_multi(const Gpu& g, int64_t r, int block) {
     while (l.ept < need) l.ept *= 2;
     if (l.ept > 32) return l;  // nb = 0: unsupported
     const int64_t fixed = 4 * r * static_cast<int64_t>(sizeof(float));
-    // the kernel's static shared memory (the warps' lists, the round's set: 11 KiB)
-    // comes off the opt-in
-    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 16384;
+    // the kernel's static shared memory (the warps' lists) comes off the opt-in
+    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 8192;
     const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
     l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
     l.smem = static_cast<size_t>(fixed + l.nb * per_col);
