@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "core/rng.hpp"
 #include "encode/cpu/stages.hpp"
+#include "encode/encode_many.hpp"
 #include "encode/synthetic.hpp"
 #include "flip_gain.hpp"
 #include "linalg/blas.hpp"
@@ -378,5 +379,35 @@ TEST(Encode, BudgetBelowOneRankOnePathGivesRankOneAndSaysSo) {
         EXPECT_NE(e.line.find("over budget"), std::string::npos) << e.line;
         EXPECT_NO_THROW(blr::validate(e.payload, "t", 16, 32));
         EXPECT_LT(e.err_sel, 1.0);
+    }
+}
+
+// encode_many on the CPU with ManyOptions::profile: each result's enc.stages
+// holds its encoder stages, the input context's stage goes with the first job
+// of its input, and the payloads are those of a run without the profile.
+TEST(EncodeMany, ProfileGoesIntoEachResultsStagesOnTheCpu) {
+    const auto s0 = synthetic_layer(32, 48, 81), s1 = synthetic_layer(40, 32, 82);
+    const std::vector<ManyInput> inputs = {{&s0.h_fit, &s0.h_sel, "in0"},
+                                           {&s1.h_fit, &s1.h_sel, "in1"}};
+    const Options o = small_options();
+    const MatD w2 = synthetic_layer(24, 48, 83).w;
+    const std::vector<ManyJob> jobs = {{"a", &s0.w, 0, o}, {"b", &s1.w, 1, o}, {"c", &w2, 0, o}};
+    ManyOptions mo;
+    mo.device = Device::cpu;
+    const auto plain = encode_many(inputs, jobs, mo);
+    mo.profile = true;
+    const auto profiled = encode_many(inputs, jobs, mo);
+    auto has = [](const Profile& p, const std::string& stage) {
+        for (const auto& e : p.entries())
+            if (e.stage == stage) return true;
+        return false;
+    };
+    for (size_t j = 0; j < jobs.size(); ++j) {
+        EXPECT_EQ(profiled[j].enc.payload, plain[j].enc.payload) << jobs[j].name;
+        EXPECT_TRUE(plain[j].enc.stages.entries().empty()) << jobs[j].name;
+        EXPECT_TRUE(has(profiled[j].enc.stages, "als")) << jobs[j].name;
+        EXPECT_TRUE(has(profiled[j].enc.stages, "gptq_v")) << jobs[j].name;
+        // job c reuses input 0's context, built for job a
+        EXPECT_EQ(has(profiled[j].enc.stages, "context"), j != 2) << jobs[j].name;
     }
 }

@@ -45,7 +45,8 @@ std::vector<ManyResult> encode_many_cpu(const std::vector<ManyInput>& inputs,
     for (size_t j = 0; j < jobs.size(); ++j) {
         const ManyJob& jb = jobs[j];
         ManyResult& res = out[j];
-        Profile* prof = opt.profile ? &res.prof : nullptr;
+        Profile stages;  // the context's and the encoder's, into res.enc.stages
+        Profile* prof = opt.profile ? &stages : nullptr;
         auto& input_ctx = ctx[jb.input];
         if (!input_ctx) {
             ScopedStage st(prof, "context");
@@ -54,6 +55,7 @@ std::vector<ManyResult> encode_many_cpu(const std::vector<ManyInput>& inputs,
                 std::make_unique<cpu::InputContext>(*in.h_fit, *in.h_sel, jb.options.rho, in.name);
         }
         res.enc = cpu::encode_tensor(*jb.w, *input_ctx, jb.options, prof);
+        res.enc.stages = std::move(stages);
         res.device = -1;
         if (--remaining[jb.input] == 0) input_ctx.reset();
         if (opt.on_done) opt.on_done(j, res);

@@ -39,8 +39,7 @@ struct ManyJob {
 };
 
 struct ManyResult {
-    Encoded enc;
-    Profile prof;     // filled when ManyOptions::profile
+    Encoded enc;      // enc.stages: the context and encoder stages when ManyOptions::profile
     int device = -1;  // the GPU that encoded it (a CUDA device id); -1: the CPU
     // When it ran, in seconds since encode_many began (the GPU path): what a
     // benchmark needs for each GPU's idle time.

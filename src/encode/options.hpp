@@ -52,8 +52,9 @@ struct Encoded {
     double err_p1_sel = -1, err_p2_sel = -1;
     double seconds = 0;
     std::string line;  // the one-line report (SPEC §3.9)
-    // Seconds per encoder stage, when asked for (quantize --profile; on the GPU
-    // ManyOptions::profile, which synchronises the device after each stage).
+    // Seconds per encoder stage, when asked for (quantize --profile; through
+    // encode_many, ManyOptions::profile, with the input context's stage too,
+    // which on the GPU synchronises the device after each stage).
     Profile stages;
 
     // paths, rank, bits and bpw of an m × n tensor stored at rank r with P paths

@@ -32,17 +32,9 @@ std::vector<encode::Encoded> encode_group(
         mo.in_flight = gpu_jobs;
         mo.gpus = gpus;
         mo.profile = profile;
-        mo.on_done = [&](size_t i, const encode::ManyResult& r) {
-            if (!profile) return on_done(i, r.enc);
-            encode::Encoded e = r.enc;
-            e.stages = r.prof;
-            on_done(i, e);
-        };
+        mo.on_done = [&](size_t i, const encode::ManyResult& r) { on_done(i, r.enc); };
         auto res = encode::encode_many(inputs, many, mo);
-        for (size_t i = 0; i < jobs.size(); ++i) {
-            out[i] = std::move(res[i].enc);
-            out[i].stages = res[i].prof;
-        }
+        for (size_t i = 0; i < jobs.size(); ++i) out[i] = std::move(res[i].enc);
         return out;
     }
     const encode::cpu::InputContext input_ctx(h_fit, h_sel, base.rho, what);

@@ -175,7 +175,8 @@ class Scheduler {
         const int64_t m = jb.w->rows(), n = jb.w->cols();
         ManyResult res;
         res.start_s = seconds_since_start();
-        Profile* prof = opt_.profile ? &res.prof : nullptr;
+        Profile stages;  // the context's and the encoder's, into res.enc.stages
+        Profile* prof = opt_.profile ? &stages : nullptr;
         Tuning tuning;
         tuning.check_memory = false;  // budgeted here
         const size_t need = estimate_bytes(m, n, jb.options, false, tuning);
@@ -206,6 +207,7 @@ class Scheduler {
             res.device = devs_[static_cast<size_t>(d)];
         }
         res.end_s = seconds_since_start();
+        res.enc.stages = std::move(stages);
         results_[j] = std::move(res);
         if (opt_.on_done) {
             std::lock_guard<std::mutex> lock(cb_mu_);
