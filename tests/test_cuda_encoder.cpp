@@ -470,7 +470,8 @@ TEST(CudaEncodeMany, SamePayloadsAsOneAtATime) {
     std::atomic<int> calls{0};
     ManyOptions mo;
     mo.in_flight = 2;
-    mo.max_gpus = 1;  // GPU 0, against one-at-a-time on the current device
+    mo.max_gpus = 1;    // GPU 0, against one-at-a-time on the current device
+    mo.profile = true;  // the stages into each result; the payloads unchanged
     mo.on_done = [&](size_t j, const ManyResult& r) {
         EXPECT_LT(j, jobs.size());
         EXPECT_FALSE(r.enc.payload.empty());
@@ -486,7 +487,11 @@ TEST(CudaEncodeMany, SamePayloadsAsOneAtATime) {
         const Encoded one = cu::encode_tensor(*jobs[j].w, input_ctx, o, nullptr, gpu);
         EXPECT_EQ(many[j].enc.payload, one.payload) << jobs[j].name;
         EXPECT_EQ(many[j].device, 0);
+        bool has_gptq = false;
+        for (const auto& e : many[j].enc.stages.entries()) has_gptq |= e.stage == "gptq_v";
+        EXPECT_TRUE(has_gptq) << jobs[j].name << ": " << many[j].enc.stages.line();
     }
+    mo.profile = false;
     // the CPU path: the reference encoder, jobs in sequence
     mo.device = Device::cpu;
     mo.on_done = nullptr;
