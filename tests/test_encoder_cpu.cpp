@@ -279,6 +279,38 @@ TEST(GptqV, BlockSizeDoesNotChangeTheResult) {
         EXPECT_NEAR(a.paths[1].g[j], b.paths[1].g[j], 1e-9 * std::abs(b.paths[1].g[j]) + 1e-15);
 }
 
+// Options::gptq_group decides only which feedback each column sees: group 1 is
+// the reference search byte for byte; without feedback any group gives the
+// same result; and one group spanning the whole (single) block leaves no
+// feedback to see, so it is the search without feedback, while smaller groups
+// still feed the later groups.
+TEST(GptqV, ColumnGroupsDecideOnlyWhichFeedbackAColumnSees) {
+    Fixture f(40, 100, 29);
+    const blr::Factors md = build_init(*f.tc, 10, 2, small_options());
+    auto run = [&](int block, bool feedback, int group) {
+        blr::Factors g = md;
+        gptq_v(g, *f.tc, 1, 1e-12, 16, block, feedback, 0, group);
+        return g.paths[1];
+    };
+    blr::Factors ref = md;
+    gptq_v(ref, *f.tc, 1, 1e-12, 16, 32, true);
+    const blr::Path one = run(32, true, 1);
+    EXPECT_EQ(one.sv.vec(), ref.paths[1].sv.vec());
+    EXPECT_EQ(one.g, ref.paths[1].g);
+    const blr::Path none = run(32, false, 1);
+    for (int group : {3, 8, 100}) {
+        const blr::Path nf = run(32, false, group);
+        EXPECT_EQ(nf.sv.vec(), none.sv.vec()) << group;
+        EXPECT_EQ(nf.g, none.g) << group;
+    }
+    const blr::Path whole = run(100, true, 100);
+    EXPECT_EQ(whole.sv.vec(), none.sv.vec());
+    EXPECT_EQ(whole.g, none.g);
+    const blr::Path some = run(100, true, 8);
+    EXPECT_NE(some.sv.vec(), none.sv.vec());  // the groups after the first see feedback
+    EXPECT_NE(some.sv.vec(), one.sv.vec());   // ... but not their own group's
+}
+
 // The rounds of simultaneous flips (Options::gptq_multi) stop where the exact
 // scan stops: at signs no single flip improves (beyond the tolerance), with
 // g_j the best scale for them, and the signs stay ±1.

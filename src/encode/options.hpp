@@ -36,8 +36,15 @@ struct Options {
     // 0: the exact sequential greedy scan of each gptq_v column (the
     // reference). Q > 0: rounds that flip up to Q of the most improving bits
     // at once, kept when the column's objective improves (else fewer): far
-    // fewer sequential steps, for a parallel search (CPU encoder only so far).
+    // fewer sequential steps, for a parallel search (the CUDA encoder takes
+    // Q ≤ 32).
     int gptq_multi = 0;
+    // 1: each gptq_v column sees the error feedback of every column before it
+    // (the reference). G > 1: the columns go in groups of G that are searched
+    // from the same targets — none sees the others' feedback — and each
+    // group's errors reach every later column: G columns that a parallel device
+    // could search at once (CPU encoder only so far).
+    int gptq_group = 1;
 };
 
 // One encoded tensor.

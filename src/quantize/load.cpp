@@ -127,6 +127,10 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
         {"seqlen", co.seqlen},
         {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
     };
+    // the column search's variants, recorded when not the exact default (so a
+    // resume cannot mix searches; files of the default keep their settings)
+    if (o.enc.gptq_multi != 0) in.settings["gptq_multi"] = o.enc.gptq_multi;
+    if (o.enc.gptq_group != 1) in.settings["gptq_group"] = o.enc.gptq_group;
     if (o.tune_mode != "none")
         in.settings["tune"] = {{"mode", o.tune_mode},
                                {"epochs", o.tune.epochs},

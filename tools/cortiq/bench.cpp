@@ -22,6 +22,7 @@ struct BenchArgs {
     double bpw = 1.0, rho = 0.03;
     int gptq_passes = encode::Options{}.gptq_passes;
     int gptq_multi = encode::Options{}.gptq_multi;
+    int gptq_group = encode::Options{}.gptq_group;
     std::string device = "cpu", paths = "auto", methods = "nvg,nvg-noknots,svid,rtn-sign";
     int threads = 0;
     bool profile = true, json = false;
@@ -47,6 +48,7 @@ void run(const BenchArgs& a) {
     o.rho = a.rho;
     o.gptq_passes = a.gptq_passes;
     o.gptq_multi = a.gptq_multi;
+    o.gptq_group = a.gptq_group;
     o.paths = encode::parse_paths(a.paths);
     std::vector<encode::Method> methods;
     std::stringstream ss(a.methods);
@@ -96,6 +98,10 @@ void add_bench(CLI::App& app) {
                     "input-side column search by rounds of up to Q flips (0: the exact scan; "
                     "the CUDA encoder takes up to 32)")
         ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--gptq-group", args->gptq_group,
+                    "input-side column search: groups of G columns without feedback among "
+                    "them (1: the exact order; CPU encoder only)")
+        ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");
     cmd->add_option("--methods", args->methods, "comma-separated: nvg,nvg-noknots,svid,rtn-sign");

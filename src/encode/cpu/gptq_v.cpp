@@ -138,8 +138,9 @@ int64_t column_search_multi(double* s, const double* b, const MatD& k, double to
 }  // namespace
 
 int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback, int multi) {
+               int block, bool feedback, int multi, int group) {
     CORTIQ_CHECK(multi >= 0, "gptq_v: multi {} < 0", multi);
+    CORTIQ_CHECK(group >= 1, "gptq_v: group {} < 1", group);
     ScopedStage st(c.prof, "gptq_v");
     const int64_t n = factors.n, r = factors.r;
     const auto& perm = c.input_ctx.perm;
@@ -164,20 +165,26 @@ int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double t
     int64_t flips = 0, passes_run = 0;
     for (int64_t j0 = 0; j0 < n; j0 += block) {
         const int64_t j1 = std::min(n, j0 + block);
-        for (int64_t j = j0; j < j1; ++j) {
-            flips += multi > 0 ? column_search_multi(s.row(j), b.row(j), k, tol, passes, multi,
-                                                     ks.data(), &g[j], &passes_run)
-                               : column_search(s.row(j), b.row(j), k, tol, passes, ks.data(), &g[j],
-                                               &passes_run);
-            // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j
-            const double inv = 1.0 / uc(j, j);
-            for (int64_t a = 0; a < r; ++a) e(j, a) = (b(j, a) - g[j] * ks[a]) * inv;
-            if (!feedback) continue;
-            for (int64_t jj = j + 1; jj < j1; ++jj) {
-                const double f = uc(j, jj);
-                if (f == 0) continue;
-                for (int64_t a = 0; a < r; ++a) b(jj, a) -= f * e(j, a);
+        for (int64_t g0 = j0; g0 < j1; g0 += group) {
+            // a group's columns start from the same targets; their errors
+            // reach the columns after the group (group = 1: every later one)
+            const int64_t g1 = std::min(j1, g0 + group);
+            for (int64_t j = g0; j < g1; ++j) {
+                flips += multi > 0 ? column_search_multi(s.row(j), b.row(j), k, tol, passes,
+                                                         multi, ks.data(), &g[j], &passes_run)
+                                   : column_search(s.row(j), b.row(j), k, tol, passes, ks.data(),
+                                                   &g[j], &passes_run);
+                // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j
+                const double inv = 1.0 / uc(j, j);
+                for (int64_t a = 0; a < r; ++a) e(j, a) = (b(j, a) - g[j] * ks[a]) * inv;
             }
+            if (!feedback) continue;
+            for (int64_t j = g0; j < g1; ++j)
+                for (int64_t jj = g1; jj < j1; ++jj) {
+                    const double f = uc(j, jj);
+                    if (f == 0) continue;
+                    for (int64_t a = 0; a < r; ++a) b(jj, a) -= f * e(j, a);
+                }
         }
         if (!feedback || j1 >= n) continue;
         // trailing update: B[j1:] −= Uc[j0:j1, j1:]ᵀ E[j0:j1]

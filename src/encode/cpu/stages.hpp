@@ -98,9 +98,10 @@ int64_t flip_u(blr::Factors& factors, const TensorContext& c, size_t p, double t
 // Input side: columns of S_V,p in act order with error feedback through Uc,
 // carried in the latent space. feedback = false: the same search without it.
 // multi > 0: each column by rounds of up to `multi` simultaneous flips
-// (Options::gptq_multi) instead of the sequential scan.
+// (Options::gptq_multi) instead of the sequential scan. group > 1: columns in
+// groups of `group` without feedback among them (Options::gptq_group).
 int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback = true, int multi = 0);
+               int block, bool feedback = true, int multi = 0, int group = 1);
 
 // ── stage 9: pack ───────────────────────────────────────────────────────────
 // The payload of f (scales rebalanced, f16), its size, and the fit and

@@ -27,7 +27,11 @@ int64_t gptq_v_max_rank() {
 }
 
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
-               int block, bool feedback, int multi) {
+               int block, bool feedback, int multi, int group) {
+    CORTIQ_CHECK(group == 1,
+                 "--gptq-group {}: the CUDA encoder has no column groups yet (1 only; use "
+                 "--device cpu)",
+                 group);
     CORTIQ_CHECK(multi >= 0 && multi <= kMaxGptqMulti,
                  "--gptq-multi {}: the CUDA encoder takes 0 (the exact scan) to {} flips per round",
                  multi, kMaxGptqMulti);
