@@ -43,7 +43,7 @@ struct Options {
     // (the reference). G > 1: the columns go in groups of G that are searched
     // from the same targets — none sees the others' feedback — and each
     // group's errors reach every later column: G columns that a parallel device
-    // could search at once (CPU encoder only so far).
+    // could search at once (the CUDA encoder launches one block per column).
     int gptq_group = 1;
 };
 

@@ -100,7 +100,7 @@ void add_bench(CLI::App& app) {
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--gptq-group", args->gptq_group,
                     "input-side column search: groups of G columns without feedback among "
-                    "them (1: the exact order; CPU encoder only)")
+                    "them (1: the exact order)")
         ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");

@@ -135,7 +135,7 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--gptq-group", a->o.enc.gptq_group,
                     "input-side column search: columns in groups of G searched from the same "
                     "targets, each group's error fed to the later columns (1, the default: every "
-                    "column sees every earlier one's; CPU encoder only)")
+                    "column sees every earlier one's)")
         ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "

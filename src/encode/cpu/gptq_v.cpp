@@ -170,8 +170,8 @@ int64_t gptq_v(blr::Factors& factors, const TensorContext& c, size_t p, double t
             // reach the columns after the group (group = 1: every later one)
             const int64_t g1 = std::min(j1, g0 + group);
             for (int64_t j = g0; j < g1; ++j) {
-                flips += multi > 0 ? column_search_multi(s.row(j), b.row(j), k, tol, passes,
-                                                         multi, ks.data(), &g[j], &passes_run)
+                flips += multi > 0 ? column_search_multi(s.row(j), b.row(j), k, tol, passes, multi,
+                                                         ks.data(), &g[j], &passes_run)
                                    : column_search(s.row(j), b.row(j), k, tol, passes, ks.data(),
                                                    &g[j], &passes_run);
                 // scaled latent error (Mᵀ e_j) / Uc[j,j]; ks holds K s_j

@@ -28,10 +28,7 @@ int64_t gptq_v_max_rank() {
 
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
                int block, bool feedback, int multi, int group) {
-    CORTIQ_CHECK(group == 1,
-                 "--gptq-group {}: the CUDA encoder has no column groups yet (1 only; use "
-                 "--device cpu)",
-                 group);
+    CORTIQ_CHECK(group >= 1, "gptq_v: group {} < 1", group);
     CORTIQ_CHECK(multi >= 0 && multi <= kMaxGptqMulti,
                  "--gptq-multi {}: the CUDA encoder takes 0 (the exact scan) to {} flips per round",
                  multi, kMaxGptqMulti);
@@ -40,16 +37,18 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
     const int64_t n = factors.n, r = factors.r;
     // rounds when asked; else the lazy kernel up to its rank (its owners hold 8
     // chunks each), else batched
+    // with groups (Options::gptq_group) each block holds one column
+    const int per_block = group > 1 ? 1 : block;
     GptqPlan l;
     bool lazy = multi == 0 && c.tuning.gptq_kernel == GptqKernel::lazy;
     if (lazy) {
-        l = plan_lazy(c.gpu, r, block);
+        l = plan_lazy(c.gpu, r, per_block);
         lazy = l.nb >= 1;
     }
     if (multi > 0)
-        l = plan_multi(c.gpu, r, block);
+        l = plan_multi(c.gpu, r, per_block);
     else if (!lazy)
-        l = plan_batched(c.gpu, r, block, c.tuning.gptq_threads, c.tuning.gptq_prefetch);
+        l = plan_batched(c.gpu, r, per_block, c.tuning.gptq_threads, c.tuning.gptq_prefetch);
     const int cap = c.tuning.gptq_log_cap;
     CORTIQ_CHECK(cap == 0 || (cap >= 64 && cap <= 4096 && (cap & (cap - 1)) == 0),
                  "gptq_log_cap must be 0 or a power of two from 64 to 4096, not {}", cap);
@@ -116,10 +115,14 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
         prepare_lazy(l);
     else
         prepare_batched(l);
-    for (int64_t j0 = 0; j0 < n; j0 += l.nb) {
-        const int64_t j1 = std::min(n, j0 + l.nb);
+    // a launch: the block's nb columns in order, or a group of columns side by
+    // side, one per block; either way its errors reach the later columns below
+    const int64_t step = group > 1 ? group : l.nb;
+    for (int64_t j0 = 0; j0 < n; j0 += step) {
+        const int64_t j1 = std::min(n, j0 + step);
         a.j0 = j0;
         a.j1 = j1;
+        l.grid = group > 1 ? static_cast<int>(j1 - j0) : 1;
         if (multi > 0)
             launch_multi(c.gpu, a, l);
         else if (lazy)

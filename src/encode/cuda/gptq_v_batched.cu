@@ -22,6 +22,7 @@ __host__ __device__ constexpr int max_prefetch(int ept) {
 
 template <int Ept, int Q>
 __global__ void __launch_bounds__(kMaxThreads) k_gptq_block(GptqArgs a, int nb) {
+    block_columns(a);
     static_assert(Q >= 1 && Q <= max_prefetch(Ept));
     extern __shared__ float sm[];
     const int64_t r = a.r;
@@ -203,7 +204,7 @@ void set_smem() {
 
 template <int Ept, int Q>
 void launch(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
-    k_gptq_block<Ept, Q><<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
+    k_gptq_block<Ept, Q><<<p.grid, p.threads, p.smem, g.stream()>>>(a, p.nb);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -37,7 +37,18 @@ struct GptqPlan {
     int ept = 1;       // batched kernel: elements of r per thread (a power of two)
     int prefetch = 1;  // batched kernel: candidates whose K rows one batch fetches
     size_t smem = 0;
+    int grid = 1;  // blocks per launch: 1 takes the columns in order; more, one column each
 };
+
+// Options::gptq_group: a launch of several blocks gives each one column of
+// [j0, j1), searched from the targets the launch found (no feedback among
+// them); a launch of one block takes them all in order.
+__device__ inline void block_columns(GptqArgs& a) {
+    if (gridDim.x > 1) {
+        a.j0 += blockIdx.x;
+        a.j1 = a.j0 + 1;
+    }
+}
 
 GptqPlan plan_lazy(const Gpu& g, int64_t r, int block);
 // threads: per block (0: 256 up to r = 256, else 512); prefetch: candidates per

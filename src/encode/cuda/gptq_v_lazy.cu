@@ -93,6 +93,7 @@ __device__ inline void fetch_blocks(const GptqArgs& a, float* slot, int c, int n
 }
 
 __global__ void __launch_bounds__(kThreads, 1) k_gptq_lazy(GptqArgs a, int nb) {
+    block_columns(a);
     extern __shared__ float sm[];
     const int64_t r = a.r;
     const int nch = lazy_chunks(r), rp = nch * kChunk;
@@ -374,7 +375,7 @@ void prepare_lazy(const GptqPlan& p) {
 }
 
 void launch_lazy(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
-    k_gptq_lazy<<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
+    k_gptq_lazy<<<p.grid, p.threads, p.smem, g.stream()>>>(a, p.nb);
     CUDA_LAUNCH_CHECK();
 }
 

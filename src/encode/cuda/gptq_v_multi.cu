@@ -166,6 +166,7 @@ __device__ inline void check_set(const GptqArgs& a, int qn, const int* sel, cons
 
 template <int Ept>
 __global__ void __launch_bounds__(kThreads) k_gptq_multi(GptqArgs a, int nb) {
+    block_columns(a);
     extern __shared__ float sm[];
     const int64_t r = a.r;
     const int T = blockDim.x, t = threadIdx.x, lane = t & 31, warp = t >> 5, nw = T >> 5;
@@ -311,7 +312,7 @@ void prepare_multi(const GptqPlan& p) {
 
 void launch_multi(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
     with_kernel(p, [&](auto kernel) {
-        kernel<<<1, p.threads, p.smem, g.stream()>>>(a, p.nb);
+        kernel<<<p.grid, p.threads, p.smem, g.stream()>>>(a, p.nb);
         CUDA_LAUNCH_CHECK();
     });
 }

@@ -226,7 +226,7 @@ int64_t flip_u(DeviceFactors& factors, const TensorContext& c, size_t p, double 
 // multi: Options::gptq_multi (0: the exact scan; Q: rounds of up to Q flips,
 // at most kMaxGptqMulti).
 constexpr int kMaxGptqMulti = 32;
-// group: Options::gptq_group (only 1 here so far).
+// group: Options::gptq_group (> 1: a launch of `group` blocks, one column each).
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
                int block, bool feedback = true, int multi = 0, int group = 1);
 // The largest rank the device column search supports.
