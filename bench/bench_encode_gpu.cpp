@@ -3,7 +3,7 @@
 //                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
 //                    [--layer-dims 4096,11008]
 //                    [--in-flight 4] [--threads 0] [--gptq lazy|batched]
-//                    [--gptq-multi 0,8]
+//                    [--gptq-multi 0,8] [--gptq-group 1,16]
 //                    [--scaling 1,2,4,8 [--scaling-layers 32]]
 // Per size: seconds (context, tensor), the report line and the stage profile
 // on synthetic layers generated on the GPU; the CPU encoder on the sizes of
@@ -12,9 +12,10 @@
 // --scaling: encode_many over that layer and over a model of that many such
 // layers on 1, 2, 4, 8 GPUs (those visible), with the scaling efficiency
 // (time on 1 / (k × time on k)) and each GPU's idle fraction (issue 16).
-// --gptq-multi 0,8: the sizes and the layer with each column search
-// (Options::gptq_multi: 0 the exact scan, Q rounds of up to Q flips), side by
-// side in one run.
+// --gptq-multi 0,8 and --gptq-group 1,16: the sizes and the layer with each
+// column search of the two lists' product (Options::gptq_multi: 0 the exact
+// scan, Q rounds of up to Q flips; Options::gptq_group: G columns side by
+// side), side by side in one run.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -171,8 +172,8 @@ int main(int argc, char** argv) {
     std::vector<int> scaling_counts;                // --scaling 1,2,4,8
     std::vector<int64_t> scaling_depths = {1, 32};  // --scaling-layers 32 (and 1)
     double bpw = 1.0;
-    cu::Tuning size_tuning;         // --gptq lazy|batched: the column search of --sizes
-    std::vector<int> multis = {0};  // --gptq-multi 0,8
+    cu::Tuning size_tuning;  // --gptq lazy|batched: the column search of --sizes
+    std::vector<int> multis = {0}, groups = {1};  // --gptq-multi 0,8 --gptq-group 1,16
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         auto next = [&]() -> std::string {
@@ -210,15 +211,26 @@ int main(int argc, char** argv) {
             const std::string v = next();
             CORTIQ_CHECK(v == "lazy" || v == "batched", "--gptq takes lazy or batched, not {}", v);
             size_tuning.gptq_kernel = v == "lazy" ? cu::GptqKernel::lazy : cu::GptqKernel::batched;
-        } else if (a == "--gptq-multi") {
-            multis.clear();
+        } else if (a == "--gptq-multi" || a == "--gptq-group") {
+            std::vector<int>& list = a == "--gptq-multi" ? multis : groups;
+            list.clear();
             std::stringstream ss(next());
-            for (std::string t; std::getline(ss, t, ',');) multis.push_back(std::stoi(t));
-            CORTIQ_CHECK(!multis.empty(), "--gptq-multi is empty");
+            for (std::string t; std::getline(ss, t, ',');) list.push_back(std::stoi(t));
+            CORTIQ_CHECK(!list.empty(), "{} is empty", a);
         } else
             CORTIQ_FAIL("unknown flag {}", a);
     }
     if (!scaling_counts.empty() && !sizes_given) sizes.clear();  // --scaling alone: only that
+    struct Search {
+        int multi, group;
+        std::string tag() const {
+            return (multi > 0 ? fmt::format(" Q{}", multi) : std::string()) +
+                   (group > 1 ? fmt::format(" G{}", group) : std::string());
+        }
+    };
+    std::vector<Search> searches;
+    for (int q : multis)
+        for (int gr : groups) searches.push_back({q, gr});
     try {
         CORTIQ_CHECK(gpu_available(), "{}", gpu_unavailable_reason());
         set_num_threads(threads);
@@ -235,11 +247,11 @@ int main(int argc, char** argv) {
                 const auto t0 = Clock::now();
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const double gen = seconds_since(t0);
-                for (int q : multis) {
+                for (const Search& se : searches) {
                     Options oq = o;
-                    oq.gptq_multi = q;
-                    const std::string tag = q == 0 ? fmt::format("{}x{}", z.m, z.n)
-                                                   : fmt::format("{}x{} Q{}", z.m, z.n, q);
+                    oq.gptq_multi = se.multi;
+                    oq.gptq_group = se.group;
+                    const std::string tag = fmt::format("{}x{}{}", z.m, z.n, se.tag());
                     Row r = run_gpu(gpu, s, oq, size_tuning, true, tag);
                     fmt::print(
                         "{} (inputs generated in {:.1f}s)\n  {}\n  ctx {:.2f}s tensor {:.2f}s\n"
@@ -343,8 +355,11 @@ int main(int argc, char** argv) {
             for (auto& g : grams) inputs.push_back({&g.first, &g.second, "input"});
             std::vector<ManyJob> jobs;
             for (int k = 0; k < 7; ++k) jobs.push_back({names[k], &ws[k], ins[k], o});
-            auto run = [&](int flight, int multi) {
-                for (auto& j : jobs) j.options.gptq_multi = multi;
+            auto run = [&](int flight, const Search& se) {
+                for (auto& j : jobs) {
+                    j.options.gptq_multi = se.multi;
+                    j.options.gptq_group = se.group;
+                }
                 ManyOptions mo;
                 mo.in_flight = flight;
                 const auto t1 = Clock::now();
@@ -358,20 +373,23 @@ int main(int argc, char** argv) {
                 return seconds_since(t1);
             };
             std::vector<double> many_s;
-            for (int q : multis) {
-                fmt::print("encode_many, {} in flight, gptq-multi {}:\n", in_flight, q);
+            for (const Search& se : searches) {
+                fmt::print("encode_many, {} in flight, gptq-multi {} gptq-group {}:\n", in_flight,
+                           se.multi, se.group);
                 std::fflush(stdout);
-                many_s.push_back(run(in_flight, q));
+                many_s.push_back(run(in_flight, se));
             }
             fmt::print("\n== decoder layer (7 tensors) ==\n");
-            for (size_t k = 0; k < multis.size(); ++k)
+            for (size_t k = 0; k < searches.size(); ++k)
                 fmt::print(
-                    "encode_many ({} in flight), gptq-multi {}: {:.1f}s ({:.2f}x the first)\n",
-                    in_flight, multis[k], many_s[k], many_s[0] / many_s[k]);
-            if (multis.size() == 1) {  // a list compares the searches, not the scheduling
+                    "encode_many ({} in flight), gptq-multi {} gptq-group {}: {:.1f}s ({:.2f}x "
+                    "the first)\n",
+                    in_flight, searches[k].multi, searches[k].group, many_s[k],
+                    many_s[0] / many_s[k]);
+            if (searches.size() == 1) {  // a list compares the searches, not the scheduling
                 fmt::print("one at a time:\n");
                 std::fflush(stdout);
-                const double seq_s = run(1, multis[0]);
+                const double seq_s = run(1, searches[0]);
                 fmt::print("one at a time: {:.1f}s\nspeed-up: {:.2f}x\n", seq_s, seq_s / many_s[0]);
             }
         }
