@@ -364,7 +364,7 @@ TEST(CudaKnots, GptqVGroupsMatchCpu) {
             }
             cu::DeviceFactors whole = cu::to_device(base, f.gpu.stream());
             cu::DeviceFactors none = cu::to_device(base, f.gpu.stream());
-            cu::gptq_v(whole, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block, true, 0,
+            cu::gptq_v(whole, *f.c, 1, o.flip_tol, o.flip_passes, static_cast<int>(n), true, 0,
                        static_cast<int>(n));
             cu::gptq_v(none, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block, false);
             const blr::Factors hw = cu::to_host(whole, f.gpu.stream());

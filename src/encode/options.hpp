@@ -44,6 +44,7 @@ struct Options {
     // from the same targets — none sees the others' feedback — and each
     // group's errors reach every later column: G columns that a parallel device
     // could search at once (the CUDA encoder launches one block per column).
+    // Groups never cross a multiple of gptq_block.
     int gptq_group = 1;
 };
 

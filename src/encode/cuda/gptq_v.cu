@@ -116,10 +116,12 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
     else
         prepare_batched(l);
     // a launch: the block's nb columns in order, or a group of columns side by
-    // side, one per block; either way its errors reach the later columns below
-    const int64_t step = group > 1 ? group : l.nb;
-    for (int64_t j0 = 0; j0 < n; j0 += step) {
-        const int64_t j1 = std::min(n, j0 + step);
+    // side, one per block, groups never crossing a multiple of `block` (the
+    // CPU's blocks); either way its errors reach the later columns below
+    CORTIQ_CHECK(block >= 1, "gptq_v: block {} < 1", block);
+    for (int64_t j0 = 0, j1 = 0; j0 < n; j0 = j1) {
+        j1 = group > 1 ? std::min({n, j0 + group, (j0 / block + 1) * block})
+                       : std::min(n, j0 + static_cast<int64_t>(l.nb));
         a.j0 = j0;
         a.j1 = j1;
         l.grid = group > 1 ? static_cast<int>(j1 - j0) : 1;
