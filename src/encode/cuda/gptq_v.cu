@@ -26,6 +26,13 @@ int64_t gptq_v_max_rank() {
     return 16384;  // 4 r floats of shared memory per block (227 KiB on sm_90)
 }
 
+void fit_columns(GptqPlan& l, const Gpu& g, int64_t r, int block, int64_t fixed, int64_t reserve) {
+    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - reserve;
+    const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
+    l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
+    l.smem = static_cast<size_t>(fixed + l.nb * per_col);
+}
+
 int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double tol, int passes,
                int block, bool feedback, int multi, int group) {
     CORTIQ_CHECK(group >= 1, "gptq_v: group {} < 1", group);
@@ -36,8 +43,8 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
     const cudaStream_t st = c.stream();
     const int64_t n = factors.n, r = factors.r;
     // rounds when asked; else the lazy kernel up to its rank (its owners hold 8
-    // chunks each), else batched
-    // with groups (Options::gptq_group) each block holds one column
+    // chunks each), else batched; with groups (Options::gptq_group) each block
+    // holds one column
     const int per_block = group > 1 ? 1 : block;
     GptqPlan l;
     bool lazy = multi == 0 && c.tuning.gptq_kernel == GptqKernel::lazy;

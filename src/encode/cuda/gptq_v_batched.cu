@@ -171,36 +171,11 @@ GptqPlan plan_batched(const Gpu& g, int64_t r, int block, int threads, int prefe
     l.prefetch = max_prefetch(l.ept);
     if (prefetch > 0)
         while (l.prefetch > prefetch) l.prefetch /= 2;
-    const int64_t fixed = 4 * r * static_cast<int64_t>(sizeof(float));
-    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 1024;
-    const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
-    l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
-    l.smem = static_cast<size_t>(fixed + l.nb * per_col);
+    fit_columns(l, g, r, block, 4 * r * static_cast<int64_t>(sizeof(float)), 1024);
     return l;
 }
 
 namespace {
-
-// The kernel's dynamic shared-memory limit is raised to the device's opt-in
-// maximum, the same value from every thread: tensors encoded concurrently
-// (encode_many) with different ranks would otherwise race, one lowering the
-// limit below what another's launch needs.
-template <class Kernel>
-int smem_limit_for(Kernel kernel) {
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-    return optin - static_cast<int>(fa.sharedSizeBytes);  // dynamic + static ≤ opt-in
-}
-
-template <int Ept, int Q>
-void set_smem() {
-    CUDA_CHECK(cudaFuncSetAttribute(k_gptq_block<Ept, Q>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem_limit_for(k_gptq_block<Ept, Q>)));
-}
 
 template <int Ept, int Q>
 void launch(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
@@ -240,7 +215,7 @@ void with_kernel(const GptqPlan& p, F&& f) {
 struct Prepare {
     template <int Ept, int Q>
     void operator()() const {
-        set_smem<Ept, Q>();
+        raise_smem_limit(k_gptq_block<Ept, Q>);
     }
 };
 

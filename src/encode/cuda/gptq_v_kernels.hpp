@@ -50,6 +50,28 @@ __device__ inline void block_columns(GptqArgs& a) {
     }
 }
 
+// The plan's nb (columns per block, 0 to block) and smem: `fixed` bytes, then
+// r + 1 floats per column (its errors and its Uc entries) in what the device
+// lets one block have, less `reserve` bytes for the kernel's static shared
+// memory. Every plan_* ends with it.
+void fit_columns(GptqPlan& l, const Gpu& g, int64_t r, int block, int64_t fixed, int64_t reserve);
+
+// Raises a kernel's dynamic shared-memory limit to the device's opt-in
+// maximum less its static shared memory: the same value from every thread, as
+// tensors encoded concurrently (encode_many) with different ranks would
+// otherwise race, one lowering the limit below what another's launch needs.
+// Every prepare_* calls it for the kernels it may launch.
+template <class Kernel>
+void raise_smem_limit(Kernel kernel) {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    optin - static_cast<int>(fa.sharedSizeBytes)));
+}
+
 GptqPlan plan_lazy(const Gpu& g, int64_t r, int block);
 // threads: per block (0: 256 up to r = 256, else 512); prefetch: candidates per
 // batch (0: as many as 32 registers hold, else at most this, a power of two)

@@ -356,22 +356,13 @@ GptqPlan plan_lazy(const Gpu& g, int64_t r, int block) {
     if (nch > static_cast<int64_t>(kMaxOwn) * kOwners) return l;  // nb = 0: unsupported
     const int64_t fixed = (6 * rp + kRing * kNear * kTile) * static_cast<int64_t>(sizeof(float)) +
                           kLogCap * static_cast<int64_t>(sizeof(int));
-    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 1024;
-    const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
-    l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
-    l.smem = static_cast<size_t>(fixed + l.nb * per_col);
+    fit_columns(l, g, r, block, fixed, 1024);
     return l;
 }
 
 void prepare_lazy(const GptqPlan& p) {
-    (void)p;  // the device maximum, the same from every thread (see prepare_batched)
-    int dev = 0, optin = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, k_gptq_lazy));
-    CUDA_CHECK(cudaFuncSetAttribute(k_gptq_lazy, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    optin - static_cast<int>(fa.sharedSizeBytes)));
+    (void)p;  // one kernel, whatever the plan
+    raise_smem_limit(k_gptq_lazy);
 }
 
 void launch_lazy(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {

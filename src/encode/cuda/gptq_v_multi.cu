@@ -288,26 +288,13 @@ GptqPlan plan_multi(const Gpu& g, int64_t r, int block) {
     const int64_t need = (r + l.threads - 1) / l.threads;
     while (l.ept < need) l.ept *= 2;
     if (l.ept > 32) return l;  // nb = 0: unsupported
-    const int64_t fixed = 4 * r * static_cast<int64_t>(sizeof(float));
-    // the kernel's static shared memory (the warps' lists) comes off the opt-in
-    const int64_t avail = static_cast<int64_t>(g.smem_optin()) - fixed - 8192;
-    const int64_t per_col = (r + 1) * static_cast<int64_t>(sizeof(float));
-    l.nb = static_cast<int>(std::clamp<int64_t>(avail / per_col, 0, std::max(block, 1)));
-    l.smem = static_cast<size_t>(fixed + l.nb * per_col);
+    // the kernel's static shared memory (the warps' lists, 7 KiB) is reserved
+    fit_columns(l, g, r, block, 4 * r * static_cast<int64_t>(sizeof(float)), 8192);
     return l;
 }
 
 void prepare_multi(const GptqPlan& p) {
-    // the device maximum, the same from every thread (see prepare_batched)
-    with_kernel(p, [](auto kernel) {
-        int dev = 0, optin = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-        cudaFuncAttributes fa{};
-        CUDA_CHECK(cudaFuncGetAttributes(&fa, kernel));
-        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        optin - static_cast<int>(fa.sharedSizeBytes)));
-    });
+    with_kernel(p, [](auto kernel) { raise_smem_limit(kernel); });
 }
 
 void launch_multi(const Gpu& g, const GptqArgs& a, const GptqPlan& p) {
