@@ -153,13 +153,14 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                  const std::vector<int64_t>& tiles) {
     const cudaStream_t st = gpu.stream();
     fmt::print(
-        "| m×n | bpw | P | rank | true bpw | fp16 decode µs | packed decode µs (default) | "
-        "speed-up | spans µs | default vs spans | fp16 GB/s (% peak) | packed GB/s (% peak) | "
+        "| m×n | bpw | P | rank | true bpw | fp16 decode µs | packed decode µs (planes, default) | "
+        "speed-up | rows µs | spans µs | planes vs rows | fp16 GB/s (% peak) | packed GB/s (% peak) | "
         "fp16 {} tok µs | packed {} tok µs | ratio |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
-    mc::PackedScratch ws, ws_spans;
-    ws.decode = mc::Decode::rows;
+    mc::PackedScratch ws, ws_rows, ws_spans;
+    ws.decode = mc::Decode::planes;
+    ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
     std::string prefill;
     for (auto [m, n] : bench::parse_shapes(shapes)) {
@@ -192,7 +193,8 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                                           y.get(), 0.0f, nullptr);
                     });
                 };
-                const double tp = decode_ms(ws), ts = decode_ms(ws_spans);
+                const double tp = decode_ms(ws), tr = decode_ms(ws_rows),
+                             ts = decode_ms(ws_spans);
                 const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                     mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f,
                                       nullptr);
@@ -204,10 +206,10 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                 const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
                 fmt::print(
                     "| {}×{} | {:.2f} | {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.1f} | "
-                    "{:.2f}× | {:.0f} ({:.0f} %) | {:.0f} ({:.0f} %) | {:.0f} | {:.0f} | {:.2f}× "
-                    "|\n",
+                    "{:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | {:.0f} ({:.0f} %) | {:.0f} | {:.0f} | "
+                    "{:.2f}× |\n",
                     m, n, bpw, paths, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp,
-                    1e3 * ts, ts / tp, b16 / 1e9, 100 * b16 / kPeakBytesPerS, bp / 1e9,
+                    1e3 * tr, 1e3 * ts, tr / tp, b16 / 1e9, 100 * b16 / kPeakBytesPerS, bp / 1e9,
                     100 * bp / kPeakBytesPerS, 1e3 * t16b, 1e3 * tpb, t16b / tpb);
                 std::fflush(stdout);
             }
@@ -251,8 +253,9 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     for (int i = 0; i < 5; ++i) ys.push_back(fill_float(F, st));
     const auto x16 = fill_half(F, st);
     auto y16 = fill_half(F, st);
-    mc::PackedScratch ws, ws_spans;
-    ws.decode = mc::Decode::rows;
+    mc::PackedScratch ws, ws_rows, ws_spans;
+    ws.decode = mc::Decode::planes;
+    ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
     constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
     auto one_by_one = [&](mc::PackedScratch& w) {
@@ -260,7 +263,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
             mc::packed_linear(gpu.blas(), st, packed[i], w, x.get(), 1, ys[kOut[i % 7]].get(), 0.0f,
                               nullptr);
     };
-    auto grouped = [&] {
+    auto grouped = [&](mc::PackedScratch& ws) {
         for (size_t l = 0; l < packed.size(); l += 7) {
             const mc::PackedOut qkv[3] = {{&packed[l], ys[0].get()},
                                           {&packed[l + 1], ys[1].get()},
@@ -283,10 +286,12 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     };
     const double td = graph_ms(st, reps, 1, [&](int) { run_dense(); });
     const double ts = graph_ms(st, reps, 1, [&](int) { one_by_one(ws_spans); });
-    const double tr = graph_ms(st, reps, 1, [&](int) { one_by_one(ws); });
-    const double tg = graph_ms(st, reps, 1, [&](int) { grouped(); });
+    const double tr = graph_ms(st, reps, 1, [&](int) { one_by_one(ws_rows); });
+    const double tg = graph_ms(st, reps, 1, [&](int) { grouped(ws_rows); });
+    const double tp = graph_ms(st, reps, 1, [&](int) { one_by_one(ws); });
+    const double tpg = graph_ms(st, reps, 1, [&](int) { grouped(ws); });
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
-    const double tge = time_ms(st, std::max(3, reps / 10), grouped);
+    const double tge = time_ms(st, std::max(3, reps / 10), [&] { grouped(ws); });
     fmt::print(
         "\nWhole-model decode, linear layers only ({} layers × 7, 4096/11008, 1.0 bpw, P = {}):\n",
         layers, paths);
@@ -301,6 +306,8 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     row("packed, span kernels, layer by layer", ts);
     row("packed, row kernels, layer by layer", tr);
     row("packed, row kernels, q/k/v and gate/up grouped", tg);
+    row("packed, planes (binary tensor cores), layer by layer", tp);
+    row("packed, planes, q/k/v and gate/up grouped (the runtime)", tpg);
     fmt::print(
         "launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n", tde,
         tge, tde / tge);

@@ -65,7 +65,7 @@ namespace ec = cortiq::cuda;
 double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                     const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
                     std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300},
-                    model::cuda::Decode decode = model::cuda::Decode::rows) {
+                    model::cuda::Decode decode = model::cuda::Decode::planes) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
     ec::Gpu gpu;
@@ -125,7 +125,8 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
         const auto bytes = blr::pack(random_model(m, n, r, p, 31 * m + n));
         const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
         check_on_gpu(bytes, tag);
-        // the earlier span kernels (decode only)
+        // the earlier row and span kernels (decode only)
+        check_on_gpu(bytes, tag + " rows", {}, 1.0, {1, 2}, model::cuda::Decode::rows);
         check_on_gpu(bytes, tag + " spans", {}, 1.0, {1, 2}, model::cuda::Decode::spans);
     }
     Rng rng(2);
@@ -133,6 +134,8 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
     for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
     VecD h(65, 0.1), g(129, 0.7);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
+    check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 rows", {}, 1.0, {1, 2},
+                 model::cuda::Decode::rows);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 spans", {}, 1.0, {1, 2},
                  model::cuda::Decode::spans);
 #endif
@@ -168,8 +171,10 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     const cudaStream_t st = gpu.stream();
     std::vector<mc::DevicePacked> devs;
     for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
-    mc::PackedScratch ws;
+    for (auto decode : {mc::Decode::planes, mc::Decode::rows})
     for (int rows : {1, 2}) {
+        mc::PackedScratch ws;
+        ws.decode = decode;
         std::vector<float> x(static_cast<size_t>(rows * n));
         for (auto& v : x) v = static_cast<float>(rng.normal());
         const auto dx = ec::upload_f(x, st);
@@ -195,7 +200,8 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
                                 dx.get(), rows);
         for (size_t l = 0; l < pws.size(); ++l) {
             const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
-            EXPECT_LE(rel_diff(got, want[l]), kLayerTol) << "layer " << l << " rows " << rows;
+            EXPECT_LE(rel_diff(got, want[l]), kLayerTol)
+                << "layer " << l << " rows " << rows << " decode " << static_cast<int>(decode);
         }
     }
 #endif

@@ -109,8 +109,79 @@ bool decode_rows(const PackedOut* layers, int count, PackedScratch& ws, const fl
     return true;
 }
 
+
 int64_t round_up(int64_t v, int64_t k) {
     return (v + k - 1) / k * k;
+}
+
+// Decode with Decode::planes: the products of every layer of the group in
+// four launches, the planes of g_p ∘ x for every layer and path, t_p = ℓ_p ∘
+// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, t's planes, then y = β·y + bias
+// + Σ_p h_p ∘ S_U,p t_p (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in
+// the first product launch).
+void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
+                   cudaStream_t stream) {
+    int64_t t_words = 0, plane_total = 0, info_total = 0;
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        plane_total += w.paths * rows * plane_words(w.n);
+        info_total += w.paths * rows * plane_chunks(w.n);
+        if (w.sign) continue;
+        t_words += w.paths * rows * w.r;
+        plane_total += w.paths * rows * plane_words(w.r);
+        info_total += w.paths * rows * plane_chunks(w.r);
+    }
+    ensure(ws.t, t_words, stream);
+    ensure(ws.planes, plane_total, stream);
+    ensure(ws.plane_info, info_total, stream);
+    uint32_t* planes = ws.planes.get();
+    float2* info = ws.plane_info.get();
+    // the next job's planes and chunk scales
+    auto job = [&](const float* in, int64_t ld_in, const float* g, int64_t cols) {
+        PlaneJob j{in, ld_in, g, cols, planes, info};
+        planes += rows * plane_words(cols);
+        info += rows * plane_chunks(cols);
+        return j;
+    };
+    std::vector<PlaneJob> jobs_x, jobs_t;
+    std::vector<MmaProduct> first, second;
+    float* t_next = ws.t.get();
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        const auto* hs = reinterpret_cast<const __half*>(w.h.get());
+        const auto* ls = reinterpret_cast<const __half*>(w.l.get());
+        MmaProduct out;
+        out.pieces = w.paths;
+        out.out = layers[l].y;
+        out.ld_out = w.m;
+        out.beta = layers[l].beta;
+        out.bias = layers[l].bias;
+        for (int p = 0; p < w.paths; ++p) {
+            const PlaneJob jx = job(x, w.n, w.g32.get() + p * w.n, w.n);
+            jobs_x.push_back(jx);
+            const PlaneInput px{jx.planes, jx.info, w.n};
+            if (w.sign) {
+                out.piece[0] = {w.svt(0), px, hs};
+                continue;
+            }
+            float* t = t_next;
+            t_next += rows * w.r;
+            MmaProduct pr;
+            pr.piece[0] = {w.svt(p), px, ls + p * w.r};
+            pr.out = t;
+            pr.ld_out = w.r;
+            first.push_back(pr);
+            const PlaneJob jt = job(t, w.r, nullptr, w.r);
+            jobs_t.push_back(jt);
+            out.piece[p] = {w.s_u(p), PlaneInput{jt.planes, jt.info, w.r}, hs + p * w.m};
+        }
+        (w.sign ? first : second).push_back(out);
+    }
+    sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
+    sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
+    if (second.empty()) return;
+    sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
+    sign_mma(second.data(), static_cast<int>(second.size()), rows, stream);
 }
 
 // Columns of S per expanded fp16 tile: all (rounded up to 32) when the tile
@@ -216,10 +287,11 @@ BatchOptions batch_options_from_env() {
 
 Decode decode_from_env() {
     const char* d = std::getenv("CORTIQ_BLR_DECODE");
-    if (!d) return Decode::rows;
+    if (!d) return Decode::planes;
     const std::string v = d;
-    CORTIQ_ASSERT(v == "rows" || v == "spans", "CORTIQ_BLR_DECODE={}: rows or spans", v);
-    return v == "rows" ? Decode::rows : Decode::spans;
+    CORTIQ_ASSERT(v == "planes" || v == "rows" || v == "spans",
+                  "CORTIQ_BLR_DECODE={}: planes, rows or spans", v);
+    return v == "planes" ? Decode::planes : v == "rows" ? Decode::rows : Decode::spans;
 }
 
 SignMatrix DevicePacked::svt(int p) const {
@@ -237,16 +309,26 @@ DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream) {
     d.r = w.r;
     d.paths = w.paths;
     d.sign = w.sign;
-    d.ld_v = blr::words32_for(w.n);
-    d.ld_u = w.sign ? 0 : blr::words32_for(w.r);
+    // rows on 16-byte boundaries, and kMmaTailWords readable words after the
+    // last (sign_mma's 16-byte loads of a row's last chunk)
+    d.ld_v = round_up(blr::words32_for(w.n), 4);
+    d.ld_u = w.sign ? 0 : round_up(blr::words32_for(w.r), 4);
     std::vector<uint32_t> sv, su;
+    auto append = [](std::vector<uint32_t>& dst, const std::vector<uint32_t>& rows_words,
+                     int64_t words, int64_t ld) {
+        for (size_t k = 0; k * words < rows_words.size(); ++k) {
+            dst.insert(dst.end(), rows_words.begin() + static_cast<int64_t>(k) * words,
+                       rows_words.begin() + static_cast<int64_t>(k + 1) * words);
+            dst.resize(dst.size() + static_cast<size_t>(ld - words), 0u);
+        }
+    };
     for (int p = 0; p < w.paths; ++p) {
-        const auto a = blr::aligned_rows(w.svt(p));
-        sv.insert(sv.end(), a.begin(), a.end());
+        append(sv, blr::aligned_rows(w.svt(p)), blr::words32_for(w.n), d.ld_v);
         if (w.sign) continue;
-        const auto t = blr::transposed_rows(w.sut(p));
-        su.insert(su.end(), t.begin(), t.end());
+        append(su, blr::transposed_rows(w.sut(p)), blr::words32_for(w.r), d.ld_u);
     }
+    sv.resize(sv.size() + kMmaTailWords, 0u);
+    if (!w.sign) su.resize(su.size() + kMmaTailWords, 0u);
     auto up = [&](auto& dst, const auto* src, int64_t count) {
         using T = std::remove_pointer_t<decltype(dst.get())>;
         dst = ec::DeviceBuffer<T>(count, stream);
@@ -273,6 +355,8 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
     static_assert(kDecodeRows == 2, "sign_gemv takes 1 or 2 rows");
     if (rows <= kDecodeRows) {
         const PackedOut one{&w, y, beta, bias};
+        if (ws.decode == Decode::planes)
+            return decode_planes(&one, 1, ws, x, static_cast<int>(rows), stream);
         if (ws.decode == Decode::rows &&
             decode_rows(&one, 1, ws, x, static_cast<int>(rows), stream))
             return;
@@ -285,6 +369,8 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
 
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows) {
+    if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::planes)
+        return decode_planes(layers, count, ws, x, static_cast<int>(rows), stream);
     if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::rows &&
         decode_rows(layers, count, ws, x, static_cast<int>(rows), stream))
         return;

@@ -21,10 +21,16 @@
 // layer. BatchMath::tf32 (or CORTIQ_BLR_BATCH=tf32) keeps the earlier path,
 // ±1.0f tiles through TF32 (blr_batch_tf32.cu), to compare against.
 //
+// Decode::planes (the default) runs the same two products on the binary
+// tensor cores (model/cuda/sign_mma.hpp): the inputs of each product cut into
+// bit planes of 16-bit integers (sign_planes), then mma .b1 AND-popc of the
+// sign rows against the planes — four launches per group, no table.
+//
 // On the device the signs are not the payload's dense stream but rows that
-// start on 32-bit words (blr/sign_layout.hpp): S_Vᵀ as r rows of n bits and
-// S_U as m rows of r bits (the payload's S_Uᵀ transposed at upload), so both
-// products are products of rows; at most 31 padding bits per row.
+// start on 16-byte boundaries (blr/sign_layout.hpp, padded): S_Vᵀ as r rows
+// of n bits and S_U as m rows of r bits (the payload's S_Uᵀ transposed at
+// upload), so both products are products of rows; at most 127 padding bits
+// per row, and kMmaTailWords words after the last.
 #pragma once
 
 #include <cublas_v2.h>
@@ -36,6 +42,7 @@
 #include "blr/packed.hpp"
 #include "core/cuda/device.hpp"
 #include "model/cuda/sign_gemv.hpp"
+#include "model/cuda/sign_mma.hpp"
 #include "model/cuda/sign_rows.hpp"
 
 namespace cortiq::model::cuda {
@@ -44,7 +51,7 @@ struct DevicePacked {
     int64_t m = 0, n = 0, r = 0;
     int paths = 0;
     bool sign = false;
-    int64_t ld_v = 0, ld_u = 0;  // u32 words per row of S_Vᵀ (n bits) and of S_U (r bits)
+    int64_t ld_v = 0, ld_u = 0;  // u32 words per row of S_Vᵀ (n bits) and of S_U (r bits), ×4
     cortiq::cuda::DeviceBuffer<uint32_t> sv;       // per path: S_Vᵀ (a sign payload: S, m rows)
     cortiq::cuda::DeviceBuffer<uint32_t> su;       // per path: S_U, m rows
     cortiq::cuda::DeviceBuffer<uint16_t> h, l, g;  // f16 scales, paths × (m | r | n)
@@ -57,7 +64,7 @@ struct DevicePacked {
 };
 
 enum class BatchMath { f16, tf32 };
-enum class Decode { rows, spans };
+enum class Decode { planes, rows, spans };
 
 struct BatchOptions {
     BatchMath math = BatchMath::f16;
@@ -71,7 +78,7 @@ struct BatchOptions {
 
 // The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
 BatchOptions batch_options_from_env();
-// Decode::rows, or CORTIQ_BLR_DECODE=rows|spans.
+// Decode::planes, or CORTIQ_BLR_DECODE=planes|rows|spans.
 Decode decode_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
@@ -80,6 +87,8 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<__half> x16, t16, tile16;
     cortiq::cuda::DVec row_scale;  // 2 × rows: x's, then t's
     GemvScratch gemv;
+    cortiq::cuda::DeviceBuffer<uint32_t> planes;  // Decode::planes: x's and t's planes
+    cortiq::cuda::DeviceBuffer<float2> plane_info;
     BatchOptions batch = batch_options_from_env();
     Decode decode = decode_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
@@ -108,8 +117,8 @@ struct PackedOut {
 };
 
 // Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: with rows ≤
-// kDecodeRows and Decode::rows, two launches for all of them; otherwise one
-// packed_linear each.
+// kDecodeRows, Decode::planes four launches for all of them and Decode::rows
+// two; otherwise one packed_linear each.
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows);
 

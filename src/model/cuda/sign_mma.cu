@@ -1,0 +1,221 @@
+// Sign products on the binary tensor cores (sign_mma.hpp). A warp owns 16
+// rows of one product and a share of its chunks (split: 1–8 warps per 16
+// rows, so that small products still spread over the GPU); a block of 8
+// warps owns 8 / split tiles of 16 rows. Per chunk of 512 inputs a lane
+// loads 16 bytes of row g and of row g + 8 (g = lane / 4, the words 4t..4t+3
+// of the chunk, t = lane % 4) — the A fragments of two mma.m16n8k256 .b1
+// (the k order inside a chunk permuted alike in A and B: word 4t + h of a
+// chunk is k-step h / 2's k-block t + 4·(h % 2)) — and 16 bytes of planes g
+// and g + 8 (the B fragments). Four mmas give D_p for 16 rows × 16 planes;
+// each lane folds its 4 planes into Σ_p w_p D_p (int32, exact), scales it by
+// the chunk's σ in float, and the lanes, then the warps of a tile, are summed
+// in a fixed order (deterministic). The weights of the first chunks are
+// loaded before the wait for the previous kernel (programmatic dependent
+// launch: the sign_planes kernel before it is small, so both fit together).
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "model/cuda/sign_launch.hpp"
+#include "model/cuda/sign_mma.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+using namespace sign_detail;
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBatch = 4;  // chunks a warp loads at once
+
+struct Params {
+    MmaProduct prod[kMaxMmaProducts];
+    int first_block[kMaxMmaProducts + 1];
+    int split[kMaxMmaProducts];  // warps per tile of 16 rows: 1, 2, 4 or 8
+    int count;
+};
+
+// D += A·B over 256 k, A 16×256 and B 256×8 bits, popc(a AND b) per element.
+__device__ __forceinline__ void mma_and_popc(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                             uint32_t a3, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Weights are read once: past L1.
+__device__ __forceinline__ uint4 load_stream(const uint32_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <int R>
+__global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_constant__ Params p) {
+    __shared__ alignas(16) uint32_t pr_words[sizeof(MmaProduct) / 4];
+    __shared__ float red[kWarps][2][R][16];
+    __shared__ int pi_s;
+    const MmaProduct& pr = *reinterpret_cast<const MmaProduct*>(pr_words);
+    if (threadIdx.x == 0) {
+        int k = 0;
+        while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
+        pi_s = k;
+    }
+    __syncthreads();
+    const int pi = pi_s;
+    static_assert(sizeof(MmaProduct) % 4 == 0 && sizeof(MmaProduct) / 4 <= kThreads);
+    if (threadIdx.x < sizeof(MmaProduct) / 4)
+        pr_words[threadIdx.x] = reinterpret_cast<const uint32_t*>(&p.prod[pi])[threadIdx.x];
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int split = p.split[pi], tiles_per_block = kWarps / split;
+    const int64_t rows = pr.piece[0].s.rows;
+    const int64_t k0 =
+        16 * ((int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block) + warp / split);
+    const int ks = warp % split;
+    const bool active = k0 < rows;
+    const int64_t r_lo = min(k0 + g, rows - 1), r_hi = min(k0 + g + 8, rows - 1);
+    const int c0 = static_cast<int>(plane_chunks(pr.piece[0].s.cols));
+    const int total = c0 + (pr.pieces > 1 ? static_cast<int>(plane_chunks(pr.piece[1].s.cols)) : 0);
+
+    uint4 a_lo[kBatch], a_hi[kBatch];
+    auto load_batch = [&](int base) {
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int c = base + u * split;
+            if (!active || c >= total) continue;
+            const int pc = c >= c0 ? 1 : 0, cc = pc ? c - c0 : c;
+            const SignMatrix& s = pr.piece[pc].s;
+            a_lo[u] = load_stream(s.words + r_lo * s.ld + 16 * cc + 4 * t);
+            a_hi[u] = load_stream(s.words + r_hi * s.ld + 16 * cc + 4 * t);
+        }
+    };
+    load_batch(ks);
+#if __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();
+    cudaGridDependencySynchronize();  // the planes, and out when β ≠ 0
+#endif
+    // Σ_c (σ_c Σ_p w_p D_p − σ_c Σq / 2) per piece, token and row (g, g + 8);
+    // the Σq term added once per chunk, by the lanes of t = 0.
+    float acc0[R][2], acc1[R][2];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc0[i][0] = acc0[i][1] = acc1[i][0] = acc1[i][1] = 0.0f;
+    // w_p of the lane's planes 2t, 2t + 1, 8 + 2t, 9 + 2t (plane 15: −2^15)
+    const int w_a = 1 << (2 * t), w_b = 2 * w_a, w_c = 256 * w_a, w_d = t == 3 ? -32768 : 2 * w_c;
+    for (int base = ks; active && base < total; base += kBatch * split) {
+        if (base != ks) load_batch(base);
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+            const int c = base + u * split;
+            if (c >= total) break;
+            const int pc = c >= c0 ? 1 : 0, cc = pc ? c - c0 : c;
+            const PlaneInput& in = pr.piece[pc].in;
+            const int64_t chunks = plane_chunks(in.cols);
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const uint32_t* pl = in.planes + i * plane_words(in.cols) + cc * (kPlanes * 16);
+                const uint4 b_lo = *reinterpret_cast<const uint4*>(pl + g * 16 + 4 * t);
+                const uint4 b_hi = *reinterpret_cast<const uint4*>(pl + (g + 8) * 16 + 4 * t);
+                const float2 info = in.info[i * chunks + cc];
+                int d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
+                mma_and_popc(d0, a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b_lo.x, b_lo.y);
+                mma_and_popc(d0, a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b_lo.z, b_lo.w);
+                mma_and_popc(d1, a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b_hi.x, b_hi.y);
+                mma_and_popc(d1, a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b_hi.z, b_hi.w);
+                const int x_lo = w_a * d0[0] + w_b * d0[1] + w_c * d1[0] + w_d * d1[1];
+                const int x_hi = w_a * d0[2] + w_b * d0[3] + w_c * d1[2] + w_d * d1[3];
+                const float half_q = t == 0 ? 0.5f * info.y : 0.0f;
+                const float v_lo = info.x * static_cast<float>(x_lo) - half_q;
+                const float v_hi = info.x * static_cast<float>(x_hi) - half_q;
+                if (pc) {
+                    acc1[i][0] += v_lo;
+                    acc1[i][1] += v_hi;
+                } else {
+                    acc0[i][0] += v_lo;
+                    acc0[i][1] += v_hi;
+                }
+            }
+        }
+    }
+    // lanes t = 0..3 of a row, then the warps of a tile, in order
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float a = acc0[i][h], b = acc1[i][h];
+            a += __shfl_xor_sync(0xffffffffu, a, 1);
+            a += __shfl_xor_sync(0xffffffffu, a, 2);
+            b += __shfl_xor_sync(0xffffffffu, b, 1);
+            b += __shfl_xor_sync(0xffffffffu, b, 2);
+            if (t == 0) {
+                red[warp][0][i][g + 8 * h] = a;
+                red[warp][1][i][g + 8 * h] = b;
+            }
+        }
+    __syncthreads();
+    const int idx = threadIdx.x;
+    if (idx >= tiles_per_block * 16 * R) return;
+    const int tb = idx / (16 * R), i = (idx / 16) % R, rr = idx % 16;
+    const int64_t k = 16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block + tb) + rr;
+    if (k >= rows) return;
+    float val = pr.beta == 0.0f ? 0.0f : pr.beta * pr.out[i * pr.ld_out + k];
+    if (pr.bias) val += pr.bias[k];
+    for (int pc = 0; pc < pr.pieces; ++pc) {
+        float sum = 0.0f;
+        for (int s = 0; s < split; ++s) sum += red[tb * split + s][pc][i][rr];
+        const __half* sc = pr.piece[pc].out_scale;
+        val += (sc ? __half2float(sc[k]) : 1.0f) * (-2.0f * sum);
+    }
+    pr.out[i * pr.ld_out + k] = val;
+}
+
+// Warps per tile: enough that each has about one batch of chunks, at most 8.
+int split_for(int chunks) {
+    static const int most = knob("CORTIQ_MMA_SPLIT", kWarps, 1, kWarps);
+    int s = 1;
+    while (s < most && s < chunks) s *= 2;
+    return s;
+}
+
+}  // namespace
+
+void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stream) {
+    CORTIQ_ASSERT(rows == 1 || rows == 2, "sign_mma takes 1 or 2 rows, not {}", rows);
+    for (int c0 = 0; c0 < count; c0 += kMaxMmaProducts) {
+        Params p{};
+        int blocks = 0;
+        for (int i = c0; i < std::min(count, c0 + kMaxMmaProducts); ++i) {
+            const MmaProduct& pr = products[i];
+            CORTIQ_ASSERT(pr.pieces == 1 || pr.pieces == 2, "sign_mma: {} pieces", pr.pieces);
+            for (int pc = 0; pc < pr.pieces; ++pc)
+                CORTIQ_ASSERT(pr.piece[pc].s.ld % 4 == 0 && pr.piece[pc].s.rows == pr.piece[0].s.rows,
+                              "sign_mma: rows of {} words (a multiple of 4), {} rows",
+                              pr.piece[pc].s.ld, pr.piece[pc].s.rows);
+            const int64_t m = pr.piece[0].s.rows;
+            if (m == 0) continue;
+            int chunks = 0;
+            for (int pc = 0; pc < pr.pieces; ++pc)
+                chunks += static_cast<int>(plane_chunks(pr.piece[pc].s.cols));
+            const int split = split_for(chunks), tiles = static_cast<int>(ceil_div(m, 16));
+            p.prod[p.count] = pr;
+            p.split[p.count] = split;
+            p.first_block[p.count] = blocks;
+            blocks += static_cast<int>(ceil_div(tiles, kWarps / split));
+            ++p.count;
+        }
+        if (p.count == 0) continue;
+        p.first_block[p.count] = blocks;
+        if (rows == 1)
+            launch_pdl(sign_mma_kernel<1>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+                       stream, p);
+        else
+            launch_pdl(sign_mma_kernel<2>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+                       stream, p);
+    }
+}
+
+}  // namespace cortiq::model::cuda

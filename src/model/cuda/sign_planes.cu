@@ -1,0 +1,104 @@
+// Inputs of the binary tensor-core products as bit planes (sign_mma.hpp):
+// a block of 512 threads per chunk of 512 inputs of one row of one job.
+// Thread j reads v_j = g_j·in_j, the block finds σ = max|v| / 32767 and
+// Σ q, and each warp turns its 32 q's into 16 words with 16 ballots (bit p
+// of every lane's q), lane p storing plane p's word.
+#include <algorithm>
+
+#include "core/error.hpp"
+#include "model/cuda/sign_launch.hpp"
+#include "model/cuda/sign_mma.hpp"
+
+namespace cortiq::model::cuda {
+
+namespace {
+
+using namespace sign_detail;
+
+constexpr int kThreads = kPlaneChunk;
+constexpr int kMaxJobs = 16;
+constexpr float kQMax = 32767.0f;
+
+struct Params {
+    PlaneJob job[kMaxJobs];
+    int first_block[kMaxJobs + 1];
+    int count;
+    int rows;
+};
+
+__global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_constant__ Params p) {
+    __shared__ float warp_max[kThreads / 32];
+    __shared__ int warp_q[kThreads / 32];
+    int k = 0;
+    while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
+    const PlaneJob& jb = p.job[k];
+    const int64_t chunks = plane_chunks(jb.cols);
+    const int64_t local = int(blockIdx.x) - p.first_block[k];
+    const int64_t i = local / chunks, c = local % chunks;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t j = c * kPlaneChunk + threadIdx.x;
+#if __CUDA_ARCH__ >= 900
+    cudaTriggerProgrammaticLaunchCompletion();  // the products may copy their weights
+    cudaGridDependencySynchronize();            // in: the previous kernel's output
+#endif
+    float v = 0.0f;
+    if (j < jb.cols) {
+        v = jb.in[i * jb.ld_in + j];
+        if (jb.g) v *= jb.g[j];
+    }
+    float mx = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) warp_max[warp] = mx;
+    __syncthreads();
+    mx = warp_max[0];
+#pragma unroll
+    for (int w = 1; w < kThreads / 32; ++w) mx = fmaxf(mx, warp_max[w]);
+    // σ = max / 32767; a chunk of zeros has σ = 0, and one with a non-finite
+    // value σ = NaN, so that the products come out NaN as a dense one would.
+    const bool ok = mx > 0.0f && isfinite(mx);
+    const float sigma = ok ? mx / kQMax : isfinite(mx) ? 0.0f : __int_as_float(0x7fc00000);
+    const float inv = ok ? kQMax / mx : 0.0f;
+    const int q = ok ? max(-32767, min(32767, __float2int_rn(v * inv))) : 0;
+    int qs = q;
+    for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
+    if (lane == 0) warp_q[warp] = qs;
+    uint32_t mine = 0;
+#pragma unroll
+    for (int b = 0; b < kPlanes; ++b) {
+        const uint32_t word = __ballot_sync(0xffffffffu, (q >> b) & 1);
+        if (lane == b) mine = word;
+    }
+    uint32_t* out = jb.planes + i * plane_words(jb.cols) + c * (kPlanes * 16);
+    if (lane < kPlanes) out[lane * 16 + warp] = mine;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int sum = 0;
+#pragma unroll
+        for (int w = 0; w < kThreads / 32; ++w) sum += warp_q[w];
+        jb.info[i * chunks + c] = make_float2(sigma, sigma * static_cast<float>(sum));
+    }
+}
+
+}  // namespace
+
+void sign_planes(const PlaneJob* jobs, int count, int rows, cudaStream_t stream) {
+    CORTIQ_ASSERT(rows == 1 || rows == 2, "sign_planes takes 1 or 2 rows, not {}", rows);
+    for (int c0 = 0; c0 < count; c0 += kMaxJobs) {
+        Params p{};
+        p.rows = rows;
+        int blocks = 0;
+        for (int i = c0; i < std::min(count, c0 + kMaxJobs); ++i) {
+            if (jobs[i].cols == 0) continue;
+            p.job[p.count] = jobs[i];
+            p.first_block[p.count] = blocks;
+            blocks += static_cast<int>(rows * plane_chunks(jobs[i].cols));
+            ++p.count;
+        }
+        if (p.count == 0) continue;
+        p.first_block[p.count] = blocks;
+        launch_pdl(sign_planes_kernel, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream,
+                   p);
+    }
+}
+
+}  // namespace cortiq::model::cuda
