@@ -95,6 +95,17 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
         }
     };
     load_batch(ks);
+    // The finishing thread's row scales and bias, weights too: before the wait.
+    const int fin_tb = threadIdx.x / (16 * R), fin_i = (threadIdx.x / 16) % R;
+    const int64_t fin_k = 16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block +
+                                fin_tb) + threadIdx.x % 16;
+    const bool finishes = int(threadIdx.x) < tiles_per_block * 16 * R && fin_k < rows;
+    float fin_scale[2] = {1.0f, 1.0f}, fin_bias = 0.0f;
+    if (finishes) {
+        for (int pc = 0; pc < pr.pieces; ++pc)
+            if (pr.piece[pc].out_scale) fin_scale[pc] = __half2float(pr.piece[pc].out_scale[fin_k]);
+        if (pr.bias) fin_bias = pr.bias[fin_k];
+    }
 #if __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion();
     cudaGridDependencySynchronize();  // the planes, and out when β ≠ 0
@@ -157,20 +168,16 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
             }
         }
     __syncthreads();
-    const int idx = threadIdx.x;
-    if (idx >= tiles_per_block * 16 * R) return;
-    const int tb = idx / (16 * R), i = (idx / 16) % R, rr = idx % 16;
-    const int64_t k = 16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block + tb) + rr;
-    if (k >= rows) return;
-    float val = pr.beta == 0.0f ? 0.0f : pr.beta * pr.out[i * pr.ld_out + k];
-    if (pr.bias) val += pr.bias[k];
+    if (!finishes) return;
+    const int rr = threadIdx.x % 16;
+    float val = pr.beta == 0.0f ? 0.0f : pr.beta * pr.out[fin_i * pr.ld_out + fin_k];
+    val += fin_bias;
     for (int pc = 0; pc < pr.pieces; ++pc) {
         float sum = 0.0f;
-        for (int s = 0; s < split; ++s) sum += red[tb * split + s][pc][i][rr];
-        const __half* sc = pr.piece[pc].out_scale;
-        val += (sc ? __half2float(sc[k]) : 1.0f) * (-2.0f * sum);
+        for (int s = 0; s < split; ++s) sum += red[fin_tb * split + s][pc][fin_i][rr];
+        val += fin_scale[pc] * (-2.0f * sum);
     }
-    pr.out[i * pr.ld_out + k] = val;
+    pr.out[fin_i * pr.ld_out + fin_k] = val;
 }
 
 // Warps per tile: enough that each has about one batch of chunks, at most 8.

@@ -17,7 +17,63 @@ using namespace sign_detail;
 
 constexpr int kThreads = kPlaneChunk;
 constexpr int kMaxJobs = 16;
-constexpr float kQMax = 32767.0f;
+
+template <int NT>
+struct ChunkShared {
+    float max[NT / 32];
+    int sum[NT / 32];
+};
+
+// σ = max|v| / 32767, q = rint(v / σ) in [−32767, 32767]; plane p of word w
+// at planes[16·p + w]; *info = {σ, σ·Σq}. A chunk of zeros has σ = 0, one
+// with a non-finite value σ = NaN, so that products come out NaN as a dense
+// one would. Every thread of the block calls it (it has barriers).
+template <int NT, int V>
+__device__ __forceinline__ void chunk_planes(const float (&v)[V], uint32_t* planes, float2* info,
+                                             ChunkShared<NT>& sh) {
+    static_assert(NT * V == kPlaneChunk);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float mx = 0.0f;
+#pragma unroll
+    for (int h = 0; h < V; ++h) mx = fmaxf(mx, fabsf(v[h]));
+    // fmaxf drops NaN: keep it visible
+    bool bad = false;
+#pragma unroll
+    for (int h = 0; h < V; ++h) bad |= !isfinite(v[h]);
+    if (bad) mx = __int_as_float(0x7f800000);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) sh.max[warp] = mx;
+    __syncthreads();
+    mx = sh.max[0];
+#pragma unroll
+    for (int w = 1; w < NT / 32; ++w) mx = fmaxf(mx, sh.max[w]);
+    constexpr float kQMax = 32767.0f;
+    const bool ok = mx > 0.0f && isfinite(mx);
+    const float sigma = ok ? mx / kQMax : isfinite(mx) ? 0.0f : __int_as_float(0x7fc00000);
+    const float inv = ok ? kQMax / mx : 0.0f;
+    int qs = 0;
+#pragma unroll
+    for (int h = 0; h < V; ++h) {
+        const int q = ok ? max(-32767, min(32767, __float2int_rn(v[h] * inv))) : 0;
+        qs += q;
+        uint32_t mine = 0;
+#pragma unroll
+        for (int b = 0; b < kPlanes; ++b) {
+            const uint32_t word = __ballot_sync(0xffffffffu, (q >> b) & 1);
+            if (lane == b) mine = word;
+        }
+        if (lane < kPlanes) planes[lane * 16 + h * (NT / 32) + warp] = mine;
+    }
+    for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
+    if (lane == 0) sh.sum[warp] = qs;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int sum = 0;
+#pragma unroll
+        for (int w = 0; w < NT / 32; ++w) sum += sh.sum[w];
+        *info = make_float2(sigma, sigma * static_cast<float>(sum));
+    }
+}
 
 struct Params {
     PlaneJob job[kMaxJobs];
@@ -27,56 +83,22 @@ struct Params {
 };
 
 __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_constant__ Params p) {
-    __shared__ float warp_max[kThreads / 32];
-    __shared__ int warp_q[kThreads / 32];
+    __shared__ ChunkShared<kThreads> sh;
     int k = 0;
     while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
     const PlaneJob& jb = p.job[k];
     const int64_t chunks = plane_chunks(jb.cols);
     const int64_t local = int(blockIdx.x) - p.first_block[k];
     const int64_t i = local / chunks, c = local % chunks;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t j = c * kPlaneChunk + threadIdx.x;
+    const float g = jb.g && j < jb.cols ? jb.g[j] : 1.0f;  // a weight: before the wait
 #if __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion();  // the products may copy their weights
     cudaGridDependencySynchronize();            // in: the previous kernel's output
 #endif
-    float v = 0.0f;
-    if (j < jb.cols) {
-        v = jb.in[i * jb.ld_in + j];
-        if (jb.g) v *= jb.g[j];
-    }
-    float mx = fabsf(v);
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) warp_max[warp] = mx;
-    __syncthreads();
-    mx = warp_max[0];
-#pragma unroll
-    for (int w = 1; w < kThreads / 32; ++w) mx = fmaxf(mx, warp_max[w]);
-    // σ = max / 32767; a chunk of zeros has σ = 0, and one with a non-finite
-    // value σ = NaN, so that the products come out NaN as a dense one would.
-    const bool ok = mx > 0.0f && isfinite(mx);
-    const float sigma = ok ? mx / kQMax : isfinite(mx) ? 0.0f : __int_as_float(0x7fc00000);
-    const float inv = ok ? kQMax / mx : 0.0f;
-    const int q = ok ? max(-32767, min(32767, __float2int_rn(v * inv))) : 0;
-    int qs = q;
-    for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
-    if (lane == 0) warp_q[warp] = qs;
-    uint32_t mine = 0;
-#pragma unroll
-    for (int b = 0; b < kPlanes; ++b) {
-        const uint32_t word = __ballot_sync(0xffffffffu, (q >> b) & 1);
-        if (lane == b) mine = word;
-    }
-    uint32_t* out = jb.planes + i * plane_words(jb.cols) + c * (kPlanes * 16);
-    if (lane < kPlanes) out[lane * 16 + warp] = mine;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int sum = 0;
-#pragma unroll
-        for (int w = 0; w < kThreads / 32; ++w) sum += warp_q[w];
-        jb.info[i * chunks + c] = make_float2(sigma, sigma * static_cast<float>(sum));
-    }
+    float v[1] = {j < jb.cols ? g * jb.in[i * jb.ld_in + j] : 0.0f};
+    chunk_planes<kThreads, 1>(v, jb.planes + i * plane_words(jb.cols) + c * (kPlanes * 16),
+                              jb.info + i * chunks + c, sh);
 }
 
 }  // namespace
