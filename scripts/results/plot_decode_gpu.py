@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """docs/decode_gpu.json -> docs/decode_gpu.png: one-token decode on the H200
 (bench_blr_gpu). Left: speed-up over fp16 cuBLAS of each layer shape, bpw and
-path count, the default kernels against the span kernels. Right: the linear
+path count, the plane kernels (default) against the row and span kernels. Right: the linear
 layers of a 32-layer 4096/11008 model at 1.0 bpw, ms per token."""
 import json, os
 
@@ -18,21 +18,23 @@ fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 6), gridspec_kw={"width_ratios":
 
 labels = [f'{r["shape"]}\n{r["bpw"]:g} bpw P{r["paths"]}' for r in layers]
 x = range(len(layers))
-w = 0.4
-ax.bar([i - w / 2 for i in x], [r["fp16_us"] / r["spans_us"] for r in layers], w,
+w = 0.28
+ax.bar([i - w for i in x], [r["fp16_us"] / r["spans_us"] for r in layers], w,
        label="span kernels (one launch per product)")
-ax.bar([i + w / 2 for i in x], [r["fp16_us"] / r["packed_us"] for r in layers], w,
-       label="default (row kernels; spans for lone P1 rows > 8192)")
+ax.bar(list(x), [r["fp16_us"] / r["rows_us"] for r in layers], w,
+       label="row kernels (tables of signed sums; spans for lone P1 rows > 8192)")
+ax.bar([i + w for i in x], [r["fp16_us"] / r["planes_us"] for r in layers], w,
+       label="plane kernels (binary tensor cores, default)")
 for i, r in enumerate(layers):
-    ax.annotate(f'{r["packed_us"]:.1f} µs', (i + w / 2, r["fp16_us"] / r["packed_us"]),
+    ax.annotate(f'{r["planes_us"]:.1f} µs', (i + w, r["fp16_us"] / r["planes_us"]),
                 fontsize=6, ha="center", textcoords="offset points", xytext=(0, 2))
 ax.axhline(1.0, color="gray", lw=0.8)
 ax.axhline(8.0, color="red", lw=0.8, ls="--", label="issue target at 4096×11008 1 bpw (8×)")
 ax.set_xticks(list(x))
 ax.set_xticklabels(labels, fontsize=6, rotation=90)
 ax.set_ylabel("speed-up over fp16 cuBLAS GEMV")
-ax.set_title("one layer, one token (H200, two blocks per SM)")
-ax.legend(fontsize=8)
+ax.set_title("one layer, one token (H200)")
+ax.legend(fontsize=7, loc="upper left")
 
 wm = d["whole_model"]["ms_per_token"]
 names = list(wm["P1"].keys())

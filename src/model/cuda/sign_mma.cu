@@ -180,11 +180,16 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     pr.out[fin_i * pr.ld_out + fin_k] = val;
 }
 
-// Warps per tile: enough that each has about one batch of chunks, at most 8.
+// Warps per tile: about two chunks each, at most 8 (CORTIQ_MMA_SPLIT: at
+// most that many). Measured on the H200 at 1 bpw (bench_blr_gpu, one token):
+// a warp per chunk (8 for S_U's 6 chunks at 4096×11008 and S_Vᵀ's 8 at
+// 11008×4096) took 8.3 / 9.5 µs and the 32-layer model 1.150 ms; at most 4
+// warps, 10.2 / 7.7 µs and 1.131 ms (4096×11008's 22-chunk S_Vᵀ then lacks
+// warps); at most 2, 14.2 / 8.8 µs.
 int split_for(int chunks) {
     static const int most = knob("CORTIQ_MMA_SPLIT", kWarps, 1, kWarps);
     int s = 1;
-    while (s < most && s < chunks) s *= 2;
+    while (s < most && 2 * s < chunks) s *= 2;
     return s;
 }
 
