@@ -17,7 +17,7 @@ rc=0
 TESTS="${TESTS:-test_blr_linear_gpu}" bash scripts/device/run_tests_gpu.sh || rc=1
 timeout 200 $B/bench_blr_gpu --bpw ${BPW:-0.55,1.0,2.0} --paths 1,2 --reps 100 > $OUT/bench_blr.log 2>&1
 grep -E "^\| (4096|11008)×(4096|11008) \| [0-9.]+ \| [12] \||planes|fp16 cuBLAS" $OUT/bench_blr.log
-for s in ${SPLITS:-4 2}; do
+for s in ${SPLITS-4 2}; do
   CORTIQ_MMA_SPLIT=$s timeout 100 $B/bench_blr_gpu --bpw 1.0 --paths 1 --shapes 4096x11008,11008x4096 \
     --reps 100 > $OUT/bench_split$s.log 2>&1
   echo "CORTIQ_MMA_SPLIT=$s"
