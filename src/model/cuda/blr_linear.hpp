@@ -2,12 +2,14 @@
 // the CUDA twin of model/blr_linear.hpp). Per path:
 //   t = ℓ ∘ (S_Vᵀ (g ∘ x)),  u = S_U t,  y = β·y + Σ_p h_p ∘ u_p (+ bias)
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
-// One or two rows (decode): two launches of a kernel that reads every sign bit
-// once and adds tabulated signed sums of four inputs, a block per run of whole
-// rows (model/cuda/sign_rows.cu): every path's t, then y from all paths; the
-// layers that read the same input (q, k, v; gate, up) share the two launches
-// (packed_linear_group). Decode::spans keeps the earlier kernels, one per
-// product with rows cut into 1024-column spans (sign_gemv.cu).
+// One or two rows (decode): Decode::planes (the default, below) multiplies
+// the sign rows on the binary tensor cores against bit planes of the inputs;
+// Decode::rows keeps the earlier two launches of a kernel that adds
+// tabulated signed sums of four inputs, a block per run of whole rows
+// (model/cuda/sign_rows.cu): every path's t, then y from all paths; with
+// both, the layers that read the same input (q, k, v; gate, up) share the
+// launches (packed_linear_group). Decode::spans keeps the first kernels, one
+// per product with rows cut into 1024-column spans (sign_gemv.cu).
 // A batch (prefill, scoring, calibration), per product: the activations go to
 // fp16 with g (or ℓ) folded in and each row scaled by a power of two that puts
 // its max in [2^14, 2^15) (rows_to_f16.cu: no overflow, whatever the
