@@ -115,10 +115,11 @@ int64_t round_up(int64_t v, int64_t k) {
 }
 
 // Decode with Decode::planes: the products of every layer of the group in
-// four launches, the planes of g_p ∘ x for every layer and path, t_p = ℓ_p ∘
-// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, t's planes, then y = β·y + bias
-// + Σ_p h_p ∘ S_U,p t_p (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in
-// the first product launch).
+// three launches, the planes of g_p ∘ x for every layer and path, t_p = ℓ_p ∘
+// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, then y = β·y + bias + Σ_p h_p ∘
+// S_U,p t_p, whose blocks build t's planes themselves (with a sign_planes
+// launch for them instead when they do not fit, or !t_planes_in_blocks); a
+// sign payload: y = β·y + bias + h ∘ S (g ∘ x) in the first product launch.
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
                    cudaStream_t stream) {
     int64_t t_words = 0, plane_total = 0, info_total = 0;
@@ -144,6 +145,13 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         return j;
     };
     std::vector<PlaneJob> jobs_x, jobs_t;
+    // t's planes in the blocks of the y launch (no launch of their own) when
+    // every layer's fit a block's shared memory
+    bool raw_t = ws.t_planes_in_blocks;
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        if (!w.sign && mma_raw_bytes(w.paths, rows, w.r) > kMmaRawMaxBytes) raw_t = false;
+    }
     std::vector<MmaProduct> first, second;
     float* t_next = ws.t.get();
     for (int l = 0; l < count; ++l) {
@@ -171,6 +179,10 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
             pr.out = t;
             pr.ld_out = w.r;
             first.push_back(pr);
+            if (raw_t) {  // the blocks of the second launch build t's planes
+                out.piece[p] = {w.s_u(p), PlaneInput{nullptr, nullptr, w.r, t, w.r}, hs + p * w.m};
+                continue;
+            }
             const PlaneJob jt = job(t, w.r, nullptr, w.r);
             jobs_t.push_back(jt);
             out.piece[p] = {w.s_u(p), PlaneInput{jt.planes, jt.info, w.r}, hs + p * w.m};
@@ -180,7 +192,7 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
     sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
     sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
     if (second.empty()) return;
-    sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
+    if (!jobs_t.empty()) sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
     sign_mma(second.data(), static_cast<int>(second.size()), rows, stream);
 }
 
@@ -283,6 +295,14 @@ BatchOptions batch_options_from_env() {
         o.tile_bytes = mb << 20;
     }
     return o;
+}
+
+bool t_planes_in_blocks_from_env() {
+    const char* e = std::getenv("CORTIQ_MMA_T_PLANES");
+    if (!e) return true;
+    const std::string v = e;
+    CORTIQ_ASSERT(v == "blocks" || v == "launch", "CORTIQ_MMA_T_PLANES={}: blocks or launch", v);
+    return v == "blocks";
 }
 
 Decode decode_from_env() {
