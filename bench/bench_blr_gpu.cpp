@@ -258,7 +258,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
     ws_tl.decode = mc::Decode::planes;
-    ws_tl.t_planes_in_blocks = false;
+    ws_tl.t_planes_in_blocks = ws_tl.x_planes_in_blocks = false;
     constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
     auto one_by_one = [&](mc::PackedScratch& w) {
         for (size_t i = 0; i < packed.size(); ++i)
@@ -310,7 +310,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     row("packed, row kernels, layer by layer", tr);
     row("packed, row kernels, q/k/v and gate/up grouped", tg);
     row("packed, planes (binary tensor cores), layer by layer", tp);
-    row("packed, planes, grouped, t's planes by a launch of their own", tpl);
+    row("packed, planes, grouped, the inputs' planes by launches of their own", tpl);
     row("packed, planes, q/k/v and gate/up grouped (the runtime)", tpg);
     fmt::print(
         "launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n", tde,

@@ -3,8 +3,9 @@
 #   1. test_blr_linear_gpu (exits non-zero when it fails);
 #   2. bench_blr_gpu: per-layer decode with the plane (default), row and span
 #      kernels side by side, prefill, and the 32-layer model ($OUT/bench_blr.log);
-#   3. the plane kernels with other splits (CORTIQ_MMA_SPLIT=$SPLITS) on the
-#      4096/11008 shapes at 1 bpw;
+#   3. the plane kernels with other settings (VARIANTS, each an environment
+#      assignment; default: x's, then t's planes by a launch of their own, and
+#      at most 4 warps per 16 rows) on the three shapes at 1 bpw;
 #   4. tiny-llama-6m compressed at 1 bpw on the GPU, then `cortiq generate
 #      --device gpu` (512 tokens, greedy) with each decode and with --dequant.
 set -u
@@ -17,11 +18,11 @@ rc=0
 TESTS="${TESTS:-test_blr_linear_gpu}" bash scripts/device/run_tests_gpu.sh || rc=1
 timeout 200 $B/bench_blr_gpu --bpw ${BPW:-0.55,1.0,2.0} --paths 1,2 --reps 100 > $OUT/bench_blr.log 2>&1
 grep -E "^\| (4096|11008)×(4096|11008) \| [0-9.]+ \| [12] \||planes|fp16 cuBLAS" $OUT/bench_blr.log
-for s in ${SPLITS-4 2}; do
-  CORTIQ_MMA_SPLIT=$s timeout 100 $B/bench_blr_gpu --bpw 1.0 --paths 1 --shapes 4096x11008,11008x4096 \
-    --reps 100 > $OUT/bench_split$s.log 2>&1
-  echo "CORTIQ_MMA_SPLIT=$s"
-  grep -E "^\| (4096|11008)×(4096|11008) \| 1.00 \| 1 \||grouped \(the" $OUT/bench_split$s.log
+for v in ${VARIANTS-CORTIQ_MMA_X_PLANES=launch CORTIQ_MMA_T_PLANES=launch CORTIQ_MMA_SPLIT=4}; do
+  env $v timeout 100 $B/bench_blr_gpu --bpw 1.0 --paths 1,2 --shapes 4096x4096,4096x11008,11008x4096 \
+    --reps 100 --layers 32 > $OUT/bench_${v//[^A-Za-z0-9]/_}.log 2>&1
+  echo "$v"
+  grep -E "^\| (4096|11008)×(4096|11008) \| 1.00 \| [12] \||grouped \(the" $OUT/bench_${v//[^A-Za-z0-9]/_}.log
 done
 q=$OUT/tiny-llama-1bpw.safetensors
 timeout 120 $B/cortiq quantize .carry/models/tiny-llama-6m --calib .carry/text/tinystories-calib.txt \

@@ -66,13 +66,14 @@ __device__ void build_raw_planes(const MmaProduct& pr, uint32_t* sp, float2* sin
     for (int u = warp; u < units; u += kWarps) {
         const int pc = u / (R * chunks), i = (u / chunks) % R, c = u % chunks;
         const float* src = pr.piece[pc].in.raw + i * pr.piece[pc].in.ld_raw;
+        const float* gs = pr.piece[pc].in.raw_scale;
         float v[16];
         float mx = 0.0f;
         bool bad = false;
 #pragma unroll
         for (int h = 0; h < 16; ++h) {
             const int64_t j = int64_t{c} * kPlaneChunk + 32 * h + lane;
-            v[h] = j < cols ? src[j] : 0.0f;
+            v[h] = j < cols ? (gs ? gs[j] * src[j] : src[j]) : 0.0f;
             mx = fmaxf(mx, fabsf(v[h]));
             bad |= !isfinite(v[h]);
         }
