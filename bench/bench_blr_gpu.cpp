@@ -253,12 +253,10 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     for (int i = 0; i < 5; ++i) ys.push_back(fill_float(F, st));
     const auto x16 = fill_half(F, st);
     auto y16 = fill_half(F, st);
-    mc::PackedScratch ws, ws_rows, ws_spans, ws_tl;
+    mc::PackedScratch ws, ws_rows, ws_spans;
     ws.decode = mc::Decode::planes;
     ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
-    ws_tl.decode = mc::Decode::planes;
-    ws_tl.t_planes_in_blocks = ws_tl.x_planes_in_blocks = false;
     constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
     auto one_by_one = [&](mc::PackedScratch& w) {
         for (size_t i = 0; i < packed.size(); ++i)
@@ -292,7 +290,6 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     const double tg = graph_ms(st, reps, 1, [&](int) { grouped(ws_rows); });
     const double tp = graph_ms(st, reps, 1, [&](int) { one_by_one(ws); });
     const double tpg = graph_ms(st, reps, 1, [&](int) { grouped(ws); });
-    const double tpl = graph_ms(st, reps, 1, [&](int) { grouped(ws_tl); });
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
     const double tge = time_ms(st, std::max(3, reps / 10), [&] { grouped(ws); });
     fmt::print(
@@ -310,7 +307,6 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     row("packed, row kernels, layer by layer", tr);
     row("packed, row kernels, q/k/v and gate/up grouped", tg);
     row("packed, planes (binary tensor cores), layer by layer", tp);
-    row("packed, planes, grouped, the inputs' planes by launches of their own", tpl);
     row("packed, planes, q/k/v and gate/up grouped (the runtime)", tpg);
     fmt::print(
         "launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n", tde,

@@ -65,8 +65,7 @@ namespace ec = cortiq::cuda;
 double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                     const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
                     std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300},
-                    model::cuda::Decode decode = model::cuda::Decode::planes,
-                    bool planes_in_blocks = true) {
+                    model::cuda::Decode decode = model::cuda::Decode::planes) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
     ec::Gpu gpu;
@@ -75,7 +74,6 @@ double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
     model::cuda::PackedScratch ws;
     ws.batch = opt;
     ws.decode = decode;
-    ws.t_planes_in_blocks = ws.x_planes_in_blocks = planes_in_blocks;
     double worst = 0;
     Rng rng(5);
     std::vector<float> bias(static_cast<size_t>(pw.m));
@@ -127,9 +125,6 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
         const auto bytes = blr::pack(random_model(m, n, r, p, 31 * m + n));
         const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
         check_on_gpu(bytes, tag);
-        // the inputs' planes by launches of their own (decode only)
-        check_on_gpu(bytes, tag + " planes launched", {}, 1.0, {1, 2},
-                     model::cuda::Decode::planes, false);
         // the earlier row and span kernels (decode only)
         check_on_gpu(bytes, tag + " rows", {}, 1.0, {1, 2}, model::cuda::Decode::rows);
         check_on_gpu(bytes, tag + " spans", {}, 1.0, {1, 2}, model::cuda::Decode::spans);
@@ -176,12 +171,10 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     const cudaStream_t st = gpu.stream();
     std::vector<mc::DevicePacked> devs;
     for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
-    for (auto [decode, in_blocks] :
-         {std::pair{mc::Decode::planes, true}, {mc::Decode::planes, false}, {mc::Decode::rows, true}})
+    for (auto decode : {mc::Decode::planes, mc::Decode::rows})
     for (int rows : {1, 2}) {
         mc::PackedScratch ws;
         ws.decode = decode;
-        ws.t_planes_in_blocks = ws.x_planes_in_blocks = in_blocks;
         std::vector<float> x(static_cast<size_t>(rows * n));
         for (auto& v : x) v = static_cast<float>(rng.normal());
         const auto dx = ec::upload_f(x, st);

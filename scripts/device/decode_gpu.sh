@@ -4,8 +4,8 @@
 #   2. bench_blr_gpu: per-layer decode with the plane (default), row and span
 #      kernels side by side, prefill, and the 32-layer model ($OUT/bench_blr.log);
 #   3. the plane kernels with other settings (VARIANTS, each an environment
-#      assignment; default: x's, then t's planes by a launch of their own, and
-#      at most 4 warps per 16 rows) on the three shapes at 1 bpw;
+#      assignment; default: at most 4 warps per 16 rows) on the three shapes at
+#      1 bpw;
 #   4. tiny-llama-6m compressed at 1 bpw on the GPU, then `cortiq generate
 #      --device gpu` (512 tokens, greedy) with each decode and with --dequant.
 set -u
@@ -18,7 +18,7 @@ rc=0
 TESTS="${TESTS:-test_blr_linear_gpu}" bash scripts/device/run_tests_gpu.sh || rc=1
 timeout 200 $B/bench_blr_gpu --bpw ${BPW:-0.55,1.0,2.0} --paths 1,2 --reps 100 > $OUT/bench_blr.log 2>&1
 grep -E "^\| (4096|11008)×(4096|11008) \| [0-9.]+ \| [12] \||planes|fp16 cuBLAS" $OUT/bench_blr.log
-for v in ${VARIANTS-CORTIQ_MMA_X_PLANES=launch CORTIQ_MMA_T_PLANES=launch CORTIQ_MMA_SPLIT=4}; do
+for v in ${VARIANTS-CORTIQ_MMA_SPLIT=4}; do
   env $v timeout 100 $B/bench_blr_gpu --bpw 1.0 --paths 1,2 --shapes 4096x4096,4096x11008,11008x4096 \
     --reps 100 --layers 32 > $OUT/bench_${v//[^A-Za-z0-9]/_}.log 2>&1
   echo "$v"

@@ -115,11 +115,10 @@ int64_t round_up(int64_t v, int64_t k) {
 }
 
 // Decode with Decode::planes: the products of every layer of the group in
-// two launches, t_p = ℓ_p ∘ S_V,pᵀ (g_p ∘ x) on the binary tensor cores for
-// every layer and path, then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p, their
-// blocks building the planes of their inputs themselves (with sign_planes
-// launches for them instead when they do not fit, or ws asks for it); a sign
-// payload: y = β·y + bias + h ∘ S (g ∘ x) in the first product launch.
+// four launches, the planes of g_p ∘ x for every layer and path, t_p = ℓ_p ∘
+// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, t's planes, then y = β·y + bias
+// + Σ_p h_p ∘ S_U,p t_p (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in
+// the first product launch).
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
                    cudaStream_t stream) {
     int64_t t_words = 0, plane_total = 0, info_total = 0;
@@ -145,14 +144,6 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         return j;
     };
     std::vector<PlaneJob> jobs_x, jobs_t;
-    // t's planes in the blocks of the y launch (no launch of their own) when
-    // every layer's fit a block's shared memory
-    bool raw_t = ws.t_planes_in_blocks, raw_x = ws.x_planes_in_blocks;
-    for (int l = 0; l < count; ++l) {
-        const DevicePacked& w = *layers[l].w;
-        if (!w.sign && mma_raw_bytes(w.paths, rows, w.r) > kMmaRawMaxBytes) raw_t = false;
-        if (mma_raw_bytes(1, rows, w.n) > kMmaRawMaxBytes) raw_x = false;
-    }
     std::vector<MmaProduct> first, second;
     float* t_next = ws.t.get();
     for (int l = 0; l < count; ++l) {
@@ -166,12 +157,9 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         out.beta = layers[l].beta;
         out.bias = layers[l].bias;
         for (int p = 0; p < w.paths; ++p) {
-            PlaneInput px{nullptr, nullptr, w.n, x, w.n, w.g32.get() + p * w.n};
-            if (!raw_x) {
-                const PlaneJob jx = job(x, w.n, w.g32.get() + p * w.n, w.n);
-                jobs_x.push_back(jx);
-                px = PlaneInput{jx.planes, jx.info, w.n};
-            }
+            const PlaneJob jx = job(x, w.n, w.g32.get() + p * w.n, w.n);
+            jobs_x.push_back(jx);
+            const PlaneInput px{jx.planes, jx.info, w.n};
             if (w.sign) {
                 out.piece[0] = {w.svt(0), px, hs};
                 continue;
@@ -183,20 +171,16 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
             pr.out = t;
             pr.ld_out = w.r;
             first.push_back(pr);
-            if (raw_t) {  // the blocks of the second launch build t's planes
-                out.piece[p] = {w.s_u(p), PlaneInput{nullptr, nullptr, w.r, t, w.r}, hs + p * w.m};
-                continue;
-            }
             const PlaneJob jt = job(t, w.r, nullptr, w.r);
             jobs_t.push_back(jt);
             out.piece[p] = {w.s_u(p), PlaneInput{jt.planes, jt.info, w.r}, hs + p * w.m};
         }
         (w.sign ? first : second).push_back(out);
     }
-    if (!jobs_x.empty()) sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
+    sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
     sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
     if (second.empty()) return;
-    if (!jobs_t.empty()) sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
+    sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
     sign_mma(second.data(), static_cast<int>(second.size()), rows, stream);
 }
 
@@ -299,23 +283,6 @@ BatchOptions batch_options_from_env() {
         o.tile_bytes = mb << 20;
     }
     return o;
-}
-
-namespace {
-bool blocks_or_launch(const char* name) {
-    const char* e = std::getenv(name);
-    if (!e) return true;
-    const std::string v = e;
-    CORTIQ_ASSERT(v == "blocks" || v == "launch", "{}={}: blocks or launch", name, v);
-    return v == "blocks";
-}
-}  // namespace
-
-bool t_planes_in_blocks_from_env() {
-    return blocks_or_launch("CORTIQ_MMA_T_PLANES");
-}
-bool x_planes_in_blocks_from_env() {
-    return blocks_or_launch("CORTIQ_MMA_X_PLANES");
 }
 
 Decode decode_from_env() {

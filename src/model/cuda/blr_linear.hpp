@@ -25,10 +25,8 @@
 //
 // Decode::planes (the default) runs the same two products on the binary
 // tensor cores (model/cuda/sign_mma.hpp): the inputs of each product cut into
-// bit planes of 16-bit integers, then mma .b1 AND-popc of the sign rows
-// against the planes, no table — two launches per group: t, then y, whose
-// blocks build the planes of their inputs (g ∘ x, t) in shared memory
-// (sign_planes launches instead: x_planes_in_blocks, t_planes_in_blocks).
+// bit planes of 16-bit integers (sign_planes), then mma .b1 AND-popc of the
+// sign rows against the planes — four launches per group, no table.
 //
 // On the device the signs are not the payload's dense stream but rows that
 // start on 16-byte boundaries (blr/sign_layout.hpp, padded): S_Vᵀ as r rows
@@ -84,9 +82,6 @@ struct BatchOptions {
 BatchOptions batch_options_from_env();
 // Decode::planes, or CORTIQ_BLR_DECODE=planes|rows|spans.
 Decode decode_from_env();
-// true, or CORTIQ_MMA_T_PLANES=blocks|launch (x's: CORTIQ_MMA_X_PLANES).
-bool t_planes_in_blocks_from_env();
-bool x_planes_in_blocks_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
@@ -98,12 +93,6 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<float2> plane_info;
     BatchOptions batch = batch_options_from_env();
     Decode decode = decode_from_env();
-    // Decode::planes: t's planes built by the blocks of the y launch (in
-    // shared memory, when they fit), or by a sign_planes launch of their own
-    bool t_planes_in_blocks = t_planes_in_blocks_from_env();
-    // and the planes of g ∘ x by the blocks of the t launch, each its own
-    // product's, or by a sign_planes launch for all
-    bool x_planes_in_blocks = x_planes_in_blocks_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +
@@ -130,7 +119,7 @@ struct PackedOut {
 };
 
 // Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: with rows ≤
-// kDecodeRows, Decode::planes two launches for all of them and Decode::rows
+// kDecodeRows, Decode::planes four launches for all of them and Decode::rows
 // two; otherwise one packed_linear each.
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows);

@@ -54,54 +54,6 @@ __device__ __forceinline__ uint4 load_stream(const uint32_t* p) {
     return v;
 }
 
-// A raw product's planes (sign_mma.hpp), built by the block into shared
-// memory before its products: unit u = (piece·R + i)·chunks + c, one warp per
-// unit at a time; lane l holds inputs 32h + l of the chunk (h < 16), so word h
-// of plane b is one ballot of bit b. The same σ and q as sign_planes.
-template <int R>
-__device__ void build_raw_planes(const MmaProduct& pr, uint32_t* sp, float2* sinfo) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int64_t cols = pr.piece[0].in.cols;
-    const int chunks = static_cast<int>(plane_chunks(cols)), units = pr.pieces * R * chunks;
-    for (int u = warp; u < units; u += kWarps) {
-        const int pc = u / (R * chunks), i = (u / chunks) % R, c = u % chunks;
-        const float* src = pr.piece[pc].in.raw + i * pr.piece[pc].in.ld_raw;
-        const float* gs = pr.piece[pc].in.raw_scale;
-        float v[16];
-        float mx = 0.0f;
-        bool bad = false;
-#pragma unroll
-        for (int h = 0; h < 16; ++h) {
-            const int64_t j = int64_t{c} * kPlaneChunk + 32 * h + lane;
-            v[h] = j < cols ? (gs ? gs[j] * src[j] : src[j]) : 0.0f;
-            mx = fmaxf(mx, fabsf(v[h]));
-            bad |= !isfinite(v[h]);
-        }
-        if (bad) mx = __int_as_float(0x7f800000);  // fmaxf drops NaN: keep it visible
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        constexpr float kQMax = 32767.0f;
-        const bool ok = mx > 0.0f && isfinite(mx);
-        const float sigma = ok ? mx / kQMax : isfinite(mx) ? 0.0f : __int_as_float(0x7fc00000);
-        const float inv = ok ? kQMax / mx : 0.0f;
-        int qs = 0;
-        uint32_t* out = sp + u * (kPlanes * 16);
-#pragma unroll
-        for (int h = 0; h < 16; ++h) {
-            const int q = ok ? max(-32767, min(32767, __float2int_rn(v[h] * inv))) : 0;
-            qs += q;
-            uint32_t mine = 0;
-#pragma unroll
-            for (int b = 0; b < kPlanes; ++b) {
-                const uint32_t word = __ballot_sync(0xffffffffu, (q >> b) & 1);
-                if (lane == b) mine = word;
-            }
-            if (lane < kPlanes) out[lane * 16 + h] = mine;
-        }
-        for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
-        if (lane == 0) sinfo[u] = make_float2(sigma, sigma * static_cast<float>(qs));
-    }
-}
-
 template <int R>
 __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_constant__ Params p) {
     __shared__ alignas(16) uint32_t pr_words[sizeof(MmaProduct) / 4];
@@ -156,18 +108,8 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     }
 #if __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion();
-    cudaGridDependencySynchronize();  // the planes (or raw inputs), and out when β ≠ 0
+    cudaGridDependencySynchronize();  // the planes, and out when β ≠ 0
 #endif
-    extern __shared__ uint4 raw_smem[];  // a raw product's planes, then their chunks' {σ, σΣq}
-    const bool raw = pr.piece[0].in.raw != nullptr;
-    const int raw_chunks = raw ? static_cast<int>(plane_chunks(pr.piece[0].in.cols)) : 0;
-    uint32_t* raw_planes = reinterpret_cast<uint32_t*>(raw_smem);
-    float2* raw_info =
-        reinterpret_cast<float2*>(raw_planes + pr.pieces * R * raw_chunks * (kPlanes * 16));
-    if (raw) {
-        build_raw_planes<R>(pr, raw_planes, raw_info);
-        __syncthreads();
-    }
     // Σ_c (σ_c Σ_p w_p D_p − σ_c Σq / 2) per piece, token and row (g, g + 8);
     // the Σq term added once per chunk, by the lanes of t = 0.
     float acc0[R][2], acc1[R][2];
@@ -186,13 +128,10 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
             const int64_t chunks = plane_chunks(in.cols);
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const int unit = (pc * R + i) * raw_chunks + cc;
-                const uint32_t* pl =
-                    raw ? raw_planes + unit * (kPlanes * 16)
-                        : in.planes + i * plane_words(in.cols) + cc * (kPlanes * 16);
+                const uint32_t* pl = in.planes + i * plane_words(in.cols) + cc * (kPlanes * 16);
                 const uint4 b_lo = *reinterpret_cast<const uint4*>(pl + g * 16 + 4 * t);
                 const uint4 b_hi = *reinterpret_cast<const uint4*>(pl + (g + 8) * 16 + 4 * t);
-                const float2 info = raw ? raw_info[unit] : in.info[i * chunks + cc];
+                const float2 info = in.info[i * chunks + cc];
                 int d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
                 mma_and_popc(d0, a_lo[u].x, a_hi[u].x, a_lo[u].y, a_hi[u].y, b_lo.x, b_lo.y);
                 mma_and_popc(d0, a_lo[u].z, a_hi[u].z, a_lo[u].w, a_hi[u].w, b_lo.z, b_lo.w);
@@ -241,18 +180,6 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     pr.out[fin_i * pr.ld_out + fin_k] = val;
 }
 
-template <int R>
-void launch(const Params& p, int blocks, size_t smem, cudaStream_t stream) {
-    static const bool sized = [] {
-        CUDA_CHECK(cudaFuncSetAttribute(sign_mma_kernel<R>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(kMmaRawMaxBytes)));
-        return true;
-    }();
-    (void)sized;
-    launch_pdl(sign_mma_kernel<R>, dim3(static_cast<unsigned>(blocks)), kThreads, smem, stream, p);
-}
-
 // Warps per tile: about two chunks each, at most 8 (CORTIQ_MMA_SPLIT: at
 // most that many). Measured on the H200 at 1 bpw (bench_blr_gpu, one token):
 // a warp per chunk (8 for S_U's 6 chunks at 4096×11008 and S_Vᵀ's 8 at
@@ -273,7 +200,6 @@ void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stre
     for (int c0 = 0; c0 < count; c0 += kMaxMmaProducts) {
         Params p{};
         int blocks = 0;
-        size_t smem = 0;
         for (int i = c0; i < std::min(count, c0 + kMaxMmaProducts); ++i) {
             const MmaProduct& pr = products[i];
             CORTIQ_ASSERT(pr.pieces == 1 || pr.pieces == 2, "sign_mma: {} pieces", pr.pieces);
@@ -281,14 +207,6 @@ void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stre
                 CORTIQ_ASSERT(pr.piece[pc].s.ld % 4 == 0 && pr.piece[pc].s.rows == pr.piece[0].s.rows,
                               "sign_mma: rows of {} words (a multiple of 4), {} rows",
                               pr.piece[pc].s.ld, pr.piece[pc].s.rows);
-            const bool raw = pr.piece[0].in.raw != nullptr;
-            for (int pc = 0; pc < pr.pieces; ++pc)
-                CORTIQ_ASSERT((pr.piece[pc].in.raw != nullptr) == raw &&
-                                  pr.piece[pc].in.cols == pr.piece[0].in.cols,
-                              "sign_mma: a product's pieces raw alike, with the same columns");
-            const int64_t need = raw ? mma_raw_bytes(pr.pieces, rows, pr.piece[0].in.cols) : 0;
-            CORTIQ_ASSERT(need <= kMmaRawMaxBytes, "sign_mma: {} bytes of raw planes", need);
-            smem = std::max(smem, static_cast<size_t>(need));
             const int64_t m = pr.piece[0].s.rows;
             if (m == 0) continue;
             int chunks = 0;
@@ -304,9 +222,11 @@ void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stre
         if (p.count == 0) continue;
         p.first_block[p.count] = blocks;
         if (rows == 1)
-            launch<1>(p, blocks, smem, stream);
+            launch_pdl(sign_mma_kernel<1>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+                       stream, p);
         else
-            launch<2>(p, blocks, smem, stream);
+            launch_pdl(sign_mma_kernel<2>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
+                       stream, p);
     }
 }
 

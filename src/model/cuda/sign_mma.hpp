@@ -45,25 +45,11 @@ CORTIQ_PLANES_HD constexpr int64_t plane_chunks(int64_t cols) {
 // One input vector per row (R rows) as planes: row i's planes at
 // planes + i·plane_words(cols), chunk c's 16 planes of 16 words at 256·c
 // (plane p at 256·c + 16·p); info[i·chunks + c] = {σ_c, σ_c·Σ_{j∈c} q_j}.
-// Or, raw set, the values themselves (R rows, leading dimension ld_raw), of
-// which each block of sign_mma builds the planes in its shared memory (all
-// pieces of a product raw alike, with the same cols): a short input costs a
-// block less than a launch of its own.
 struct PlaneInput {
     const uint32_t* planes = nullptr;
     const float2* info = nullptr;
     int64_t cols = 0;
-    const float* raw = nullptr;
-    int64_t ld_raw = 0;
-    const float* raw_scale = nullptr;  // g: the planes of g ∘ raw (null: ones)
 };
-
-// Shared memory a block of sign_mma takes for a raw product's planes, and the
-// most it is given (more: build them with sign_planes).
-constexpr int64_t mma_raw_bytes(int pieces, int rows, int64_t cols) {
-    return pieces * rows * plane_chunks(cols) * (kPlanes * 64 + 8);
-}
-constexpr int64_t kMmaRawMaxBytes = 96 * 1024;
 
 // What sign_planes computes: the planes of g ∘ in (g null: ones).
 struct PlaneJob {
