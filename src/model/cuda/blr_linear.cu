@@ -46,6 +46,19 @@ void decode_spans(const DevicePacked& w, PackedScratch& ws, const float* x, int 
     }
 }
 
+// The product that writes a layer's y (SignProduct or MmaProduct): its
+// paths as pieces (filled in by the caller), y, β and the bias.
+template <class Product>
+Product product_into(const PackedOut& layer, const DevicePacked& w) {
+    Product out;
+    out.pieces = w.paths;
+    out.out = layer.y;
+    out.ld_out = w.m;
+    out.beta = layer.beta;
+    out.bias = layer.bias;
+    return out;
+}
+
 // Decode with Decode::rows: the products of every layer of the group in two
 // launches of sign_rows, t_p = ℓ_p ∘ S_V,pᵀ (g_p ∘ x) for every layer and
 // path, then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p per layer (a sign payload's
@@ -83,12 +96,7 @@ bool decode_rows(const PackedOut* layers, int count, PackedScratch& ws, const fl
             first.push_back(pr);
             continue;
         }
-        SignProduct out;
-        out.pieces = w.paths;
-        out.out = layers[l].y;
-        out.ld_out = w.m;
-        out.beta = layers[l].beta;
-        out.bias = layers[l].bias;
+        auto out = product_into<SignProduct>(layers[l], w);
         for (int p = 0; p < w.paths; ++p) {
             float* t = ws.t.get() + off + p * rows * w.r;
             SignProduct pr;
@@ -150,12 +158,7 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         const DevicePacked& w = *layers[l].w;
         const auto* hs = reinterpret_cast<const __half*>(w.h.get());
         const auto* ls = reinterpret_cast<const __half*>(w.l.get());
-        MmaProduct out;
-        out.pieces = w.paths;
-        out.out = layers[l].y;
-        out.ld_out = w.m;
-        out.beta = layers[l].beta;
-        out.bias = layers[l].bias;
+        auto out = product_into<MmaProduct>(layers[l], w);
         for (int p = 0; p < w.paths; ++p) {
             const PlaneJob jx = job(x, w.n, w.g32.get() + p * w.n, w.n);
             jobs_x.push_back(jx);
