@@ -19,6 +19,7 @@
 #include "blr/model.hpp"
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
+#include "blr/sign_planes.hpp"
 #include "blr_fixtures.hpp"
 #include "core/rng.hpp"
 #include "eval/ppl.hpp"
@@ -281,4 +282,60 @@ TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
         EXPECT_LE(rel_diff(a.vec(), b.vec()), kLayerTol) << "token " << i;
     }
     fs::remove_all(d);
+}
+
+// The decode's bit planes on the device (sign_planes) equal the CPU
+// reference (blr/sign_planes.hpp) bit for bit, σ and σΣq included, for g ∘ x
+// of awkward lengths, two rows, mixed ranges, a zero chunk and a NaN chunk.
+TEST(BlrLinearGpu, PlanesEqualTheCpuReferenceBitForBit) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    Rng rng(13);
+    for (int64_t cols : {1, 33, 512, 1500, 11008}) {
+        const int rows = 2;
+        std::vector<float> x(static_cast<size_t>(rows * cols)), g(static_cast<size_t>(cols));
+        for (size_t i = 0; i < x.size(); ++i)
+            x[i] = static_cast<float>(rng.normal() * ((i / 512) % 3 == 1 ? 1e-5 : 1.0) *
+                                      (rng.uniform() < 0.01 ? 60.0 : 1.0));
+        for (auto& v : g) v = static_cast<float>(0.5 + rng.uniform());
+        if (cols > 1024) {
+            for (int64_t j = 512; j < 1024; ++j) x[static_cast<size_t>(j)] = 0.0f;  // row 0, chunk 1
+            x[static_cast<size_t>(cols + 3)] = NAN;                              // row 1, chunk 0
+        }
+        const auto dx = ec::upload_f(x, st), dg = ec::upload_f(g, st);
+        ec::DeviceBuffer<uint32_t> planes(rows * mc::plane_words(cols), st);
+        ec::DeviceBuffer<float2> info(rows * mc::plane_chunks(cols), st);
+        const mc::PlaneJob job{dx.get(), cols, dg.get(), cols, planes.get(), info.get()};
+        mc::sign_planes(&job, 1, rows, st);
+        std::vector<uint32_t> got_w(static_cast<size_t>(planes.size()));
+        std::vector<float2> got_i(static_cast<size_t>(info.size()));
+        CUDA_CHECK(cudaMemcpyAsync(got_w.data(), planes.get(), 4 * got_w.size(),
+                                   cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaMemcpyAsync(got_i.data(), info.get(), sizeof(float2) * got_i.size(),
+                                   cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        for (int i = 0; i < rows; ++i) {
+            std::vector<float> v(static_cast<size_t>(cols));
+            for (int64_t j = 0; j < cols; ++j)
+                v[static_cast<size_t>(j)] = g[static_cast<size_t>(j)] * x[static_cast<size_t>(i * cols + j)];
+            const blr::Planes want = blr::planes_of(v.data(), cols);
+            const size_t w0 = static_cast<size_t>(i * mc::plane_words(cols));
+            for (size_t k = 0; k < want.words.size(); ++k)
+                ASSERT_EQ(got_w[w0 + k], want.words[k]) << cols << " row " << i << " word " << k;
+            const size_t c0 = static_cast<size_t>(i * mc::plane_chunks(cols));
+            for (size_t c = 0; c < want.sigma.size(); ++c) {
+                const float2 gi = got_i[c0 + c];
+                if (std::isnan(want.sigma[c])) {
+                    EXPECT_TRUE(std::isnan(gi.x) && std::isnan(gi.y)) << cols << " chunk " << c;
+                    continue;
+                }
+                EXPECT_EQ(gi.x, want.sigma[c]) << cols << " row " << i << " chunk " << c;
+                EXPECT_EQ(gi.y, want.sigma_sum_q[c]) << cols << " row " << i << " chunk " << c;
+            }
+        }
+    }
+#endif
 }

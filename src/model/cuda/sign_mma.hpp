@@ -21,6 +21,7 @@
 
 #include <cstdint>
 
+#include "blr/sign_planes.hpp"
 #include "model/cuda/sign_gemv.hpp"
 
 namespace cortiq::model::cuda {
@@ -32,8 +33,9 @@ namespace cortiq::model::cuda {
 #define CORTIQ_PLANES_HD
 #endif
 
-constexpr int kPlaneChunk = 512;  // inputs per chunk (two k-steps of 256)
-constexpr int kPlanes = 16;
+// The layout of blr/sign_planes.hpp (the CPU reference of sign_planes).
+constexpr int kPlaneChunk = static_cast<int>(blr::kPlaneChunk);  // two k-steps of 256
+constexpr int kPlanes = blr::kPlanes;
 // u32 words of one row's planes: per chunk 16 planes × 16 words.
 CORTIQ_PLANES_HD constexpr int64_t plane_words(int64_t cols) {
     return (cols + kPlaneChunk - 1) / kPlaneChunk * (kPlanes * kPlaneChunk / 32);

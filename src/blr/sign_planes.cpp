@@ -1,0 +1,82 @@
+#include "blr/sign_planes.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <limits>
+
+namespace cortiq::blr {
+
+Planes planes_of(const float* v, int64_t cols) {
+    Planes p;
+    p.cols = cols;
+    const int64_t chunks = (cols + kPlaneChunk - 1) / kPlaneChunk;
+    p.words.assign(static_cast<size_t>(chunks * kPlaneChunkWords), 0u);
+    p.sigma.assign(static_cast<size_t>(chunks), 0.0f);
+    p.sigma_sum_q.assign(static_cast<size_t>(chunks), 0.0f);
+    constexpr float kQMax = 32767.0f;
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t j0 = c * kPlaneChunk, j1 = std::min(cols, j0 + kPlaneChunk);
+        float mx = 0.0f;
+        bool finite = true;
+        for (int64_t j = j0; j < j1; ++j) {
+            finite = finite && std::isfinite(v[j]);
+            mx = std::max(mx, std::fabs(v[j]));
+        }
+        if (!finite) {
+            p.sigma[static_cast<size_t>(c)] = std::numeric_limits<float>::quiet_NaN();
+            p.sigma_sum_q[static_cast<size_t>(c)] = std::numeric_limits<float>::quiet_NaN();
+            continue;
+        }
+        if (!(mx > 0.0f)) continue;
+        const float sigma = mx / kQMax, inv = kQMax / mx;
+        int sum = 0;
+        uint32_t* w = p.words.data() + c * kPlaneChunkWords;
+        for (int64_t j = j0; j < j1; ++j) {
+            // the device's __float2int_rn: round half to even, of the float product
+            const float prod = v[j] * inv;
+            const int q = std::clamp(static_cast<int>(std::nearbyint(prod)), -32767, 32767);
+            sum += q;
+            const auto bits = static_cast<uint32_t>(q);
+            const int64_t k = j - j0;
+            for (int b = 0; b < kPlanes; ++b)
+                if ((bits >> b) & 1u) w[16 * b + k / 32] |= 1u << (k % 32);
+        }
+        p.sigma[static_cast<size_t>(c)] = sigma;
+        p.sigma_sum_q[static_cast<size_t>(c)] = sigma * static_cast<float>(sum);
+    }
+    return p;
+}
+
+int32_t plane_value(const Planes& p, int64_t j) {
+    const int64_t c = j / kPlaneChunk, k = j % kPlaneChunk;
+    const uint32_t* w = p.words.data() + c * kPlaneChunkWords;
+    int32_t q = 0;
+    for (int b = 0; b < kPlanes; ++b)
+        if ((w[16 * b + k / 32] >> (k % 32)) & 1u) q += b == kPlanes - 1 ? -(1 << b) : (1 << b);
+    return q;
+}
+
+double plane_dot(const uint32_t* row, const Planes& p) {
+    const int64_t chunks = static_cast<int64_t>(p.sigma.size());
+    const int64_t row_words = (p.cols + 31) / 32;
+    double total = 0.0;
+    for (int64_t c = 0; c < chunks; ++c) {
+        const uint32_t* w = p.words.data() + c * kPlaneChunkWords;
+        int64_t x = 0;  // Σ_p w_p popc(b AND plane_p), exact
+        for (int b = 0; b < kPlanes; ++b) {
+            int64_t d = 0;
+            for (int k = 0; k < 16; ++k) {
+                const int64_t word = 16 * c + k;  // of the row
+                if (word < row_words) d += std::popcount(row[word] & w[16 * b + k]);
+            }
+            x += (b == kPlanes - 1 ? -(int64_t{1} << b) : (int64_t{1} << b)) * d;
+        }
+        const auto cs = static_cast<size_t>(c);
+        total += static_cast<double>(p.sigma_sum_q[cs]) -
+                 2.0 * static_cast<double>(p.sigma[cs]) * static_cast<double>(x);
+    }
+    return total;
+}
+
+}  // namespace cortiq::blr

@@ -1,0 +1,39 @@
+// The bit planes of the CUDA decode (model/cuda/sign_mma.hpp) on the CPU: the
+// reference its sign_planes kernel is tested against, bit for bit, and the
+// arithmetic of the products the tensor cores compute from them.
+//   v ≈ σ_c q per chunk c of 512 inputs, σ_c = max_{j∈c} |v_j| / 32767 (float),
+//   q_j = rint(v_j / σ_c) = rint(v_j · (32767 / max)) in [−32767, 32767],
+//   q_j = Σ_{p<15} 2^p bit_p(q_j) − 2^15 bit_15(q_j) (two's complement),
+//   Σ_j s_j v_j ≈ Σ_c σ_c (Σ_{j∈c} q_j − 2 Σ_p w_p popc(b AND plane_p)),
+// with b_j = 1 where s_j = −1, w_p = 2^p (p < 15), w_15 = −2^15.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace cortiq::blr {
+
+constexpr int64_t kPlaneChunk = 512;
+constexpr int kPlanes = 16;
+constexpr int64_t kPlaneChunkWords = kPlanes * kPlaneChunk / 32;  // u32 words per chunk
+
+struct Planes {
+    int64_t cols = 0;
+    // chunk c's planes at kPlaneChunkWords·c, plane p's 16 words at + 16·p;
+    // bit j % 32 of word (j % 512) / 32 is bit p of q_j
+    std::vector<uint32_t> words;
+    std::vector<float> sigma, sigma_sum_q;  // per chunk: σ_c and σ_c·Σq (float, as on the device)
+};
+
+// A chunk of zeros has σ = 0; a chunk with a non-finite value σ = NaN (so
+// that the products come out NaN, as a dense one would) and q = 0.
+Planes planes_of(const float* v, int64_t cols);
+
+// q_j back from the planes.
+int32_t plane_value(const Planes& p, int64_t j);
+
+// Σ_j s_j v_j as the plane kernels compute it, in double: sign row `row`
+// (bit j % 32 of word j / 32 set: s_j = −1; ceil(cols / 32) words).
+double plane_dot(const uint32_t* row, const Planes& p);
+
+}  // namespace cortiq::blr
