@@ -154,7 +154,8 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     const cudaStream_t st = gpu.stream();
     fmt::print(
         "| m×n | bpw | P | rank | true bpw | fp16 decode µs | packed decode µs (planes, default) | "
-        "speed-up | rows µs | spans µs | planes vs rows | fp16 GB/s (% peak) | packed GB/s (% peak) | "
+        "speed-up | rows µs | spans µs | planes vs rows | fp16 GB/s (% peak) | packed GB/s (% "
+        "peak) | "
         "fp16 {} tok µs | packed {} tok µs | ratio |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
@@ -193,8 +194,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                                           y.get(), 0.0f, nullptr);
                     });
                 };
-                const double tp = decode_ms(ws), tr = decode_ms(ws_rows),
-                             ts = decode_ms(ws_spans);
+                const double tp = decode_ms(ws), tr = decode_ms(ws_rows), ts = decode_ms(ws_spans);
                 const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                     mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f,
                                       nullptr);

@@ -174,38 +174,38 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     std::vector<mc::DevicePacked> devs;
     for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
     for (auto decode : {mc::Decode::planes, mc::Decode::rows})
-    for (int rows : {1, 2}) {
-        mc::PackedScratch ws;
-        ws.decode = decode;
-        std::vector<float> x(static_cast<size_t>(rows * n));
-        for (auto& v : x) v = static_cast<float>(rng.normal());
-        const auto dx = ec::upload_f(x, st);
-        std::vector<ec::DVec> ys, biases;
-        std::vector<std::vector<float>> want;
-        std::vector<mc::PackedOut> outs;
-        for (size_t l = 0; l < pws.size(); ++l) {
-            const int64_t m = pws[l].m;
-            std::vector<float> y0(static_cast<size_t>(rows * m)), bias(static_cast<size_t>(m));
-            for (auto& v : y0) v = static_cast<float>(rng.normal());
-            for (auto& v : bias) v = static_cast<float>(rng.normal());
-            const float beta = l % 2 ? 1.0f : 0.0f;
-            std::vector<float> w(y0.size());
-            model::BlrLinear(pws[l]).apply(x.data(), rows, w.data());
-            for (size_t i = 0; i < w.size(); ++i)
-                w[i] += beta * y0[i] + bias[i % static_cast<size_t>(m)];
-            want.push_back(std::move(w));
-            ys.push_back(ec::upload_f(y0, st));
-            biases.push_back(ec::upload_f(bias, st));
-            outs.push_back({&devs[l], ys.back().get(), beta, biases.back().get()});
+        for (int rows : {1, 2}) {
+            mc::PackedScratch ws;
+            ws.decode = decode;
+            std::vector<float> x(static_cast<size_t>(rows * n));
+            for (auto& v : x) v = static_cast<float>(rng.normal());
+            const auto dx = ec::upload_f(x, st);
+            std::vector<ec::DVec> ys, biases;
+            std::vector<std::vector<float>> want;
+            std::vector<mc::PackedOut> outs;
+            for (size_t l = 0; l < pws.size(); ++l) {
+                const int64_t m = pws[l].m;
+                std::vector<float> y0(static_cast<size_t>(rows * m)), bias(static_cast<size_t>(m));
+                for (auto& v : y0) v = static_cast<float>(rng.normal());
+                for (auto& v : bias) v = static_cast<float>(rng.normal());
+                const float beta = l % 2 ? 1.0f : 0.0f;
+                std::vector<float> w(y0.size());
+                model::BlrLinear(pws[l]).apply(x.data(), rows, w.data());
+                for (size_t i = 0; i < w.size(); ++i)
+                    w[i] += beta * y0[i] + bias[i % static_cast<size_t>(m)];
+                want.push_back(std::move(w));
+                ys.push_back(ec::upload_f(y0, st));
+                biases.push_back(ec::upload_f(bias, st));
+                outs.push_back({&devs[l], ys.back().get(), beta, biases.back().get()});
+            }
+            mc::packed_linear_group(gpu.blas(), st, outs.data(), static_cast<int>(outs.size()), ws,
+                                    dx.get(), rows);
+            for (size_t l = 0; l < pws.size(); ++l) {
+                const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
+                EXPECT_LE(rel_diff(got, want[l]), kLayerTol)
+                    << "layer " << l << " rows " << rows << " decode " << static_cast<int>(decode);
+            }
         }
-        mc::packed_linear_group(gpu.blas(), st, outs.data(), static_cast<int>(outs.size()), ws,
-                                dx.get(), rows);
-        for (size_t l = 0; l < pws.size(); ++l) {
-            const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
-            EXPECT_LE(rel_diff(got, want[l]), kLayerTol)
-                << "layer " << l << " rows " << rows << " decode " << static_cast<int>(decode);
-        }
-    }
 #endif
 }
 
@@ -302,8 +302,9 @@ TEST(BlrLinearGpu, PlanesEqualTheCpuReferenceBitForBit) {
                                       (rng.uniform() < 0.01 ? 60.0 : 1.0));
         for (auto& v : g) v = static_cast<float>(0.5 + rng.uniform());
         if (cols > 1024) {
-            for (int64_t j = 512; j < 1024; ++j) x[static_cast<size_t>(j)] = 0.0f;  // row 0, chunk 1
-            x[static_cast<size_t>(cols + 3)] = NAN;                              // row 1, chunk 0
+            for (int64_t j = 512; j < 1024; ++j)
+                x[static_cast<size_t>(j)] = 0.0f;    // row 0, chunk 1
+            x[static_cast<size_t>(cols + 3)] = NAN;  // row 1, chunk 0
         }
         const auto dx = ec::upload_f(x, st), dg = ec::upload_f(g, st);
         ec::DeviceBuffer<uint32_t> planes(rows * mc::plane_words(cols), st);
@@ -320,7 +321,8 @@ TEST(BlrLinearGpu, PlanesEqualTheCpuReferenceBitForBit) {
         for (int i = 0; i < rows; ++i) {
             std::vector<float> v(static_cast<size_t>(cols));
             for (int64_t j = 0; j < cols; ++j)
-                v[static_cast<size_t>(j)] = g[static_cast<size_t>(j)] * x[static_cast<size_t>(i * cols + j)];
+                v[static_cast<size_t>(j)] =
+                    g[static_cast<size_t>(j)] * x[static_cast<size_t>(i * cols + j)];
             const blr::Planes want = blr::planes_of(v.data(), cols);
             const size_t w0 = static_cast<size_t>(i * mc::plane_words(cols));
             for (size_t k = 0; k < want.words.size(); ++k)

@@ -117,7 +117,6 @@ bool decode_rows(const PackedOut* layers, int count, PackedScratch& ws, const fl
     return true;
 }
 
-
 int64_t round_up(int64_t v, int64_t k) {
     return (v + k - 1) / k * k;
 }

@@ -97,8 +97,9 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     load_batch(ks);
     // The finishing thread's row scales and bias, weights too: before the wait.
     const int fin_tb = threadIdx.x / (16 * R), fin_i = (threadIdx.x / 16) % R;
-    const int64_t fin_k = 16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block +
-                                fin_tb) + threadIdx.x % 16;
+    const int64_t fin_k =
+        16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block + fin_tb) +
+        threadIdx.x % 16;
     const bool finishes = int(threadIdx.x) < tiles_per_block * 16 * R && fin_k < rows;
     float fin_scale[2] = {1.0f, 1.0f}, fin_bias = 0.0f;
     if (finishes) {
@@ -204,9 +205,10 @@ void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stre
             const MmaProduct& pr = products[i];
             CORTIQ_ASSERT(pr.pieces == 1 || pr.pieces == 2, "sign_mma: {} pieces", pr.pieces);
             for (int pc = 0; pc < pr.pieces; ++pc)
-                CORTIQ_ASSERT(pr.piece[pc].s.ld % 4 == 0 && pr.piece[pc].s.rows == pr.piece[0].s.rows,
-                              "sign_mma: rows of {} words (a multiple of 4), {} rows",
-                              pr.piece[pc].s.ld, pr.piece[pc].s.rows);
+                CORTIQ_ASSERT(
+                    pr.piece[pc].s.ld % 4 == 0 && pr.piece[pc].s.rows == pr.piece[0].s.rows,
+                    "sign_mma: rows of {} words (a multiple of 4), {} rows", pr.piece[pc].s.ld,
+                    pr.piece[pc].s.rows);
             const int64_t m = pr.piece[0].s.rows;
             if (m == 0) continue;
             int chunks = 0;
@@ -222,11 +224,11 @@ void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stre
         if (p.count == 0) continue;
         p.first_block[p.count] = blocks;
         if (rows == 1)
-            launch_pdl(sign_mma_kernel<1>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
-                       stream, p);
+            launch_pdl(sign_mma_kernel<1>, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream,
+                       p);
         else
-            launch_pdl(sign_mma_kernel<2>, dim3(static_cast<unsigned>(blocks)), kThreads, 0,
-                       stream, p);
+            launch_pdl(sign_mma_kernel<2>, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream,
+                       p);
     }
 }
 

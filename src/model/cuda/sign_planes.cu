@@ -118,8 +118,7 @@ void sign_planes(const PlaneJob* jobs, int count, int rows, cudaStream_t stream)
         }
         if (p.count == 0) continue;
         p.first_block[p.count] = blocks;
-        launch_pdl(sign_planes_kernel, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream,
-                   p);
+        launch_pdl(sign_planes_kernel, dim3(static_cast<unsigned>(blocks)), kThreads, 0, stream, p);
     }
 }
 
