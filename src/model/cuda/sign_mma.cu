@@ -74,8 +74,9 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int split = p.split[pi], tiles_per_block = kWarps / split;
     const int64_t rows = pr.piece[0].s.rows;
-    const int64_t k0 =
-        16 * ((int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block) + warp / split);
+    // the block's first tile of 16 rows, and this warp's
+    const int64_t tile0 = int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block;
+    const int64_t k0 = 16 * (tile0 + warp / split);
     const int ks = warp % split;
     const bool active = k0 < rows;
     const int64_t r_lo = min(k0 + g, rows - 1), r_hi = min(k0 + g + 8, rows - 1);
@@ -97,9 +98,7 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
     load_batch(ks);
     // The finishing thread's row scales and bias, weights too: before the wait.
     const int fin_tb = threadIdx.x / (16 * R), fin_i = (threadIdx.x / 16) % R;
-    const int64_t fin_k =
-        16 * (int64_t{int(blockIdx.x) - p.first_block[pi]} * tiles_per_block + fin_tb) +
-        threadIdx.x % 16;
+    const int64_t fin_k = 16 * (tile0 + fin_tb) + threadIdx.x % 16;
     const bool finishes = int(threadIdx.x) < tiles_per_block * 16 * R && fin_k < rows;
     float fin_scale[2] = {1.0f, 1.0f}, fin_bias = 0.0f;
     if (finishes) {
@@ -129,7 +128,8 @@ __global__ void __launch_bounds__(kThreads, 3) sign_mma_kernel(const __grid_cons
             const int64_t chunks = plane_chunks(in.cols);
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const uint32_t* pl = in.planes + i * plane_words(in.cols) + cc * (kPlanes * 16);
+                const uint32_t* pl =
+                    in.planes + i * plane_words(in.cols) + cc * blr::kPlaneChunkWords;
                 const uint4 b_lo = *reinterpret_cast<const uint4*>(pl + g * 16 + 4 * t);
                 const uint4 b_hi = *reinterpret_cast<const uint4*>(pl + (g + 8) * 16 + 4 * t);
                 const float2 info = in.info[i * chunks + cc];

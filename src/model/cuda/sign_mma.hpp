@@ -36,12 +36,12 @@ namespace cortiq::model::cuda {
 // The layout of blr/sign_planes.hpp (the CPU reference of sign_planes).
 constexpr int kPlaneChunk = static_cast<int>(blr::kPlaneChunk);  // two k-steps of 256
 constexpr int kPlanes = blr::kPlanes;
-// u32 words of one row's planes: per chunk 16 planes × 16 words.
-CORTIQ_PLANES_HD constexpr int64_t plane_words(int64_t cols) {
-    return (cols + kPlaneChunk - 1) / kPlaneChunk * (kPlanes * kPlaneChunk / 32);
-}
 CORTIQ_PLANES_HD constexpr int64_t plane_chunks(int64_t cols) {
     return (cols + kPlaneChunk - 1) / kPlaneChunk;
+}
+// u32 words of one row's planes: per chunk 16 planes × 16 words.
+CORTIQ_PLANES_HD constexpr int64_t plane_words(int64_t cols) {
+    return plane_chunks(cols) * blr::kPlaneChunkWords;
 }
 
 // One input vector per row (R rows) as planes: row i's planes at
