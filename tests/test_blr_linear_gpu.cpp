@@ -341,3 +341,103 @@ TEST(BlrLinearGpu, PlanesEqualTheCpuReferenceBitForBit) {
     }
 #endif
 }
+
+// The first product writes t = ℓ ∘ S_Vᵀ(g ∘ x) as wide planes (sign_mma.hpp)
+// that equal the CPU reference (blr::wide_bound, blr::wide_q) bit for bit,
+// σ' included, with zero bits and tile sums past r (over a buffer filled with
+// ones first) and exact tile sums, for awkward r and n and two rows.
+TEST(BlrLinearGpu, WidePlanesOfTEqualTheCpuReferenceBitForBit) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    Rng rng(17);
+    const int rows = 2;
+    for (auto [r, n] : {std::pair<int64_t, int64_t>{1, 33}, {17, 600}, {530, 1500}, {1100, 11008}}) {
+        const int64_t ld = ((n + 31) / 32 + 3) / 4 * 4;
+        std::vector<uint32_t> words(static_cast<size_t>(r * ld + mc::kMmaTailWords));
+        for (auto& w : words) w = static_cast<uint32_t>(rng.next_u64());
+        std::vector<__half> ell(static_cast<size_t>(r));
+        for (size_t k = 0; k < ell.size(); ++k)
+            ell[k] = __float2half(static_cast<float>((0.5 + rng.uniform()) * (k % 7 == 3 ? 1e-3 : 1)));
+        std::vector<float> x(static_cast<size_t>(rows * n)), g(static_cast<size_t>(n));
+        for (auto& v : x) v = static_cast<float>(rng.normal() * (rng.uniform() < 0.01 ? 60.0 : 1.0));
+        for (auto& v : g) v = static_cast<float>(0.5 + rng.uniform());
+        ec::DeviceBuffer<uint32_t> dwords(static_cast<int64_t>(words.size()), st);
+        ec::DeviceBuffer<__half> dell(r, st);
+        CUDA_CHECK(cudaMemcpyAsync(dwords.get(), words.data(), 4 * words.size(),
+                                   cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(dell.get(), ell.data(), 2 * ell.size(), cudaMemcpyHostToDevice, st));
+        const auto dx = ec::upload_f(x, st), dg = ec::upload_f(g, st);
+        const int64_t chunks_x = mc::plane_chunks(n), chunks_t = mc::plane_chunks(r);
+        ec::DeviceBuffer<uint32_t> px(rows * mc::plane_words(n), st);
+        ec::DeviceBuffer<float2> info(rows * chunks_x, st);
+        ec::DVec abs_info(rows * chunks_x, st), t(rows * r, st), sigma(rows * chunks_t, st);
+        ec::DeviceBuffer<uint32_t> wide(rows * mc::wide_plane_words(r), st);
+        ec::DeviceBuffer<int32_t> tile_sum(rows * mc::wide_tiles(r), st);
+        CUDA_CHECK(cudaMemsetAsync(wide.get(), 0xff, 4 * wide.size(), st));
+        CUDA_CHECK(cudaMemsetAsync(tile_sum.get(), 0xff, 4 * tile_sum.size(), st));
+        const mc::PlaneJob job{dx.get(), n, dg.get(), n, px.get(), info.get(), abs_info.get()};
+        mc::sign_planes(&job, 1, rows, st);
+        mc::MmaProduct pr;
+        pr.piece[0].s = {dwords.get(), ld, r, n};
+        pr.piece[0].in = {px.get(), info.get(), n, abs_info.get()};
+        pr.piece[0].out_scale = dell.get();
+        pr.out = t.get();
+        pr.ld_out = r;
+        pr.planes_out = {wide.get(), sigma.get(), tile_sum.get()};
+        mc::sign_mma(&pr, 1, rows, st);
+        const std::vector<float> got_t = ec::download_f(t.get(), t.size(), st),
+                                 got_s = ec::download_f(sigma.get(), sigma.size(), st);
+        std::vector<uint32_t> got_w(static_cast<size_t>(wide.size()));
+        std::vector<int32_t> got_ts(static_cast<size_t>(tile_sum.size()));
+        CUDA_CHECK(cudaMemcpyAsync(got_w.data(), wide.get(), 4 * got_w.size(),
+                                   cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaMemcpyAsync(got_ts.data(), tile_sum.get(), 4 * got_ts.size(),
+                                   cudaMemcpyDeviceToHost, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        for (int i = 0; i < rows; ++i) {
+            std::vector<float> v(static_cast<size_t>(n));
+            for (int64_t j = 0; j < n; ++j)
+                v[static_cast<size_t>(j)] =
+                    g[static_cast<size_t>(j)] * x[static_cast<size_t>(i * n + j)];
+            const blr::Planes want_x = blr::planes_of(v.data(), n);
+            const uint32_t* wi = got_w.data() + i * mc::wide_plane_words(r);
+            for (int64_t c = 0; c < chunks_t; ++c) {
+                float l_max = 0;
+                for (int64_t k = 512 * c; k < std::min(r, 512 * (c + 1)); ++k)
+                    l_max = std::max(l_max, std::fabs(__half2float(ell[static_cast<size_t>(k)])));
+                const float bound = blr::wide_bound(l_max, want_x);
+                ASSERT_EQ(got_s[static_cast<size_t>(i * chunks_t + c)],
+                          bound / static_cast<float>(blr::kWideQMax))
+                    << r << "×" << n << " row " << i << " chunk " << c;
+                for (int64_t tile = 32 * c; tile < 32 * (c + 1); ++tile) {
+                    int64_t sum = 0;
+                    for (int64_t k = 16 * tile; k < 16 * tile + 16; ++k) {
+                        const int64_t kk = k % 512;
+                        int32_t q = 0;
+                        for (int b = 0; b < blr::kWidePlanes; ++b)
+                            if ((wi[c * mc::kWideChunkWords + 16 * b + kk / 32] >> (kk % 32)) & 1u)
+                                q += b == blr::kWidePlanes - 1 ? -(1 << b) : (1 << b);
+                        const int32_t want =
+                            k < r ? blr::wide_q(got_t[static_cast<size_t>(i * r + k)], bound) : 0;
+                        ASSERT_EQ(q, want) << r << "×" << n << " row " << i << " k " << k;
+                        sum += q;
+                    }
+                    ASSERT_EQ(got_ts[static_cast<size_t>(i * mc::wide_tiles(r) + tile)], sum)
+                        << r << "×" << n << " row " << i << " tile " << tile;
+                }
+            }
+            // t itself: ℓ times the plane product of the CPU reference
+            for (int64_t k = 0; k < r; ++k) {
+                const double want = __half2float(ell[static_cast<size_t>(k)]) *
+                                    blr::plane_dot(words.data() + k * ld, want_x);
+                ASSERT_NEAR(got_t[static_cast<size_t>(i * r + k)], want,
+                            1e-5 * blr::wide_bound(1.0f, want_x))
+                    << r << "×" << n << " row " << i << " k " << k;
+            }
+        }
+    }
+#endif
+}

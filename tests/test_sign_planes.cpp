@@ -4,6 +4,7 @@
 // within Σ_c σ_c/2 · |c| of the float product; zero and non-finite chunks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -126,4 +127,76 @@ TEST(SignPlanes, RelativeErrorOfALayerWithOutliers) {
                     static_cast<long long>(cols), rel);
         EXPECT_LE(rel, 1e-3) << cols;
     }
+}
+
+// The two products of a BLR layer as the CUDA decode runs them: t = ℓ ∘ S_Vᵀ v
+// from v's planes, t rounded into the wide planes with the scale fixed by the
+// bound L_c·Σ σΣ|q| (never clipped: |t| stays within it), then y = S_U t from
+// them; the relative RMS error of y against float64 stays within the GPU
+// tests' 1e-3, and the bits the bound leaves to t's largest value are printed.
+TEST(SignPlanes, WidePlanesOfTheSecondProductHoldTWithinTheirBound) {
+    const int64_t n = 11008, r = 300, m = 64;
+    Rng rng(11);
+    std::vector<float> v(static_cast<size_t>(n)), ell(static_cast<size_t>(r));
+    for (auto& x : v) x = static_cast<float>(rng.normal() * (rng.uniform() < 0.01 ? 60.0 : 1.0));
+    for (auto& x : ell) x = static_cast<float>(0.5 + rng.uniform());
+    auto random_row = [&](int64_t cols) {
+        std::vector<uint32_t> row(static_cast<size_t>((cols + 31) / 32));
+        for (auto& w : row) w = static_cast<uint32_t>(rng.next_u64());
+        if (cols % 32) row.back() &= (1u << (cols % 32)) - 1u;
+        return row;
+    };
+    const blr::Planes px = blr::planes_of(v.data(), n);
+    std::vector<double> t(static_cast<size_t>(r));
+    std::vector<float> t_hat(static_cast<size_t>(r));
+    for (int64_t k = 0; k < r; ++k) {
+        const auto row = random_row(n);
+        double exact = 0;
+        for (int64_t j = 0; j < n; ++j) exact += sign_of(row, j) * double{v[static_cast<size_t>(j)]};
+        t[static_cast<size_t>(k)] = ell[static_cast<size_t>(k)] * exact;
+        t_hat[static_cast<size_t>(k)] =
+            ell[static_cast<size_t>(k)] * static_cast<float>(blr::plane_dot(row.data(), px));
+    }
+    const int64_t chunks = (r + blr::kPlaneChunk - 1) / blr::kPlaneChunk;
+    std::vector<double> sigma_t(static_cast<size_t>(chunks));
+    std::vector<int32_t> q(static_cast<size_t>(r));
+    double min_bits = 99;
+    for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k0 = c * blr::kPlaneChunk, k1 = std::min(r, k0 + blr::kPlaneChunk);
+        float l_max = 0;
+        for (int64_t k = k0; k < k1; ++k) l_max = std::max(l_max, ell[static_cast<size_t>(k)]);
+        const float bound = blr::wide_bound(l_max, px);
+        const double sigma = bound / static_cast<double>(blr::kWideQMax);
+        sigma_t[static_cast<size_t>(c)] = sigma;
+        int32_t q_max = 0;
+        for (int64_t k = k0; k < k1; ++k) {
+            const auto ks = static_cast<size_t>(k);
+            ASSERT_LE(std::fabs(t_hat[ks]), bound) << k;  // the bound holds
+            q[ks] = blr::wide_q(t_hat[ks], bound);
+            ASSERT_LT(std::abs(q[ks]), blr::kWideQMax) << k;  // never clipped
+            // half a step, and t·(Q / bound)'s float rounding (24 bits of up to 2^23)
+            ASSERT_LE(std::fabs(sigma * q[ks] - t_hat[ks]),
+                      0.5 * sigma * (1 + 1e-5) + std::fabs(t_hat[ks]) * 0x1p-23)
+                << k;
+            q_max = std::max(q_max, std::abs(q[ks]));
+        }
+        min_bits = std::min(min_bits, std::log2(double(q_max)));
+    }
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < m; ++i) {
+        const auto row = random_row(r);
+        double exact = 0, planes = 0;
+        for (int64_t k = 0; k < r; ++k) {
+            const auto ks = static_cast<size_t>(k);
+            exact += sign_of(row, k) * t[ks];
+            planes += sign_of(row, k) * sigma_t[static_cast<size_t>(k / blr::kPlaneChunk)] * q[ks];
+        }
+        num += (planes - exact) * (planes - exact);
+        den += exact * exact;
+    }
+    const double rel = std::sqrt(num / den);
+    std::printf("n %lld, r %lld: t's largest |q| 2^%.1f; relative RMS error of y %.3g\n",
+                static_cast<long long>(n), static_cast<long long>(r), min_bits, rel);
+    EXPECT_GE(min_bits, 12.0);  // the bound leaves most of the 23 bits
+    EXPECT_LE(rel, 1e-3);
 }

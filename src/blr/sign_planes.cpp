@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 namespace cortiq::blr {
@@ -14,6 +15,7 @@ Planes planes_of(const float* v, int64_t cols) {
     p.words.assign(static_cast<size_t>(chunks * kPlaneChunkWords), 0u);
     p.sigma.assign(static_cast<size_t>(chunks), 0.0f);
     p.sigma_sum_q.assign(static_cast<size_t>(chunks), 0.0f);
+    p.sigma_sum_abs_q.assign(static_cast<size_t>(chunks), 0.0f);
     constexpr float kQMax = 32767.0f;
     for (int64_t c = 0; c < chunks; ++c) {
         const int64_t j0 = c * kPlaneChunk, j1 = std::min(cols, j0 + kPlaneChunk);
@@ -26,17 +28,19 @@ Planes planes_of(const float* v, int64_t cols) {
         if (!finite) {
             p.sigma[static_cast<size_t>(c)] = std::numeric_limits<float>::quiet_NaN();
             p.sigma_sum_q[static_cast<size_t>(c)] = std::numeric_limits<float>::quiet_NaN();
+            p.sigma_sum_abs_q[static_cast<size_t>(c)] = std::numeric_limits<float>::quiet_NaN();
             continue;
         }
         if (!(mx > 0.0f)) continue;
         const float sigma = mx / kQMax, inv = kQMax / mx;
-        int sum = 0;
+        int sum = 0, sum_abs = 0;
         uint32_t* w = p.words.data() + c * kPlaneChunkWords;
         for (int64_t j = j0; j < j1; ++j) {
             // the device's __float2int_rn: round half to even, of the float product
             const float prod = v[j] * inv;
             const int q = std::clamp(static_cast<int>(std::nearbyint(prod)), -32767, 32767);
             sum += q;
+            sum_abs += std::abs(q);
             const auto bits = static_cast<uint32_t>(q);
             const int64_t k = j - j0;
             for (int b = 0; b < kPlanes; ++b)
@@ -44,6 +48,7 @@ Planes planes_of(const float* v, int64_t cols) {
         }
         p.sigma[static_cast<size_t>(c)] = sigma;
         p.sigma_sum_q[static_cast<size_t>(c)] = sigma * static_cast<float>(sum);
+        p.sigma_sum_abs_q[static_cast<size_t>(c)] = sigma * static_cast<float>(sum_abs);
     }
     return p;
 }
@@ -77,6 +82,20 @@ double plane_dot(const uint32_t* row, const Planes& p) {
                  2.0 * static_cast<double>(p.sigma[cs]) * static_cast<double>(x);
     }
     return total;
+}
+
+float wide_bound(float l_max, const Planes& x) {
+    float b = 0.0f;
+    for (float v : x.sigma_sum_abs_q) b += v;
+    return l_max * b * (1.0f + 1.0f / 4096.0f);
+}
+
+int32_t wide_q(float t, float bound) {
+    const float inv = bound > 0.0f ? static_cast<float>(kWideQMax) / bound : 0.0f;  // NaN: 0
+    const float prod = t * inv;
+    if (std::isnan(prod)) return 0;  // the device's cvt of NaN
+    const double r = std::nearbyint(static_cast<double>(prod));
+    return static_cast<int32_t>(std::clamp<double>(r, -kWideQMax, kWideQMax));
 }
 
 }  // namespace cortiq::blr

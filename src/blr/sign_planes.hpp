@@ -22,7 +22,8 @@ struct Planes {
     // chunk c's planes at kPlaneChunkWords·c, plane p's 16 words at + 16·p;
     // bit j % 32 of word (j % 512) / 32 is bit p of q_j
     std::vector<uint32_t> words;
-    std::vector<float> sigma, sigma_sum_q;  // per chunk: σ_c and σ_c·Σq (float, as on the device)
+    // per chunk: σ_c, σ_c·Σq and σ_c·Σ|q| (float, as on the device)
+    std::vector<float> sigma, sigma_sum_q, sigma_sum_abs_q;
 };
 
 // A chunk of zeros has σ = 0; a chunk with a non-finite value σ = NaN (so
@@ -35,5 +36,18 @@ int32_t plane_value(const Planes& p, int64_t j);
 // Σ_j s_j v_j as the plane kernels compute it, in double: sign row `row`
 // (bit j % 32 of word j / 32 set: s_j = −1; ceil(cols / 32) words).
 double plane_dot(const uint32_t* row, const Planes& p);
+
+// The wide planes (model/cuda/sign_mma.hpp) in which the first product of a
+// BLR layer writes t = ℓ ∘ S_Vᵀ(g ∘ x) for the second: 24 planes of q_k =
+// rint(t_k / σ'_c), with σ'_c fixed before the product from the bound
+// |t_k| ≤ L_c B, L_c = max_{k∈c} |ℓ_k|, B = Σ_c' σ_c' Σ |q_j| of x's planes:
+//   bound_c = L_c·B·(1 + 2^-12),  σ'_c = bound_c / (2^23 − 1).
+constexpr int kWidePlanes = 24;
+constexpr int32_t kWideQMax = (1 << 23) - 1;
+
+// bound_c as the device computes it (B summed over x's chunks in order).
+float wide_bound(float l_max, const Planes& x);
+// q_k of the wide planes (0 where the bound is 0 or not finite).
+int32_t wide_q(float t, float bound);
 
 }  // namespace cortiq::blr

@@ -122,35 +122,39 @@ int64_t round_up(int64_t v, int64_t k) {
 }
 
 // Decode with Decode::planes: the products of every layer of the group in
-// four launches, the planes of g_p ∘ x for every layer and path, t_p = ℓ_p ∘
-// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, t's planes, then y = β·y + bias
-// + Σ_p h_p ∘ S_U,p t_p (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in
-// the first product launch).
+// three launches: the planes of g_p ∘ x for every layer and path; t_p = ℓ_p ∘
+// S_V,pᵀ (g_p ∘ x) on the binary tensor cores, written as wide planes
+// (sign_mma.hpp) by the same kernel; then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p
+// from them (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in the first
+// product launch).
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
                    cudaStream_t stream) {
-    int64_t t_words = 0, plane_total = 0, info_total = 0;
+    // floats of the chunk scales, each array from an even float (float2)
+    auto even = [](int64_t n) { return (n + 1) / 2 * 2; };
+    int64_t t_words = 0, plane_total = 0, float_total = 0, tile_total = 0;
     for (int l = 0; l < count; ++l) {
         const DevicePacked& w = *layers[l].w;
         plane_total += w.paths * rows * plane_words(w.n);
-        info_total += w.paths * rows * plane_chunks(w.n);
+        float_total += w.paths * (2 * rows * plane_chunks(w.n) + even(rows * plane_chunks(w.n)));
         if (w.sign) continue;
         t_words += w.paths * rows * w.r;
-        plane_total += w.paths * rows * plane_words(w.r);
-        info_total += w.paths * rows * plane_chunks(w.r);
+        plane_total += w.paths * rows * wide_plane_words(w.r);
+        float_total += w.paths * even(rows * plane_chunks(w.r));
+        tile_total += w.paths * rows * wide_tiles(w.r);
     }
     ensure(ws.t, t_words, stream);
     ensure(ws.planes, plane_total, stream);
-    ensure(ws.plane_info, info_total, stream);
+    ensure(ws.plane_floats, float_total, stream);
+    ensure(ws.tile_sums, tile_total, stream);
     uint32_t* planes = ws.planes.get();
-    float2* info = ws.plane_info.get();
-    // the next job's planes and chunk scales
-    auto job = [&](const float* in, int64_t ld_in, const float* g, int64_t cols) {
-        PlaneJob j{in, ld_in, g, cols, planes, info};
-        planes += rows * plane_words(cols);
-        info += rows * plane_chunks(cols);
-        return j;
+    int32_t* tile_sums = ws.tile_sums.get();
+    float* floats = ws.plane_floats.get();
+    auto take_floats = [&](int64_t n) {
+        float* f = floats;
+        floats += even(n);
+        return f;
     };
-    std::vector<PlaneJob> jobs_x, jobs_t;
+    std::vector<PlaneJob> jobs_x;
     std::vector<MmaProduct> first, second;
     float* t_next = ws.t.get();
     for (int l = 0; l < count; ++l) {
@@ -159,31 +163,35 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         const auto* ls = reinterpret_cast<const __half*>(w.l.get());
         auto out = product_into<MmaProduct>(layers[l], w);
         for (int p = 0; p < w.paths; ++p) {
-            const PlaneJob jx = job(x, w.n, w.g32.get() + p * w.n, w.n);
+            PlaneJob jx{x, w.n, w.g32.get() + p * w.n, w.n, planes, nullptr, nullptr};
+            planes += rows * plane_words(w.n);
+            jx.info = reinterpret_cast<float2*>(take_floats(2 * rows * plane_chunks(w.n)));
+            jx.abs_info = take_floats(rows * plane_chunks(w.n));
             jobs_x.push_back(jx);
-            const PlaneInput px{jx.planes, jx.info, w.n};
+            const PlaneInput px{jx.planes, jx.info, w.n, jx.abs_info};
             if (w.sign) {
-                out.piece[0] = {w.svt(0), px, hs};
+                out.piece[0] = {w.svt(0), px, {}, hs};
                 continue;
             }
-            float* t = t_next;
-            t_next += rows * w.r;
             MmaProduct pr;
-            pr.piece[0] = {w.svt(p), px, ls + p * w.r};
-            pr.out = t;
+            pr.piece[0] = {w.svt(p), px, {}, ls + p * w.r};
+            pr.out = t_next;  // t in float too: cheap, and what the tests read
             pr.ld_out = w.r;
+            t_next += rows * w.r;
+            pr.planes_out = {planes, take_floats(rows * plane_chunks(w.r)), tile_sums};
+            planes += rows * wide_plane_words(w.r);
+            tile_sums += rows * wide_tiles(w.r);
             first.push_back(pr);
-            const PlaneJob jt = job(t, w.r, nullptr, w.r);
-            jobs_t.push_back(jt);
-            out.piece[p] = {w.s_u(p), PlaneInput{jt.planes, jt.info, w.r}, hs + p * w.m};
+            const WidePlanes& po = pr.planes_out;
+            out.piece[p] = {w.s_u(p), {}, WideInput{po.planes, po.sigma, po.tile_sum, w.r},
+                            hs + p * w.m};
         }
         (w.sign ? first : second).push_back(out);
     }
     sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
     sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
-    if (second.empty()) return;
-    sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
-    sign_mma(second.data(), static_cast<int>(second.size()), rows, stream);
+    if (!second.empty())
+        sign_mma_wide(second.data(), static_cast<int>(second.size()), rows, stream);
 }
 
 // Columns of S per expanded fp16 tile: all (rounded up to 32) when the tile

@@ -24,9 +24,10 @@
 // ±1.0f tiles through TF32 (blr_batch_tf32.cu), to compare against.
 //
 // Decode::planes (the default) runs the same two products on the binary
-// tensor cores (model/cuda/sign_mma.hpp): the inputs of each product cut into
-// bit planes of 16-bit integers (sign_planes), then mma .b1 AND-popc of the
-// sign rows against the planes — four launches per group, no table.
+// tensor cores (model/cuda/sign_mma.hpp): x cut into bit planes of 16-bit
+// integers (sign_planes), then mma .b1 AND-popc of the sign rows against the
+// planes, the first product writing t straight into 24 wide planes whose
+// scale a bound fixes in advance — three launches per group, no table.
 //
 // On the device the signs are not the payload's dense stream but rows that
 // start on 16-byte boundaries (blr/sign_layout.hpp, padded): S_Vᵀ as r rows
@@ -89,8 +90,11 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<__half> x16, t16, tile16;
     cortiq::cuda::DVec row_scale;  // 2 × rows: x's, then t's
     GemvScratch gemv;
-    cortiq::cuda::DeviceBuffer<uint32_t> planes;  // Decode::planes: x's and t's planes
-    cortiq::cuda::DeviceBuffer<float2> plane_info;
+    // Decode::planes: x's planes and t's wide planes, their chunk scales
+    // (σ, σΣq, σΣ|q| of x; σ' of t) and t's tile sums
+    cortiq::cuda::DeviceBuffer<uint32_t> planes;
+    cortiq::cuda::DVec plane_floats;
+    cortiq::cuda::DeviceBuffer<int32_t> tile_sums;
     BatchOptions batch = batch_options_from_env();
     Decode decode = decode_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
@@ -119,7 +123,7 @@ struct PackedOut {
 };
 
 // Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: with rows ≤
-// kDecodeRows, Decode::planes four launches for all of them and Decode::rows
+// kDecodeRows, Decode::planes three launches for all of them and Decode::rows
 // two; otherwise one packed_linear each.
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows);

@@ -51,6 +51,49 @@ struct PlaneInput {
     const uint32_t* planes = nullptr;
     const float2* info = nullptr;
     int64_t cols = 0;
+    // per chunk σ_c·Σ_{j∈c} |q_j| ≥ Σ_j |σ_c q_j|: the bound that sets the
+    // scale of wide output planes (needed by a product with planes_out)
+    const float* abs_info = nullptr;
+};
+
+// Wide planes (what a product writes of its outputs with planes_out, read
+// by the second product of a BLR layer): 24 bit planes of integers, per chunk
+// of 512 outputs 24 planes × 16 words (plane p at 384·c + 16·p, bit k % 32 of
+// word (k % 512) / 32 of plane p is bit p of q_k, two's complement, plane 23
+// weighing −2^23), with a scale fixed before the product by a bound instead
+// of the chunk's maximum, so that no second pass over the outputs is needed:
+//   out_k = ℓ_k Σ_j s(k, j) v_j,  |out_k| ≤ L_c B,  L_c = max_{k∈c} |ℓ_k|,
+//   B = Σ_c' σ_c' Σ_{j∈c'} |q_j| (the input's abs_info),
+//   σ'_c = L_c B (1 + 2^-12) / (2^23 − 1),  q_k = rint(out_k / σ'_c).
+// For Gaussian inputs the bound is about 0.25·√cols times a chunk's largest
+// output (less with outliers), so q keeps about 23 − log2(0.25·√cols) bits
+// of it (17 at cols = 11008), against 15 for sign_planes' maximum scale.
+constexpr int kWidePlanes = blr::kWidePlanes;
+constexpr int kWideChunkWords = kWidePlanes * kPlaneChunk / 32;  // 384
+constexpr int kWideQMax = blr::kWideQMax;
+constexpr int kTilesPerChunk = kPlaneChunk / 16;  // 16-row tiles of a chunk
+CORTIQ_PLANES_HD constexpr int64_t wide_plane_words(int64_t cols) {
+    return plane_chunks(cols) * kWideChunkWords;
+}
+CORTIQ_PLANES_HD constexpr int64_t wide_tiles(int64_t cols) {
+    return plane_chunks(cols) * kTilesPerChunk;
+}
+
+// One output vector per row (R rows) as wide planes: row i's planes at
+// planes + i·wide_plane_words(cols), σ'_c at sigma[i·chunks + c], and
+// Σ q over each tile of 16 outputs at tile_sum[i·wide_tiles(cols) + tile]
+// (exact; zero past cols, where the planes are zero too).
+struct WidePlanes {
+    uint32_t* planes = nullptr;
+    float* sigma = nullptr;
+    int32_t* tile_sum = nullptr;
+};
+
+struct WideInput {
+    const uint32_t* planes = nullptr;
+    const float* sigma = nullptr;
+    const int32_t* tile_sum = nullptr;
+    int64_t cols = 0;
 };
 
 // What sign_planes computes: the planes of g ∘ in (g null: ones).
@@ -61,6 +104,7 @@ struct PlaneJob {
     int64_t cols = 0;
     uint32_t* planes = nullptr;  // R · plane_words(cols)
     float2* info = nullptr;      // R · plane_chunks(cols)
+    float* abs_info = nullptr;   // R · plane_chunks(cols), or null: not written
 };
 
 // rows = 1 or 2; any number of jobs. Launched with programmatic dependent
@@ -72,24 +116,30 @@ struct MmaPiece {
     // readable 16 words past the last row: a chunk's loads may run past a
     // row's end, where the planes are zero.
     SignMatrix s;
-    PlaneInput in;                      // s.cols inputs
+    PlaneInput in;                      // s.cols inputs (sign_mma)
+    WideInput wide;                     // s.cols inputs (sign_mma_wide)
     const __half* out_scale = nullptr;  // per row, or null for ones
 };
 
 struct MmaProduct {
     MmaPiece piece[2];
     int pieces = 1;        // pieces share their rows
-    float* out = nullptr;  // R rows of piece[0].s.rows values, leading dimension ld_out
+    float* out = nullptr;  // R rows of piece[0].s.rows values, leading dimension ld_out, or null
     int64_t ld_out = 0;
     float beta = 0.0f;            // 0: out is not read
     const float* bias = nullptr;  // one per row, or null
+    // Non-null planes (sign_mma, one piece, β = 0, no bias, in.abs_info
+    // set): the outputs are also written as wide planes.
+    WidePlanes planes_out;
 };
 
 constexpr int kMaxMmaProducts = 8;
 // Words a SignMatrix for sign_mma must be readable past its last row.
 constexpr int64_t kMmaTailWords = 16;
 
-// rows = 1 or 2.
+// rows = 1 or 2. sign_mma reads the pieces' planes (in), sign_mma_wide
+// their wide planes (wide).
 void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stream);
+void sign_mma_wide(const MmaProduct* products, int count, int rows, cudaStream_t stream);
 
 }  // namespace cortiq::model::cuda

@@ -1,7 +1,7 @@
 // Inputs of the binary tensor-core products as bit planes (sign_mma.hpp):
 // a block of 512 threads per chunk of 512 inputs of one row of one job.
 // Thread j reads v_j = g_j·in_j, the block finds σ = max|v| / 32767 and
-// Σ q, and each warp turns its 32 q's into 16 words with 16 ballots (bit p
+// Σ q (and Σ |q|), and each warp turns its 32 q's into 16 words with 16 ballots (bit p
 // of every lane's q), lane p storing plane p's word.
 #include <algorithm>
 
@@ -31,7 +31,7 @@ struct Params {
 // non-finite value σ = NaN, so that products come out NaN as a dense one would.
 __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_constant__ Params p) {
     __shared__ float warp_max[kThreads / 32];
-    __shared__ int warp_sum[kThreads / 32];
+    __shared__ int warp_sum[kThreads / 32], warp_abs[kThreads / 32];
     int k = 0;
     while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
     const PlaneJob& jb = p.job[k];
@@ -67,15 +67,25 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
     }
     uint32_t* planes = jb.planes + i * plane_words(jb.cols) + c * blr::kPlaneChunkWords;
     if (lane < kPlanes) planes[lane * 16 + warp] = mine;
-    int qs = q;
-    for (int o = 16; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
-    if (lane == 0) warp_sum[warp] = qs;
+    int qs = q, qa = abs(q);
+    for (int o = 16; o > 0; o >>= 1) {
+        qs += __shfl_xor_sync(0xffffffffu, qs, o);
+        qa += __shfl_xor_sync(0xffffffffu, qa, o);
+    }
+    if (lane == 0) {
+        warp_sum[warp] = qs;
+        warp_abs[warp] = qa;
+    }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int sum = 0;
+        int sum = 0, sum_abs = 0;  // |Σ| ≤ 512·32767 < 2^24: exact in float too
 #pragma unroll
-        for (int w = 0; w < kThreads / 32; ++w) sum += warp_sum[w];
+        for (int w = 0; w < kThreads / 32; ++w) {
+            sum += warp_sum[w];
+            sum_abs += warp_abs[w];
+        }
         jb.info[i * chunks + c] = make_float2(sigma, sigma * static_cast<float>(sum));
+        if (jb.abs_info) jb.abs_info[i * chunks + c] = sigma * static_cast<float>(sum_abs);
     }
 }
 
