@@ -2,6 +2,8 @@
 // R = polar(Xᵀ B), the polar factor by Newton–Schulz with few readbacks.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
@@ -135,6 +137,12 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     DMat xr(nn, r, st), mm_t(r, r, st);
     SumBatch sb(st);
     int ns_total = 0;
+    // CORTIQ_ITQ_TRACE=1 (a diagnostic): per iteration the weighted share of
+    // signs that changed, (1 − ⟨B_prev, B⟩ / ⟨B, B⟩) / 2 (0: a fixed point,
+    // after which every iteration repeats the last), and the Newton–Schulz count.
+    static const bool trace = std::getenv("CORTIQ_ITQ_TRACE") != nullptr;
+    DMat prev;
+    if (trace) prev = DMat(nn, r, st);
     for (int it = 0; it < iters; ++it) {
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr, p);
         if (record_objective) {
@@ -142,10 +150,23 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
             res.objective.push_back(sb.read()[0]);
         }
         weighted_sign(st, xr.data(), w2_d.get(), nn, r);
+        double changed = 1.0;
+        if (trace && it > 0) {
+            sb.dot(prev.data(), xr.data(), nn * r);
+            sb.dot(xr.data(), xr.data(), nn * r);
+            const std::vector<double> d = sb.read();
+            changed = 0.5 * (1.0 - d[0] / d[1]);
+        }
+        if (trace)
+            CUDA_CHECK(cudaMemcpyAsync(prev.data(), xr.data(), xr.size() * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, st));
         mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
         int ns = 0;
         res.rot = polar(g, mm_t, fast, 1e-4, 60, &ns);
         ns_total += ns;
+        if (trace)
+            std::fprintf(stderr, "itq %lldx%lld it %d: changed %.3e, ns %d\n",
+                         static_cast<long long>(nn), static_cast<long long>(r), it, changed, ns);
     }
     if (record_objective) {
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr);
