@@ -173,10 +173,13 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     const cudaStream_t st = gpu.stream();
     std::vector<mc::DevicePacked> devs;
     for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
-    for (auto decode : {mc::Decode::planes, mc::Decode::rows})
+    // planes with t's wide planes (the default), planes with t's planes by a
+    // launch of their own (CORTIQ_T_PLANES=launch), the row kernels
+    for (int variant : {0, 1, 2})
         for (int rows : {1, 2}) {
             mc::PackedScratch ws;
-            ws.decode = decode;
+            ws.decode = variant == 2 ? mc::Decode::rows : mc::Decode::planes;
+            ws.t_wide = variant == 0;
             std::vector<float> x(static_cast<size_t>(rows * n));
             for (auto& v : x) v = static_cast<float>(rng.normal());
             const auto dx = ec::upload_f(x, st);
@@ -203,7 +206,7 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
             for (size_t l = 0; l < pws.size(); ++l) {
                 const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
                 EXPECT_LE(rel_diff(got, want[l]), kLayerTol)
-                    << "layer " << l << " rows " << rows << " decode " << static_cast<int>(decode);
+                    << "layer " << l << " rows " << rows << " variant " << variant;
             }
         }
 #endif

@@ -138,8 +138,8 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         float_total += w.paths * (2 * rows * plane_chunks(w.n) + even(rows * plane_chunks(w.n)));
         if (w.sign) continue;
         t_words += w.paths * rows * w.r;
-        plane_total += w.paths * rows * wide_plane_words(w.r);
-        float_total += w.paths * even(rows * plane_chunks(w.r));
+        plane_total += w.paths * rows * wide_plane_words(w.r);  // ≥ plane_words
+        float_total += w.paths * (even(rows * plane_chunks(w.r)) + 2 * rows * plane_chunks(w.r));
         tile_total += w.paths * rows * wide_tiles(w.r);
     }
     ensure(ws.t, t_words, stream);
@@ -154,7 +154,7 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         floats += even(n);
         return f;
     };
-    std::vector<PlaneJob> jobs_x;
+    std::vector<PlaneJob> jobs_x, jobs_t;
     std::vector<MmaProduct> first, second;
     float* t_next = ws.t.get();
     for (int l = 0; l < count; ++l) {
@@ -178,6 +178,15 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
             pr.out = t_next;  // t in float too: cheap, and what the tests read
             pr.ld_out = w.r;
             t_next += rows * w.r;
+            if (!ws.t_wide) {  // the earlier route: t's planes by a launch of their own
+                PlaneJob jt{pr.out, w.r, nullptr, w.r, planes, nullptr, nullptr};
+                planes += rows * plane_words(w.r);
+                jt.info = reinterpret_cast<float2*>(take_floats(2 * rows * plane_chunks(w.r)));
+                jobs_t.push_back(jt);
+                first.push_back(pr);
+                out.piece[p] = {w.s_u(p), PlaneInput{jt.planes, jt.info, w.r}, {}, hs + p * w.m};
+                continue;
+            }
             pr.planes_out = {planes, take_floats(rows * plane_chunks(w.r)), tile_sums};
             planes += rows * wide_plane_words(w.r);
             tile_sums += rows * wide_tiles(w.r);
@@ -190,8 +199,13 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
     }
     sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
     sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
-    if (!second.empty())
-        sign_mma_wide(second.data(), static_cast<int>(second.size()), rows, stream);
+    if (second.empty()) return;
+    if (!ws.t_wide) {
+        sign_planes(jobs_t.data(), static_cast<int>(jobs_t.size()), rows, stream);
+        sign_mma(second.data(), static_cast<int>(second.size()), rows, stream);
+        return;
+    }
+    sign_mma_wide(second.data(), static_cast<int>(second.size()), rows, stream);
 }
 
 // Columns of S per expanded fp16 tile: all (rounded up to 32) when the tile
@@ -293,6 +307,14 @@ BatchOptions batch_options_from_env() {
         o.tile_bytes = mb << 20;
     }
     return o;
+}
+
+bool t_wide_from_env() {
+    const char* d = std::getenv("CORTIQ_T_PLANES");
+    if (!d) return true;
+    const std::string v = d;
+    CORTIQ_ASSERT(v == "wide" || v == "launch", "CORTIQ_T_PLANES={}: wide or launch", v);
+    return v == "wide";
 }
 
 Decode decode_from_env() {

@@ -83,6 +83,7 @@ struct BatchOptions {
 BatchOptions batch_options_from_env();
 // Decode::planes, or CORTIQ_BLR_DECODE=planes|rows|spans.
 Decode decode_from_env();
+bool t_wide_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
@@ -97,6 +98,10 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<int32_t> tile_sums;
     BatchOptions batch = batch_options_from_env();
     Decode decode = decode_from_env();
+    // Decode::planes: t written as wide planes by the first product (true), or
+    // cut into planes by a sign_planes launch of its own (the earlier four
+    // launches a group, kept to compare; CORTIQ_T_PLANES=wide|launch)
+    bool t_wide = t_wide_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +
