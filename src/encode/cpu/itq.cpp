@@ -3,6 +3,8 @@
 // half-step maximises Σ_i w²_i ⟨b_i, x_i R⟩, so the objective Σ_i w²_i ‖x_i R‖₁
 // never decreases.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "encode/cpu/stages.hpp"
 #include "linalg/blas.hpp"
@@ -47,11 +49,27 @@ ItqResult itq(const MatD& up, const MatD& vp, const VecD& wu, const VecD& wv, in
         }
         return f;
     };
+    // CORTIQ_ITQ_TRACE=1 (a diagnostic, as on CUDA): per iteration the
+    // weighted share of signs that changed (0: a fixed point, after which
+    // every iteration repeats the last).
+    static const bool trace = std::getenv("CORTIQ_ITQ_TRACE") != nullptr;
+    MatD prev;
     for (int it = 0; it < iters; ++it) {
         la::gemm_into(1.0, x, false, res.rot, false, 0.0, xr);
         res.objective.push_back(objective());
         for (int64_t i = 0; i < nn; ++i)
             for (int64_t k = 0; k < r; ++k) xr(i, k) = xr(i, k) >= 0 ? w2[i] : -w2[i];
+        if (trace) {
+            double changed = 0, total = 0;
+            for (int64_t i = 0; i < nn; ++i)
+                for (int64_t k = 0; k < r; ++k) {
+                    total += w2[i] * w2[i];
+                    if (it > 0 && (prev(i, k) >= 0) != (xr(i, k) >= 0)) changed += w2[i] * w2[i];
+                }
+            std::fprintf(stderr, "itq %lldx%lld it %d: changed %.3e\n", static_cast<long long>(nn),
+                         static_cast<long long>(r), it, it > 0 ? changed / total : 1.0);
+            prev = xr;
+        }
         MatD mm = la::gemm(x, true, xr, false);  // Xᵀ B
         res.rot = eig_polar ? la::polar_eig(mm) : la::polar_newton_schulz(mm);
     }
