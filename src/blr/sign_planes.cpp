@@ -85,9 +85,16 @@ double plane_dot(const uint32_t* row, const Planes& p) {
 }
 
 float wide_bound(float l_max, const Planes& x) {
-    float b = 0.0f;
-    for (float v : x.sigma_sum_abs_q) b += v;
-    return l_max * b * (1.0f + 1.0f / 4096.0f);
+    // the device's order: lane l sums chunks l, l + 32, … in order, then the
+    // 32 lanes by a butterfly (lane ^ 16, 8, 4, 2, 1)
+    float lane[32] = {};
+    for (size_t c = 0; c < x.sigma_sum_abs_q.size(); ++c) lane[c % 32] += x.sigma_sum_abs_q[c];
+    for (int o = 16; o > 0; o >>= 1) {
+        float next[32];
+        for (int l = 0; l < 32; ++l) next[l] = lane[l] + lane[l ^ o];
+        std::copy(next, next + 32, lane);
+    }
+    return l_max * lane[0] * (1.0f + 1.0f / 4096.0f);
 }
 
 int32_t wide_q(float t, float bound) {

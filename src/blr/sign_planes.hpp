@@ -45,7 +45,8 @@ double plane_dot(const uint32_t* row, const Planes& p);
 constexpr int kWidePlanes = 24;
 constexpr int32_t kWideQMax = (1 << 23) - 1;
 
-// bound_c as the device computes it (B summed over x's chunks in order).
+// bound_c as the device computes it (B summed over x's chunks in the order
+// of a warp: lane l the chunks l, l + 32, …, then a butterfly over the lanes).
 float wide_bound(float l_max, const Planes& x);
 // q_k of the wide planes (0 where the bound is 0 or not finite).
 int32_t wide_q(float t, float bound);

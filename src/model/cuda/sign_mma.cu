@@ -99,16 +99,31 @@ __device__ __forceinline__ float2 chunk_sums(const MmaPiece& piece, int i, int c
     }
 }
 
-// Wide inputs: Σ_c σ'_c Σ_{k∈c} q_k of piece pc, token i, from the tile sums
-// (exact per chunk, in int64), by one warp in a fixed order.
+// Wide inputs: Σ_c σ'_c Σ_{k∈c} q_k of piece pc, token i, from the tile sums:
+// lane l sums σ'_c·(tile l of chunk c) over the chunks in order (loads
+// independent of one another), then the lanes by a butterfly (deterministic).
 __device__ float wide_q_sum(const WideInput& in, int i, int lane) {
     const int64_t chunks = plane_chunks(in.cols);
     float s = 0.0f;
-    for (int64_t c = 0; c < chunks; ++c) {
-        long long ts = in.tile_sum[(i * chunks + c) * kTilesPerChunk + lane];
-        for (int o = 16; o > 0; o >>= 1) ts += __shfl_xor_sync(0xffffffffu, ts, o);
-        s += in.sigma[i * chunks + c] * static_cast<float>(ts);
-    }
+    for (int64_t c = 0; c < chunks; ++c)
+        s += in.sigma[i * chunks + c] *
+             static_cast<float>(in.tile_sum[(i * chunks + c) * kTilesPerChunk + lane]);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
+// B of sign_mma.hpp, lane l's share: Σ_{c ≡ l mod 32} σ_c Σ|q| of x's chunks
+// in order (loaded before the products, summed over the lanes after them by
+// bound_butterfly: the order of blr::wide_bound).
+__device__ float bound_share(const PlaneInput& in, int i, int lane) {
+    const int64_t chunks = plane_chunks(in.cols);
+    float s = 0.0f;
+    for (int64_t c = lane; c < chunks; c += 32) s += in.abs_info[i * chunks + c];
+    return s;
+}
+
+__device__ float bound_butterfly(float s) {
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     return s;
 }
 
@@ -223,6 +238,10 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2) sign_mma_kernel(cons
     cudaTriggerProgrammaticLaunchCompletion();
     cudaGridDependencySynchronize();  // the planes, and out when β ≠ 0
 #endif
+    // the bound's shares of each token, for the warps that write wide planes
+    float b_share[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) b_share[i] = planes_out ? bound_share(pr.piece[0].in, i, lane) : 0.0f;
     if constexpr (kWide) {
         if (warp < pr.pieces * R) {
             const float s = wide_q_sum(pr.piece[warp / R].wide, warp % R, lane);
@@ -284,10 +303,11 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2) sign_mma_kernel(cons
     }
     // the warps that hold tiles (warp-uniform), for the ballots
     if (!planes_out || warp * 32 >= tiles_per_block * 16 * R) return;
-    const PlaneInput& in = pr.piece[0].in;
-    const int64_t in_chunks = plane_chunks(in.cols);
-    float b_in = 0.0f;  // B of sign_mma.hpp for the token, in a fixed order
-    for (int64_t c = 0; c < in_chunks; ++c) b_in += in.abs_info[fin_i * in_chunks + c];
+    float b_in = bound_butterfly(b_share[0]);
+    if (R == 2) {
+        const float b1 = bound_butterfly(b_share[R - 1]);
+        if (fin_i == 1) b_in = b1;
+    }
     write_wide(pr.planes_out, rows, tile0 + fin_tb, fin_i, val, finishes, in_group,
                l_max * b_in * (1.0f + 1.0f / 4096.0f));
 }
