@@ -92,13 +92,19 @@ double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
             for (size_t i = 0; i < want.size(); ++i)
                 want[i] += beta * y0[i] + bias[i % static_cast<size_t>(pw.m)];
             const auto dx = ec::upload_f(x, st), db = ec::upload_f(bias, st);
-            auto dy = ec::upload_f(y0, st);
-            model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(), beta,
-                                       db.get());
-            const auto got = ec::download_f(dy.get(), dy.size(), st);
-            const double e = rel_diff(got, want);
-            worst = std::max(worst, e);
-            EXPECT_LE(e, kLayerTol) << tag << " rows " << rows << " beta " << beta;
+            // Decode::planes: t as wide planes, and t's planes by a launch
+            for (bool t_wide : {true, false}) {
+                if (!t_wide && decode != model::cuda::Decode::planes) continue;
+                ws.t_wide = t_wide;
+                auto dy = ec::upload_f(y0, st);
+                model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(),
+                                           beta, db.get());
+                const auto got = ec::download_f(dy.get(), dy.size(), st);
+                const double e = rel_diff(got, want);
+                worst = std::max(worst, e);
+                EXPECT_LE(e, kLayerTol)
+                    << tag << " rows " << rows << " beta " << beta << " t_wide " << t_wide;
+            }
         }
     }
     return worst;
