@@ -31,8 +31,10 @@ for d in planes rows spans; do
   echo "decode $d: $(CORTIQ_BLR_DECODE=$d timeout 60 $B/cortiq generate $q --device gpu --prompt 'Once upon a time' \
     --max-tokens 512 --ignore-eos --json 2>/dev/null | tr -d '\n' | grep -oE '"(tokens_per_second|weight_bytes|device_bytes|text)": ?[^,]{0,60}' | tr '\n' ' ')"
 done
-echo "decode planes, t wide: $(CORTIQ_T_PLANES=wide timeout 60 $B/cortiq generate $q --device gpu --prompt 'Once upon a time' \
+for tp in wide launch; do
+echo "decode planes, t $tp: $(CORTIQ_T_PLANES=$tp timeout 60 $B/cortiq generate $q --device gpu --prompt 'Once upon a time' \
   --max-tokens 512 --ignore-eos --json 2>/dev/null | tr -d '\n' | grep -oE '"(tokens_per_second|weight_bytes|device_bytes|text)": ?[^,]{0,60}' | tr '\n' ' ')"
+done
 echo "dequant: $(timeout 60 $B/cortiq generate $q --device gpu --dequant --prompt 'Once upon a time' --max-tokens 512 \
   --ignore-eos --json 2>/dev/null | tr -d '\n' | grep -oE '"(tokens_per_second|weight_bytes|device_bytes|text)": ?[^,]{0,60}' | tr '\n' ' ')"
 rm -f $q
