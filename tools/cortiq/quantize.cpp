@@ -137,6 +137,9 @@ void add_quantize(CLI::App& app) {
                     "targets, each group's error fed to the later columns (1, the default: every "
                     "column sees every earlier one's)")
         ->check(CLI::Range(1, 1 << 20));
+    cmd->add_option("--itq-iters", a->o.enc.itq_iters,
+                    "iterations of the sign-gauge rotation (ITQ, SPEC §3.3; 50, the default)")
+        ->check(CLI::Range(0, 1000));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "
                     "which corrects the drift of the compressed layers before it) or 'layer' (its "
