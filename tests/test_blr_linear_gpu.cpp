@@ -97,8 +97,8 @@ double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                 if (!t_wide && decode != model::cuda::Decode::planes) continue;
                 ws.t_wide = t_wide;
                 auto dy = ec::upload_f(y0, st);
-                model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(),
-                                           beta, db.get());
+                model::cuda::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, dy.get(), beta,
+                                           db.get());
                 const auto got = ec::download_f(dy.get(), dy.size(), st);
                 const double e = rel_diff(got, want);
                 worst = std::max(worst, e);
@@ -363,21 +363,25 @@ TEST(BlrLinearGpu, WidePlanesOfTEqualTheCpuReferenceBitForBit) {
     const cudaStream_t st = gpu.stream();
     Rng rng(17);
     const int rows = 2;
-    for (auto [r, n] : {std::pair<int64_t, int64_t>{1, 33}, {17, 600}, {530, 1500}, {1100, 11008}}) {
+    for (auto [r, n] :
+         {std::pair<int64_t, int64_t>{1, 33}, {17, 600}, {530, 1500}, {1100, 11008}}) {
         const int64_t ld = ((n + 31) / 32 + 3) / 4 * 4;
         std::vector<uint32_t> words(static_cast<size_t>(r * ld + mc::kMmaTailWords));
         for (auto& w : words) w = static_cast<uint32_t>(rng.next_u64());
         std::vector<__half> ell(static_cast<size_t>(r));
         for (size_t k = 0; k < ell.size(); ++k)
-            ell[k] = __float2half(static_cast<float>((0.5 + rng.uniform()) * (k % 7 == 3 ? 1e-3 : 1)));
+            ell[k] =
+                __float2half(static_cast<float>((0.5 + rng.uniform()) * (k % 7 == 3 ? 1e-3 : 1)));
         std::vector<float> x(static_cast<size_t>(rows * n)), g(static_cast<size_t>(n));
-        for (auto& v : x) v = static_cast<float>(rng.normal() * (rng.uniform() < 0.01 ? 60.0 : 1.0));
+        for (auto& v : x)
+            v = static_cast<float>(rng.normal() * (rng.uniform() < 0.01 ? 60.0 : 1.0));
         for (auto& v : g) v = static_cast<float>(0.5 + rng.uniform());
         ec::DeviceBuffer<uint32_t> dwords(static_cast<int64_t>(words.size()), st);
         ec::DeviceBuffer<__half> dell(r, st);
         CUDA_CHECK(cudaMemcpyAsync(dwords.get(), words.data(), 4 * words.size(),
                                    cudaMemcpyHostToDevice, st));
-        CUDA_CHECK(cudaMemcpyAsync(dell.get(), ell.data(), 2 * ell.size(), cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(
+            cudaMemcpyAsync(dell.get(), ell.data(), 2 * ell.size(), cudaMemcpyHostToDevice, st));
         const auto dx = ec::upload_f(x, st), dg = ec::upload_f(g, st);
         const int64_t chunks_x = mc::plane_chunks(n), chunks_t = mc::plane_chunks(r);
         ec::DeviceBuffer<uint32_t> px(rows * mc::plane_words(n), st);

@@ -152,7 +152,8 @@ TEST(SignPlanes, WidePlanesOfTheSecondProductHoldTWithinTheirBound) {
     for (int64_t k = 0; k < r; ++k) {
         const auto row = random_row(n);
         double exact = 0;
-        for (int64_t j = 0; j < n; ++j) exact += sign_of(row, j) * double{v[static_cast<size_t>(j)]};
+        for (int64_t j = 0; j < n; ++j)
+            exact += sign_of(row, j) * double{v[static_cast<size_t>(j)]};
         t[static_cast<size_t>(k)] = ell[static_cast<size_t>(k)] * exact;
         t_hat[static_cast<size_t>(k)] =
             ell[static_cast<size_t>(k)] * static_cast<float>(blr::plane_dot(row.data(), px));

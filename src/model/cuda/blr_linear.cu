@@ -192,8 +192,8 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
             tile_sums += rows * wide_tiles(w.r);
             first.push_back(pr);
             const WidePlanes& po = pr.planes_out;
-            out.piece[p] = {w.s_u(p), {}, WideInput{po.planes, po.sigma, po.tile_sum, w.r},
-                            hs + p * w.m};
+            out.piece[p] = {
+                w.s_u(p), {}, WideInput{po.planes, po.sigma, po.tile_sum, w.r}, hs + p * w.m};
         }
         (w.sign ? first : second).push_back(out);
     }

@@ -69,11 +69,10 @@ __device__ __forceinline__ longlong2 wide_x(uint4 a_lo, uint4 a_hi, const uint4 
     }
     const int w_a = 1 << (2 * t), w_b = 2 * w_a, w_c = 256 * w_a;
     const int w_d = t == 3 ? -128 : w_b;
-    return make_longlong2(
-        (w_a * d[0][0] + w_b * d[0][1] + w_c * d[1][0] + 2 * w_c * d[1][1]) +
-            int64_t{w_a * d[2][0] + w_d * d[2][1]} * 65536,
-        (w_a * d[0][2] + w_b * d[0][3] + w_c * d[1][2] + 2 * w_c * d[1][3]) +
-            int64_t{w_a * d[2][2] + w_d * d[2][3]} * 65536);
+    return make_longlong2((w_a * d[0][0] + w_b * d[0][1] + w_c * d[1][0] + 2 * w_c * d[1][1]) +
+                              int64_t{w_a * d[2][0] + w_d * d[2][1]} * 65536,
+                          (w_a * d[0][2] + w_b * d[0][3] + w_c * d[1][2] + 2 * w_c * d[1][3]) +
+                              int64_t{w_a * d[2][2] + w_d * d[2][3]} * 65536);
 }
 
 __device__ __forceinline__ uint4 not4(uint4 v) {
@@ -92,7 +91,7 @@ template <bool kWide>
 __device__ __forceinline__ float2 chunk_sums(const MmaPiece& piece, int i, int cc, uint4 a_lo,
                                              uint4 a_hi, int g, int t, bool complement) {
     int d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
-    auto mma_pair = [&](int (&d)[4], uint4 b) {
+    auto mma_pair = [&](int(&d)[4], uint4 b) {
         mma_and_popc(d, a_lo.x, a_hi.x, a_lo.y, a_hi.y, b.x, b.y);
         mma_and_popc(d, a_lo.z, a_hi.z, a_lo.w, a_hi.w, b.z, b.w);
     };
@@ -193,11 +192,12 @@ __device__ void write_wide(const WidePlanes& po, int64_t rows, int64_t tile, int
     for (int o = 8; o > 0; o >>= 1) qs += __shfl_xor_sync(0xffffffffu, qs, o);
     if (!stores) return;
     const int64_t c = tile / kTilesPerChunk;
-    auto* half_words = reinterpret_cast<uint16_t*>(po.planes + i * wide_plane_words(rows) +
-                                                   c * kWideChunkWords) +
-                       tile % kTilesPerChunk;
+    auto* half_words =
+        reinterpret_cast<uint16_t*>(po.planes + i * wide_plane_words(rows) + c * kWideChunkWords) +
+        tile % kTilesPerChunk;
     half_words[32 * ll] = static_cast<uint16_t>(w0 >> (16 * half));
-    if (ll < kWidePlanes - 16) half_words[32 * (16 + ll)] = static_cast<uint16_t>(w1 >> (16 * half));
+    if (ll < kWidePlanes - 16)
+        half_words[32 * (16 + ll)] = static_cast<uint16_t>(w1 >> (16 * half));
     if (ll == 0) {
         po.tile_sum[i * wide_tiles(rows) + tile] = qs;
         if (tile % kTilesPerChunk == 0) po.sigma[i * plane_chunks(rows) + c] = sigma;
@@ -207,7 +207,8 @@ __device__ void write_wide(const WidePlanes& po, int64_t rows, int64_t tile, int
 // Three blocks an SM for one token (80 registers); two for two tokens, whose
 // sums and fragments need more.
 template <int R, bool kWide>
-__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2) sign_mma_kernel(const __grid_constant__ Params p) {
+__global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
+    sign_mma_kernel(const __grid_constant__ Params p) {
     __shared__ alignas(16) uint32_t pr_words[sizeof(MmaProduct) / 4];
     __shared__ float red[kWarps][2][R][16];
     __shared__ float red8[kWarps], wide_s[2][R];
@@ -269,7 +270,8 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2) sign_mma_kernel(cons
     // the bound's shares of each token, for the warps that write wide planes
     float b_share[R];
 #pragma unroll
-    for (int i = 0; i < R; ++i) b_share[i] = planes_out ? bound_share(pr.piece[0].in, i, lane) : 0.0f;
+    for (int i = 0; i < R; ++i)
+        b_share[i] = planes_out ? bound_share(pr.piece[0].in, i, lane) : 0.0f;
     if constexpr (kWide) {
         if (!p.complement && warp < pr.pieces * R) {
             const float s = wide_q_sum(pr.piece[warp / R].wide, warp % R, lane);
@@ -362,7 +364,8 @@ bool wide_complement() {
     static const bool c = [] {
         const char* e = std::getenv("CORTIQ_WIDE_SUM");
         const std::string v = e ? e : "tiles";
-        CORTIQ_CHECK(v == "tiles" || v == "complement", "CORTIQ_WIDE_SUM={}: tiles or complement", v);
+        CORTIQ_CHECK(v == "tiles" || v == "complement", "CORTIQ_WIDE_SUM={}: tiles or complement",
+                     v);
         return v == "complement";
     }();
     return c;
@@ -383,8 +386,8 @@ void launch_mma(const MmaProduct* products, int count, int rows, cudaStream_t st
                     "sign_mma: rows of {} words (a multiple of 4), {} rows", pr.piece[pc].s.ld,
                     pr.piece[pc].s.rows);
             const bool planes_out = pr.planes_out.planes != nullptr;
-            CORTIQ_ASSERT(!planes_out || (!kWide && pr.pieces == 1 && pr.beta == 0.0f &&
-                                          !pr.bias && pr.piece[0].in.abs_info),
+            CORTIQ_ASSERT(!planes_out || (!kWide && pr.pieces == 1 && pr.beta == 0.0f && !pr.bias &&
+                                          pr.piece[0].in.abs_info),
                           "sign_mma: wide planes out of one narrow piece, β = 0, no bias");
             const int64_t m = pr.piece[0].s.rows;
             if (m == 0) continue;
