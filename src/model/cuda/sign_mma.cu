@@ -13,8 +13,6 @@
 // loaded before the wait for the previous kernel (programmatic dependent
 // launch: the sign_planes kernel before it is small, so both fit together).
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "core/error.hpp"
 #include "model/cuda/sign_launch.hpp"
@@ -35,7 +33,6 @@ struct Params {
     int first_block[kMaxMmaProducts + 1];
     int split[kMaxMmaProducts];  // warps per tile of 16 rows: 1, 2, 4 or 8
     int count;
-    int complement;  // wide inputs: Σ s q from the signs and their complement
 };
 
 // D += A·B over 256 k, A 16×256 and B 256×8 bits, popc(a AND b) per element.
@@ -57,39 +54,13 @@ __device__ __forceinline__ uint4 load_stream(const uint32_t* p) {
     return v;
 }
 
-// X = Σ_p w_p D_p of the wide planes for rows g and g + 8, D_p = popc(a AND
-// plane_p) from six mmas: planes 0–15 weigh 2^p (< 2^25 in all: int32),
-// 16–23 2^16·2^(p−16), plane 23 −2^23; the sum in int64, exact.
-__device__ __forceinline__ longlong2 wide_x(uint4 a_lo, uint4 a_hi, const uint4 (&b)[3], int t) {
-    int d[3][4] = {};
-#pragma unroll
-    for (int q = 0; q < 3; ++q) {
-        mma_and_popc(d[q], a_lo.x, a_hi.x, a_lo.y, a_hi.y, b[q].x, b[q].y);
-        mma_and_popc(d[q], a_lo.z, a_hi.z, a_lo.w, a_hi.w, b[q].z, b[q].w);
-    }
-    const int w_a = 1 << (2 * t), w_b = 2 * w_a, w_c = 256 * w_a;
-    const int w_d = t == 3 ? -128 : w_b;
-    return make_longlong2((w_a * d[0][0] + w_b * d[0][1] + w_c * d[1][0] + 2 * w_c * d[1][1]) +
-                              int64_t{w_a * d[2][0] + w_d * d[2][1]} * 65536,
-                          (w_a * d[0][2] + w_b * d[0][3] + w_c * d[1][2] + 2 * w_c * d[1][3]) +
-                              int64_t{w_a * d[2][2] + w_d * d[2][3]} * 65536);
-}
-
-__device__ __forceinline__ uint4 not4(uint4 v) {
-    return make_uint4(~v.x, ~v.y, ~v.z, ~v.w);
-}
-
 // The products' sums per row of this lane from one chunk: D_p for 16 rows ×
 // 16 planes from four mmas (narrow planes, the Σq term of sign_mma.hpp added
 // by the lanes of t = 0), or 16 rows × 24 planes from six (wide planes, their
-// Σq added once in the finishing step), as σ_c Σ_p w_p D_p in float. With
-// complement (wide planes), the signs' complement too, so that no Σq is
-// needed: Σ_j s_j q_j = X(NOT b) − X(b) (the planes are zero wherever the
-// complement sets padding bits), returned as σ'(X(b) − X(NOT b)) / 2 to fit
-// the finishing step's S − 2·sum with S = 0.
+// Σq added once in the finishing step), as σ_c Σ_p w_p D_p in float.
 template <bool kWide>
 __device__ __forceinline__ float2 chunk_sums(const MmaPiece& piece, int i, int cc, uint4 a_lo,
-                                             uint4 a_hi, int g, int t, bool complement) {
+                                             uint4 a_hi, int g, int t) {
     int d0[4] = {0, 0, 0, 0}, d1[4] = {0, 0, 0, 0};
     auto mma_pair = [&](int(&d)[4], uint4 b) {
         mma_and_popc(d, a_lo.x, a_hi.x, a_lo.y, a_hi.y, b.x, b.y);
@@ -100,17 +71,19 @@ __device__ __forceinline__ float2 chunk_sums(const MmaPiece& piece, int i, int c
     if constexpr (kWide) {
         const WideInput& in = piece.wide;
         const uint32_t* pl = in.planes + i * wide_plane_words(in.cols) + cc * kWideChunkWords;
-        const uint4 b[3] = {*reinterpret_cast<const uint4*>(pl + g * 16 + 4 * t),
-                            *reinterpret_cast<const uint4*>(pl + (g + 8) * 16 + 4 * t),
-                            *reinterpret_cast<const uint4*>(pl + (g + 16) * 16 + 4 * t)};
+        int d2[4] = {0, 0, 0, 0};
+        mma_pair(d0, *reinterpret_cast<const uint4*>(pl + g * 16 + 4 * t));
+        mma_pair(d1, *reinterpret_cast<const uint4*>(pl + (g + 8) * 16 + 4 * t));
+        mma_pair(d2, *reinterpret_cast<const uint4*>(pl + (g + 16) * 16 + 4 * t));
         const float sigma = in.sigma[i * plane_chunks(in.cols) + cc];
-        longlong2 x = wide_x(a_lo, a_hi, b, t);
-        if (complement) {
-            const longlong2 xn = wide_x(not4(a_lo), not4(a_hi), b, t);
-            return make_float2(0.5f * sigma * static_cast<float>(x.x - xn.x),
-                               0.5f * sigma * static_cast<float>(x.y - xn.y));
-        }
-        return make_float2(sigma * static_cast<float>(x.x), sigma * static_cast<float>(x.y));
+        // planes 0–15 weigh 2^p (< 2^25 in all: int32), 16–23 2^16·(2^(p−16)),
+        // plane 23 −2^23: the sum in int64, exact
+        const int w_d = t == 3 ? -128 : w_b;
+        const int64_t x_lo = (w_a * d0[0] + w_b * d0[1] + w_c * d1[0] + 2 * w_c * d1[1]) +
+                             int64_t{w_a * d2[0] + w_d * d2[1]} * 65536;
+        const int64_t x_hi = (w_a * d0[2] + w_b * d0[3] + w_c * d1[2] + 2 * w_c * d1[3]) +
+                             int64_t{w_a * d2[2] + w_d * d2[3]} * 65536;
+        return make_float2(sigma * static_cast<float>(x_lo), sigma * static_cast<float>(x_hi));
     } else {
         const PlaneInput& in = piece.in;
         const uint32_t* pl = in.planes + i * plane_words(in.cols) + cc * blr::kPlaneChunkWords;
@@ -273,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     for (int i = 0; i < R; ++i)
         b_share[i] = planes_out ? bound_share(pr.piece[0].in, i, lane) : 0.0f;
     if constexpr (kWide) {
-        if (!p.complement && warp < pr.pieces * R) {
+        if (warp < pr.pieces * R) {
             const float s = wide_q_sum(pr.piece[warp / R].wide, warp % R, lane);
             if (lane == 0) wide_s[warp / R][warp % R] = s;
         }
@@ -291,8 +264,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
             const int pc = c >= c0 ? 1 : 0, cc = pc ? c - c0 : c;
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const float2 v =
-                    chunk_sums<kWide>(pr.piece[pc], i, cc, a_lo[u], a_hi[u], g, t, p.complement);
+                const float2 v = chunk_sums<kWide>(pr.piece[pc], i, cc, a_lo[u], a_hi[u], g, t);
                 if (pc) {
                     acc1[i][0] += v.x;
                     acc1[i][1] += v.y;
@@ -328,8 +300,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
             float sum = 0.0f;
             for (int s = 0; s < split; ++s) sum += red[fin_tb * split + s][pc][fin_i][rr];
             // narrow: Σq inside sum; wide: S = Σ_c σ'_c Σq once per token
-            const float q_sum = kWide && !p.complement ? wide_s[pc][fin_i] : 0.0f;
-            val += fin_scale[pc] * (q_sum - 2.0f * sum);
+            val += fin_scale[pc] * ((kWide ? wide_s[pc][fin_i] : 0.0f) - 2.0f * sum);
         }
         if (pr.out) pr.out[fin_i * pr.ld_out + fin_k] = val;
     }
@@ -355,20 +326,6 @@ int split_for(int chunks) {
     int s = 1;
     while (s < most && 2 * s < chunks) s *= 2;
     return s;
-}
-
-// Wide inputs: the Σq term from the tile sums (CORTIQ_WIDE_SUM=tiles, the
-// default) or no Σq at all, the signs' complement through the tensor cores
-// too (complement: twice the mmas, no serial sum before the products).
-bool wide_complement() {
-    static const bool c = [] {
-        const char* e = std::getenv("CORTIQ_WIDE_SUM");
-        const std::string v = e ? e : "tiles";
-        CORTIQ_CHECK(v == "tiles" || v == "complement", "CORTIQ_WIDE_SUM={}: tiles or complement",
-                     v);
-        return v == "complement";
-    }();
-    return c;
 }
 
 template <bool kWide>
@@ -405,7 +362,6 @@ void launch_mma(const MmaProduct* products, int count, int rows, cudaStream_t st
         }
         if (p.count == 0) continue;
         p.first_block[p.count] = blocks;
-        p.complement = kWide && wide_complement() ? 1 : 0;
         const dim3 grid(static_cast<unsigned>(blocks));
         if (rows == 1)
             launch_pdl(sign_mma_kernel<1, kWide>, grid, kThreads, 0, stream, p);
