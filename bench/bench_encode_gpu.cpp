@@ -1,6 +1,7 @@
 // Figures for the CUDA NVG encoder (prints tables; not a timed unit test):
 //   bench_encode_gpu [--sizes 896x4864,4864x896,...] [--bpw 1.0] [--cpu 896x4864,...]
-//                    [--variants 4096x4096 [--variant-names default,gptq256,...]] [--layer]
+//                    [--variants 4096x4096 [--variant-names default,gptq256,...]
+//                     [--profile-variants]] [--layer]
 //                    [--layer-dims 4096,11008]
 //                    [--in-flight 4] [--threads 0] [--gptq lazy|batched]
 //                    [--gptq-multi 0,8] [--gptq-group 1,16]
@@ -15,7 +16,9 @@
 // --gptq-multi 0,8 and --gptq-group 1,16: the sizes and the layer with each
 // column search of the two lists' product (Options::gptq_multi: 0 the exact
 // scan, Q rounds of up to Q flips; Options::gptq_group: G columns side by
-// side), side by side in one run.
+// side), side by side in one run. The variants run with the first search of
+// those lists; --profile-variants adds a profiled run of each (its stages and
+// their parts, "stage/part").
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -165,7 +168,7 @@ void scaling(cu::Gpu& gpu, const Options& o, int64_t hid, int64_t mlp,
 int main(int argc, char** argv) {
     std::string sizes = "896x4864,4864x896,2048x8192,4096x4096,4096x11008,11008x4096";
     std::string cpu_sizes, variants, variant_names;
-    bool layer = false;
+    bool layer = false, profile_variants = false;
     int64_t hid = 4096, mlp = 11008;  // --layer-dims HIDDEN,MLP
     int in_flight = 4, threads = 0;
     bool sizes_given = false;
@@ -189,6 +192,8 @@ int main(int argc, char** argv) {
             variants = next();
         else if (a == "--variant-names")
             variant_names = next();
+        else if (a == "--profile-variants")
+            profile_variants = true;
         else if (a == "--layer")
             layer = true;
         else if (a == "--layer-dims") {
@@ -272,7 +277,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(11);
+                std::vector<std::pair<std::string, cu::Tuning>> all(13);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
@@ -295,11 +300,26 @@ int main(int argc, char** argv) {
                     all[8 + i].second.gptq_kernel = cu::GptqKernel::batched;
                     all[8 + i].second.gptq_prefetch = 1 << i;
                 }
+                all[11].first = "itq-x3";  // ITQ's last Newton–Schulz steps in 3xTF32
+                all[11].second.itq_finish_x3 = true;
+                all[12].first = "x3-all";  // that and the large products in 3xTF32
+                all[12].second.itq_finish_x3 = true;
+                all[12].second.x3_min_k = 1024;
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)
                         continue;
-                    vr.push_back(run_gpu(gpu, s, o, t, false, tag + " " + name));
+                    // the column search of the first --gptq-multi / --gptq-group
+                    Options ov = o;
+                    ov.gptq_multi = searches.front().multi;
+                    ov.gptq_group = searches.front().group;
+                    const std::string vtag = tag + searches.front().tag() + " " + name;
+                    if (profile_variants) {
+                        const Row pr = run_gpu(gpu, s, ov, t, true, vtag);
+                        fmt::print("  {} (profiled): {:.2f}s\n  profile: {}\n", pr.what,
+                                   pr.tensor_s, pr.prof);
+                    }
+                    vr.push_back(run_gpu(gpu, s, ov, t, false, vtag));
                     fmt::print("  {}: {:.2f}s {}\n", vr.back().what, vr.back().tensor_s,
                                vr.back().line);
                     std::fflush(stdout);

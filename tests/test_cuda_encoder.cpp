@@ -159,6 +159,40 @@ TEST(CudaItq, SignsAndPolarMatchCpu) {
     EXPECT_LT(rel_diff(got, want), 1e-4);
 }
 
+// The precisions of ITQ's polar factor at a rank where TF32 is used (r ≥ 512):
+// TF32 steps, then FP32 or 3xTF32 steps, all agree with the float64 polar
+// factor within the stopping tolerance, and the result is orthogonal.
+TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
+    SKIP_WITHOUT_GPU();
+    Rng rng(5);
+    const int64_t r = 600;
+    MatD mm(r, r);
+    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
+    for (int64_t i = 0; i < r; ++i) mm(i, i) += 2.0;  // a spread of σ like Xᵀ B's
+    cu::Gpu gpu;
+    const MatD want = la::polar_newton_schulz(mm);
+    const cu::DMat dm = cu::upload(mm, gpu.stream());
+    for (bool tf32 : {false, true})
+        for (auto finish : {cu::Prec::fp32, cu::Prec::tf32x3}) {
+            cu::PolarOptions po;
+            po.tf32 = tf32;
+            po.finish = finish;
+            cu::PolarStats ps;
+            const MatD got = cu::download(cu::polar(gpu, dm, po, &ps), gpu.stream());
+            EXPECT_LT(rel_diff(got, want), 1e-4) << tf32 << " " << static_cast<int>(finish);
+            const MatD gtg = la::gemm(got, true, got, false);
+            double dev = 0;
+            for (int64_t i = 0; i < r; ++i)
+                for (int64_t j = 0; j < r; ++j) {
+                    const double d = gtg(i, j) - (i == j ? 1.0 : 0.0);
+                    dev += d * d;
+                }
+            EXPECT_LT(std::sqrt(dev), 1e-3) << tf32 << " " << static_cast<int>(finish);
+            EXPECT_GT(ps.steps, 0);
+            EXPECT_EQ(ps.fast_steps > 0, tf32);
+        }
+}
+
 TEST(CudaAls, OneSweepMatchesCpu) {
     SKIP_WITHOUT_GPU();
     for (bool x3 : {false, true}) {

@@ -25,14 +25,18 @@ std::vector<Profile::Entry> Profile::entries() const {
 double Profile::total() const {
     std::lock_guard<std::mutex> lock(mu_);
     double t = 0;
-    for (auto& e : e_) t += e.seconds;
+    for (auto& e : e_)
+        if (e.stage.find('/') == std::string::npos) t += e.seconds;  // parts: in their stage
     return t;
 }
 
 std::string Profile::line() const {
     auto es = entries();
+    // A "stage/part" entry times a part of a stage (counted in the stage too),
+    // so the shares are of the top-level stages only.
     double tot = 0;
-    for (auto& e : es) tot += e.seconds;
+    for (auto& e : es)
+        if (e.stage.find('/') == std::string::npos) tot += e.seconds;
     std::string s;
     for (auto& e : es) {
         if (!s.empty()) s += " | ";

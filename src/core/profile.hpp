@@ -1,5 +1,6 @@
 // Per-stage time profile: seconds and counters accumulated by stage name,
-// printed in first-use order. Thread-safe.
+// printed in first-use order. Thread-safe. A name "stage/part" times a part
+// of a stage; total() and the shares leave parts out (they are in the stage).
 #pragma once
 
 #include <chrono>

@@ -3,6 +3,7 @@
 // P × P system per row, in a kernel), g per path (an n × n SPD system); SPD
 // systems by Cholesky on the device with a 1e-10 relative ridge.
 #include <cmath>
+#include <optional>
 
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
@@ -44,6 +45,7 @@ struct KBlocks {
 };
 
 KBlocks k_blocks(const DeviceFactors& factors, const TensorContext& c) {
+    StageTimer timer(c.gpu, c.prof, "als/k_blocks", true);
     KBlocks kb;
     kb.np = factors.paths.size();
     kb.k.resize(kb.np * kb.np);
@@ -57,6 +59,7 @@ KBlocks k_blocks(const DeviceFactors& factors, const TensorContext& c) {
 }
 
 void solve_l(DeviceFactors& factors, const TensorContext& c, const KBlocks& kb) {
+    StageTimer timer(c.gpu, c.prof, "als/l", true);
     const cudaStream_t st = c.stream();
     const size_t np = factors.paths.size();
     const int64_t r = factors.r, m = factors.m, pr = static_cast<int64_t>(np) * r;
@@ -88,6 +91,7 @@ void solve_l(DeviceFactors& factors, const TensorContext& c, const KBlocks& kb) 
 }
 
 void solve_h(DeviceFactors& factors, const TensorContext& c, const KBlocks& kb) {
+    StageTimer timer(c.gpu, c.prof, "als/h", true);
     const cudaStream_t st = c.stream();
     const size_t np = factors.paths.size();
     const int64_t m = factors.m, r = factors.r;
@@ -128,6 +132,7 @@ void als_h(DeviceFactors& factors, const TensorContext& c) {
 void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
     const cudaStream_t st = c.stream();
     const int64_t n = factors.n, r = factors.r;
+    std::optional<StageTimer> timer(std::in_place, c.gpu, c.prof, "als/g_rhs", true);
     const DMat mm_p = factors.left(st, p);
     DMat y = mm(c.gpu, c.d.wh, true, mm_p, false, c.big(factors.m));  // H Wᵀ M
     for (size_t q = 0; q < factors.paths.size(); ++q) {
@@ -142,11 +147,15 @@ void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
     const DMat k = mm(c.gpu, mm_p, true, mm_p, false, c.big(factors.m));
     const DMat svk = mm(c.gpu, sv, false, k, false, c.big(r), kExactA);
     auto build = [&](float* sys) {
+        StageTimer build_timer(c.gpu, c.prof, "als/g_system", true);
         gemm(c.gpu, false, true, n, n, r, 1.f, svk.data(), r, sv.data(), r, 0.f, sys, n, c.big(r),
              kExactB);
         hadamard_inplace(st, sys, c.input_ctx.h.data(), n);
     };
+    timer.reset();
     DVec g(n, st);
+    // als/g_solve includes als/g_system (the build of the n × n system)
+    StageTimer solve_timer(c.gpu, c.prof, "als/g_solve", true);
     solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge);
     factors.paths[p].g = std::move(g);
     factors.paths[p].invalidate();

@@ -6,8 +6,11 @@
 
 namespace cortiq::encode::cuda {
 
-StageTimer::StageTimer(const Gpu& gpu, Profile* prof, const char* stage)
-    : gpu_(gpu), prof_(prof), stage_(stage), t0_(std::chrono::steady_clock::now()) {}
+StageTimer::StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start)
+    : gpu_(gpu), prof_(prof), stage_(stage) {
+    if (prof_ && sync_start) gpu_.sync();
+    t0_ = std::chrono::steady_clock::now();
+}
 
 StageTimer::~StageTimer() {
     if (!prof_) return;

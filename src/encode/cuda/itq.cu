@@ -1,6 +1,7 @@
 // Stage 3 on the device (SPEC §3.3): weighted ITQ, B = w² ∘ sign(X R) and
 // R = polar(Xᵀ B), the polar factor by Newton–Schulz with few readbacks.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -45,15 +46,21 @@ double spectral_estimate(const Gpu& g, const DMat& m) {
 
 }  // namespace
 
-DMat polar(const Gpu& g, const DMat& mm_in, bool tf32, double tol, int max_iter, int* iters) {
+DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* stats) {
     const cudaStream_t st = g.stream();
+    const bool tf32 = po.tf32;
+    const double tol = po.tol;
+    const int max_iter = po.max_iter;
+    const bool timed = po.timed && stats;
+    if (timed) g.sync();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto t_switch = t0;
     const int64_t r = mm_in.rows;
     CORTIQ_ASSERT(mm_in.cols == r, "polar of a {}x{} matrix", mm_in.rows, mm_in.cols);
     DMat x = mm_in.clone(st);
     const double nf = std::sqrt(dot(st, mm_in.data(), mm_in.data(), r * r));
     if (!(nf > 0)) {
         set_identity(st, x.data(), r);
-        if (iters) *iters = 0;
         return x;
     }
     // The polar factor does not depend on the scale; the iteration count does:
@@ -67,9 +74,9 @@ DMat polar(const Gpu& g, const DMat& mm_in, bool tf32, double tol, int max_iter,
     // ‖XᵀX − I‖_F is read back only at checkpoints: from iteration 4, every 2.
     // FP32 stops at tol or where rounding ends the quadratic convergence;
     // TF32 hands over to FP32 below 0.1 (or where it stagnates).
-    Prec p = tf32 ? Prec::tf32 : Prec::fp32;
+    Prec p = tf32 ? Prec::tf32 : po.finish;
     double prev = INFINITY;
-    int it = 0;
+    int it = 0, fast_steps = 0;
     SumBatch sb(st);
     for (;; ++it) {
         mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX
@@ -88,9 +95,11 @@ DMat polar(const Gpu& g, const DMat& mm_in, bool tf32, double tol, int max_iter,
             if (it >= max_iter) break;
             if (p == Prec::tf32) {
                 if (dev < 0.1 || dev > 0.5 * prev) {
-                    p = Prec::fp32;
+                    fast_steps = it;
+                    if (timed) t_switch = std::chrono::steady_clock::now();  // read back: synced
+                    p = po.finish;
                     prev = INFINITY;
-                    mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX again in FP32
+                    mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX again, finer
                 } else {
                     prev = dev;
                 }
@@ -103,7 +112,15 @@ DMat polar(const Gpu& g, const DMat& mm_in, bool tf32, double tol, int max_iter,
         mm_into(g, 1.f, x, false, a, false, 0.f, y, p);  // X XᵀX
         axpby(st, x.data(), 1.5f, y.data(), -0.5f, r * r);
     }
-    if (iters) *iters = it;
+    if (stats) {
+        stats->steps += it;
+        stats->fast_steps += p == Prec::tf32 ? it : fast_steps;
+        if (timed) {
+            const auto t1 = std::chrono::steady_clock::now();
+            stats->fast_s += std::chrono::duration<double>(t_switch - t0).count();
+            stats->finish_s += std::chrono::duration<double>(t1 - t_switch).count();
+        }
+    }
     return x;
 }
 
@@ -137,6 +154,8 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     DMat xr(nn, r, st), mm_t(r, r, st);
     SumBatch sb(st);
     int ns_total = 0;
+    PolarStats ps;
+    double gemm_s = 0;
     // CORTIQ_ITQ_TRACE=1 (a diagnostic): per iteration the weighted share of
     // signs that changed, (1 − ⟨B_prev, B⟩ / ⟨B, B⟩) / 2 (0: a fixed point,
     // after which every iteration repeats the last), and the Newton–Schulz count.
@@ -144,6 +163,8 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     DMat prev;
     if (trace) prev = DMat(nn, r, st);
     for (int it = 0; it < iters; ++it) {
+        if (c.prof) g.sync();
+        const auto t_it = std::chrono::steady_clock::now();
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr, p);
         if (record_objective) {
             sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
@@ -161,8 +182,17 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
             CUDA_CHECK(cudaMemcpyAsync(prev.data(), xr.data(), xr.size() * sizeof(float),
                                        cudaMemcpyDeviceToDevice, st));
         mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
-        int ns = 0;
-        res.rot = polar(g, mm_t, fast, 1e-4, 60, &ns);
+        if (c.prof) {
+            g.sync();
+            gemm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_it).count();
+        }
+        const int before = ps.steps;
+        PolarOptions po;
+        po.tf32 = fast;
+        po.finish = c.tuning.itq_finish_x3 ? Prec::tf32x3 : Prec::fp32;
+        po.timed = c.prof != nullptr;
+        res.rot = polar(g, mm_t, po, &ps);
+        const int ns = ps.steps - before;
         ns_total += ns;
         if (trace)
             std::fprintf(stderr, "itq %lldx%lld it %d: changed %.3e, ns %d\n",
@@ -173,7 +203,13 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
         sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
         res.objective.push_back(sb.read()[0]);
     }
-    if (c.prof) c.prof->add("itq.ns_iters", 0, ns_total);
+    if (c.prof) {
+        c.prof->add("itq.ns_iters", 0, ns_total);
+        // parts of the stage: X R and Xᵀ B with the signs; the two phases of the polar
+        c.prof->add("itq/products", gemm_s);
+        c.prof->add("itq/polar_tf32", ps.fast_s, ps.fast_steps);
+        c.prof->add("itq/polar_finish", ps.finish_s, ps.steps - ps.fast_steps);
+    }
     res.u = mm(g, up, false, res.rot, false);
     res.v = mm(g, vp, false, res.rot, false);
     return res;

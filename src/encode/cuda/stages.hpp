@@ -40,6 +40,9 @@ struct Tuning {
     // ITQ's two products and the Newton–Schulz iterations in TF32 (the final
     // polish and U_p R, V_p R stay FP32) from this rank up; INT_MAX: never.
     int itq_tf32_min_rank = 512;
+    // The last Newton–Schulz steps of ITQ's polar factors (after the TF32 ones)
+    // in 3xTF32 on the tensor cores instead of FP32 on the CUDA cores.
+    bool itq_finish_x3 = false;
     // latents: the top r eigenpairs only (cusolverDnDsyevdx) instead of all (syevd).
     bool eig_partial = false;
     // Products with an inner dimension from this size run as 3xTF32 (see
@@ -135,7 +138,9 @@ struct TensorContext {
 class StageTimer {
   public:
     StageTimer(const TensorContext& c, const char* stage) : StageTimer(c.gpu, c.prof, stage) {}
-    StageTimer(const Gpu& gpu, Profile* prof, const char* stage);
+    // sync_start: wait for the stream first, so a part ("stage/part") of a
+    // stage is charged only its own work.
+    StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start = false);
     ~StageTimer();
     StageTimer(const StageTimer&) = delete;
     StageTimer& operator=(const StageTimer&) = delete;
@@ -206,10 +211,19 @@ struct ItqResult {
 ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD& wu,
               const VecD& wv, int iters, bool record_objective = false);
 std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const DMat& vp);
-// Orthogonal polar factor by Newton–Schulz from M/‖M‖_F; tf32: the early
-// iterations in TF32, the last ones (from ‖XᵀX − I‖_F < 0.1) in FP32.
-DMat polar(const Gpu& g, const DMat& m, bool tf32 = false, double tol = 1e-4, int max_iter = 60,
-           int* iters = nullptr);
+// Orthogonal polar factor by Newton–Schulz from M/‖M‖_F.
+struct PolarOptions {
+    bool tf32 = false;         // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
+    Prec finish = Prec::fp32;  // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
+    double tol = 1e-4;         // on ‖XᵀX − I‖_F
+    int max_iter = 60;
+    bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
+};
+struct PolarStats {
+    int steps = 0, fast_steps = 0;    // Newton–Schulz steps, of them in TF32
+    double fast_s = 0, finish_s = 0;  // wall seconds of the two phases (timed)
+};
+DMat polar(const Gpu& g, const DMat& m, const PolarOptions& po = {}, PolarStats* stats = nullptr);
 
 // ── stage 4: SVID ────────────────────────────────────────────────────────────
 std::pair<VecD, VecD> rank1_pos(const Gpu& g, const DMat& mabs);
