@@ -216,6 +216,53 @@ TEST(CudaAls, OneSweepMatchesCpu) {
     }
 }
 
+// Stage 9: the signs packed on the device give blr::pack's bytes, and the same
+// stored scales, over awkward shapes, one and two paths, ±0 entries included.
+TEST(CudaPack, DeviceSignsGiveTheHostPayloadByteForByte) {
+    SKIP_WITHOUT_GPU();
+    cu::Gpu gpu;
+    Rng rng(17);
+    struct Shape {
+        int64_t m, n, r;
+        int paths;
+    };
+    for (const Shape sh : {Shape{1, 1, 1, 1}, Shape{37, 53, 5, 2}, Shape{64, 64, 7, 1},
+                           Shape{129, 67, 31, 2}, Shape{300, 1001, 70, 1}}) {
+        blr::Factors f;
+        f.m = sh.m;
+        f.n = sh.n;
+        f.r = sh.r;
+        for (int p = 0; p < sh.paths; ++p) {
+            blr::Path q;
+            q.h = VecD(sh.m);
+            q.l = VecD(sh.r);
+            q.g = VecD(sh.n);
+            for (auto* v : {&q.h, &q.l, &q.g})
+                for (auto& x : *v)  // float values: the device holds float32
+                    x = static_cast<float>(0.1 + rng.uniform());
+            q.su = MatD(sh.m, sh.r);
+            q.sv = MatD(sh.n, sh.r);
+            for (auto* mat : {&q.su, &q.sv})
+                for (auto& x : mat->vec()) {
+                    const double u = rng.uniform();
+                    x = u < 0.45 ? -1.0 : u < 0.9 ? 1.0 : u < 0.95 ? 0.0 : -0.0;
+                }
+            f.paths.push_back(std::move(q));
+        }
+        blr::Factors want_stored, got_stored;
+        const std::vector<uint8_t> want = blr::pack(f, &want_stored);
+        const std::vector<uint8_t> got =
+            cu::pack_payload(cu::to_device(f, gpu.stream()), gpu.stream(), &got_stored);
+        EXPECT_EQ(got, want) << sh.m << "x" << sh.n << " r" << sh.r << " P" << sh.paths;
+        ASSERT_EQ(got_stored.paths.size(), want_stored.paths.size());
+        for (size_t p = 0; p < want_stored.paths.size(); ++p) {
+            EXPECT_EQ(got_stored.paths[p].h, want_stored.paths[p].h);
+            EXPECT_EQ(got_stored.paths[p].l, want_stored.paths[p].l);
+            EXPECT_EQ(got_stored.paths[p].g, want_stored.paths[p].g);
+        }
+    }
+}
+
 TEST(CudaGemm, Tf32x3IsAsAccurateAsFp32) {
     SKIP_WITHOUT_GPU();
     cu::Gpu gpu;

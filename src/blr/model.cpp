@@ -126,7 +126,7 @@ struct PayloadView {
 
 }  // namespace
 
-std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
+std::vector<uint8_t> pack_scales(const Factors& model, Factors* stored) {
     const uint64_t m = model.m, n = model.n, r = model.r, np = model.paths.size();
     CORTIQ_ASSERT(np >= 1 && np <= 2 && r >= 1, "pack: {} paths, rank {}", np, r);
     std::vector<uint8_t> out(payload_bytes(m, n, r, np), 0);
@@ -141,14 +141,9 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
               0};
     std::memcpy(out.data(), &hd, sizeof hd);
     if (stored) *stored = model;
-    uint8_t* stream = out.data() + off_signs(m, n, r, np);
     for (uint64_t p = 0; p < np; ++p) {
         const Path& q = model.paths[p];
         CORTIQ_ASSERT(q.h.size() == m && q.l.size() == r && q.g.size() == n);
-        CORTIQ_ASSERT(q.su.rows() == static_cast<int64_t>(m) &&
-                      q.su.cols() == static_cast<int64_t>(r));
-        CORTIQ_ASSERT(q.sv.rows() == static_cast<int64_t>(n) &&
-                      q.sv.cols() == static_cast<int64_t>(r));
         // Gauge: the three vectors centred on one magnitude, moved where
         // needed so that every scale fits f16 (blr/gauge.hpp).
         const Gauge gauge = f16_gauge(q.h, q.l, q.g);
@@ -168,6 +163,20 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
         put(q.h, a, off_h(), sp ? &sp->h : nullptr);
         put(q.l, c, off_l(m), sp ? &sp->l : nullptr);
         put(q.g, b, off_g(m, r), sp ? &sp->g : nullptr);
+    }
+    return out;
+}
+
+std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
+    const uint64_t m = model.m, n = model.n, r = model.r, np = model.paths.size();
+    std::vector<uint8_t> out = pack_scales(model, stored);
+    uint8_t* stream = out.data() + off_signs(m, n, r, np);
+    for (uint64_t p = 0; p < np; ++p) {
+        const Path& q = model.paths[p];
+        CORTIQ_ASSERT(q.su.rows() == static_cast<int64_t>(m) &&
+                      q.su.cols() == static_cast<int64_t>(r));
+        CORTIQ_ASSERT(q.sv.rows() == static_cast<int64_t>(n) &&
+                      q.sv.cols() == static_cast<int64_t>(r));
         write_signs(q, m, n, r, p, stream);
     }
     return out;

@@ -45,6 +45,10 @@ int64_t rank_for(int64_t m, int64_t n, double bpw, int paths);
 // write the payload. `stored` (optional) receives the model with the stored,
 // f16-rounded scales.
 std::vector<uint8_t> pack(const Factors& model, Factors* stored = nullptr);
+// pack without the signs: the header and the scales, the sign stream left
+// zero (model's su and sv are not read; pack = this + write_signs per path).
+// A device packs its signs into the stream itself (encode/cuda/pack_signs.cu).
+std::vector<uint8_t> pack_scales(const Factors& model, Factors* stored = nullptr);
 
 // Throws cortiq::Error with a message naming what is wrong (`what` is put in
 // front, e.g. the tensor name). expect_m/expect_n < 0: not checked.

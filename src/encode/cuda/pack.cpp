@@ -1,6 +1,6 @@
-// Stage 9 on the device (SPEC §3.9; cpu/pack.cpp): pack on the host, then the
-// fit and held-out errors of the stored (rebalanced, f16-rounded) scales with
-// the same signs.
+// Stage 9 on the device (SPEC §3.9; cpu/pack.cpp): the scales packed on the
+// host, the signs on the device (pack_signs.cu), then the fit and held-out
+// errors of the stored (rebalanced, f16-rounded) scales with the same signs.
 #include "encode/cuda/stages.hpp"
 
 namespace cortiq::encode::cuda {
@@ -9,7 +9,7 @@ void pack(const TensorContext& c, const DeviceFactors& f, Encoded& out) {
     blr::Factors stored;
     {
         StageTimer st(c, "pack");
-        out.payload = blr::pack(to_host(f, c.stream()), &stored);
+        out.payload = pack_payload(f, c.stream(), &stored);
     }
     StageTimer st(c, "select");
     DeviceFactors sd;

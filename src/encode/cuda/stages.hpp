@@ -182,6 +182,10 @@ struct DeviceFactors {
 // Hooks for tests and the pack step: the same signs and scales on either side.
 DeviceFactors to_device(const blr::Factors& factors, cudaStream_t st);
 blr::Factors to_host(const DeviceFactors& factors, cudaStream_t st);
+// blr::pack of the factors with the signs packed on the device (pack_signs.cu):
+// the same bytes, and only the scales and the payload cross to the host.
+std::vector<uint8_t> pack_payload(const DeviceFactors& factors, cudaStream_t st,
+                                  blr::Factors* stored = nullptr);
 MatD download(const DMat& a, cudaStream_t st);
 DMat upload(const MatD& a, cudaStream_t st);
 
