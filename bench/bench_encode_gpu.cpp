@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(13);
+                std::vector<std::pair<std::string, cu::Tuning>> all(14);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
@@ -305,6 +305,8 @@ int main(int argc, char** argv) {
                 all[12].first = "x3-all";  // that and the large products in 3xTF32
                 all[12].second.itq_finish_x3 = true;
                 all[12].second.x3_min_k = 1024;
+                all[13].first = "host-pack";  // stage 9's signs packed on the host
+                all[13].second.host_pack = true;
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)

@@ -9,7 +9,8 @@ void pack(const TensorContext& c, const DeviceFactors& f, Encoded& out) {
     blr::Factors stored;
     {
         StageTimer st(c, "pack");
-        out.payload = pack_payload(f, c.stream(), &stored);
+        out.payload = c.tuning.host_pack ? blr::pack(to_host(f, c.stream()), &stored)
+                                         : pack_payload(f, c.stream(), &stored);
     }
     StageTimer st(c, "select");
     DeviceFactors sd;

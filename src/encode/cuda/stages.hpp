@@ -43,6 +43,9 @@ struct Tuning {
     // The last Newton–Schulz steps of ITQ's polar factors (after the TF32 ones)
     // in 3xTF32 on the tensor cores instead of FP32 on the CUDA cores.
     bool itq_finish_x3 = false;
+    // Stage 9 as before pack_signs.cu: the signs brought to the host as
+    // matrices and packed there (to compare; the bytes are the same).
+    bool host_pack = false;
     // latents: the top r eigenpairs only (cusolverDnDsyevdx) instead of all (syevd).
     bool eig_partial = false;
     // Products with an inner dimension from this size run as 3xTF32 (see
