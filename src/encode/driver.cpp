@@ -28,6 +28,8 @@ std::pair<size_t, std::string> select(const std::vector<CandidateScore>& scores,
     for (size_t i = 0; i < scores.size(); ++i) {
         const CandidateScore& s = scores[i];
         (s.paths == 2 ? out.err_p2_sel : out.err_p1_sel) = s.sel;
+        if (s.paths == 1 && s.init_sel >= 0)  // CORTIQ_INIT_SEL (driver.hpp)
+            notes += fmt::format("{}init1 {:.4f}", notes.empty() ? "" : " ", s.init_sel);
         notes += fmt::format("{}P{} {:.4f}", notes.empty() ? "" : " ", s.paths, s.sel);
         if (i == 0 || s.sel < scores[best].sel) best = i;
     }

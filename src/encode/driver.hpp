@@ -26,6 +26,8 @@
 //   svid(c, u, v) → a path                                        (stage 4)
 #pragma once
 
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include <cstdint>
@@ -143,7 +145,11 @@ Candidate<B> encode_candidate(const typename B::Context& c, int64_t r, int paths
     Candidate<B> cd;
     cd.score.paths = paths;
     cd.factors = build_init<B>(c, r, paths, o);
-    if (paths == 2) {
+    // CORTIQ_INIT_SEL=1 (a diagnostic): the P = 1 candidate's held-out error
+    // before the knots too, to study whether the ranking of the candidates
+    // before the knots predicts the pick.
+    static const bool init_sel_all = std::getenv("CORTIQ_INIT_SEL") != nullptr;
+    if (paths == 2 || init_sel_all) {
         typename B::Stage st(c, "select");
         cd.score.init_sel = rel_err(cd.factors, c, B::Metric::sel);
     }
