@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(14);
+                std::vector<std::pair<std::string, cu::Tuning>> all(15);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
@@ -307,6 +307,8 @@ int main(int argc, char** argv) {
                 all[12].second.x3_min_k = 1024;
                 all[13].first = "host-pack";  // stage 9's signs packed on the host
                 all[13].second.host_pack = true;
+                all[14].first = "polar-early";  // the earlier TF32 → FP32 hand-over
+                all[14].second.itq_early_handover = true;
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)

@@ -43,6 +43,9 @@ struct Tuning {
     // The last Newton–Schulz steps of ITQ's polar factors (after the TF32 ones)
     // in 3xTF32 on the tensor cores instead of FP32 on the CUDA cores.
     bool itq_finish_x3 = false;
+    // The earlier hand-over from TF32 to the finishing steps (PolarOptions::
+    // early_handover), to compare.
+    bool itq_early_handover = false;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
@@ -222,6 +225,7 @@ std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const 
 struct PolarOptions {
     bool tf32 = false;         // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
     Prec finish = Prec::fp32;  // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
+    bool early_handover = false;  // the earlier TF32 → finish rule (itq.cu), to compare
     double tol = 1e-4;         // on ‖XᵀX − I‖_F
     int max_iter = 60;
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
