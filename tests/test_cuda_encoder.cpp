@@ -340,38 +340,6 @@ TEST(CudaGemm, Tf32x3IsAsAccurateAsFp32) {
     EXPECT_LT(rel_diff(cu::download(c, gpu.stream()), want_sub), 2e-6);
 }
 
-// The SPD solve of ALS: the FP32 Cholesky factorisation and the TF32 LU with
-// FP32 refinement (irs) both give the float64 solution within FP32 accuracy
-// times the condition number (about 70 here), b and x apart or the same.
-TEST(CudaSolve, IrsAndCholeskyAgreeWithFloat64) {
-    SKIP_WITHOUT_GPU();
-    cu::Gpu gpu;
-    Rng rng(11);
-    const int64_t n = 777, k = 900;
-    MatD bm(n, k);
-    for (auto& v : bm.vec()) v = rng.normal();
-    MatD a = la::gemm(bm, false, bm, true);
-    for (auto& v : a.vec()) v /= static_cast<double>(k);
-    for (int64_t i = 0; i < n; ++i) a(i, i) += 0.05;
-    VecD rhs(n);
-    for (auto& v : rhs) v = rng.normal();
-    const VecD want = la::solve_spd(a, rhs);
-    const cu::DMat ad = cu::upload(a, gpu.stream());
-    auto build = [&](float* sys) {
-        CUDA_CHECK(cudaMemcpyAsync(sys, ad.data(), ad.size() * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, gpu.stream()));
-    };
-    for (const bool irs : {false, true})
-        for (const bool alias : {false, true}) {
-            cu::DVec b = cu::upload(rhs, gpu.stream());
-            cu::DVec x(n, gpu.stream());
-            float* out = alias ? b.get() : x.get();
-            cu::solve_spd(gpu, n, build, b.get(), out, 1e-10, irs);
-            const VecD got = cu::download(alias ? b : x, gpu.stream());
-            EXPECT_LT(rel_diff(got, want), 1e-4) << "irs " << irs << " alias " << alias;
-        }
-}
-
 TEST(CudaKnots, FlipUMatchesCpu) {
     SKIP_WITHOUT_GPU();
     Fixture f(160, 128, 51);

@@ -156,7 +156,7 @@ void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
     DVec g(n, st);
     // als/g_solve includes als/g_system (the build of the n × n system)
     StageTimer solve_timer(c.gpu, c.prof, "als/g_solve", true);
-    solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge, c.tuning.spd_irs);  // build: whole
+    solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge);
     factors.paths[p].g = std::move(g);
     factors.paths[p].invalidate();
 }

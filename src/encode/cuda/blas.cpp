@@ -156,44 +156,8 @@ void tri_inv_lower(const Gpu& g, const float* l, float* out, int64_t n) {
                              to_int(n, "lda"), out, to_int(n, "ldb")));
 }
 
-namespace {
-
-// A x = b by an LU in TF32 refined in FP32 (cusolverDnIRSXgesv; an FP32 LU
-// where the refinement does not converge). a is overwritten. false: singular.
-bool solve_irs(const Gpu& g, float* a, int64_t n, const float* b, float* x) {
-    struct Irs {
-        cusolverDnIRSParams_t params = nullptr;
-        cusolverDnIRSInfos_t infos = nullptr;
-        Irs() {
-            CUSOLVER_CHECK(cusolverDnIRSParamsCreate(&params));
-            CUSOLVER_CHECK(cusolverDnIRSInfosCreate(&infos));
-        }
-        ~Irs() {
-            cusolverDnIRSInfosDestroy(infos);
-            cusolverDnIRSParamsDestroy(params);
-        }
-        Irs(const Irs&) = delete;
-        Irs& operator=(const Irs&) = delete;
-    } irs;
-    CUSOLVER_CHECK(cusolverDnIRSParamsSetSolverPrecisions(irs.params, CUSOLVER_R_32F, CUSOLVER_R_TF32));
-    CUSOLVER_CHECK(cusolverDnIRSParamsSetRefinementSolver(irs.params, CUSOLVER_IRS_REFINE_CLASSICAL));
-    CUSOLVER_CHECK(cusolverDnIRSParamsEnableFallback(irs.params));
-    const int ni = to_int(n, "n");
-    size_t lwork = 0;
-    CUSOLVER_CHECK(cusolverDnIRSXgesv_bufferSize(g.solver(), irs.params, ni, 1, &lwork));
-    DeviceBuffer<char> work(static_cast<int64_t>(std::max<size_t>(lwork, 1)), g.stream());
-    DeviceBuffer<int> info(1, g.stream());
-    int niters = 0;
-    CUSOLVER_CHECK(cusolverDnIRSXgesv(g.solver(), irs.params, irs.infos, ni, 1, a, ni,
-                                      const_cast<float*>(b), ni, x, ni, work.get(), lwork, &niters,
-                                      info.get()));
-    return read_info(g, info) == 0;
-}
-
-}  // namespace
-
 void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build, const float* b,
-               float* x, double ridge_rel, bool irs) {
+               float* x, double ridge_rel) {
     if (n == 0) return;
     DeviceBuffer<float> a(n * n, g.stream());
     double mean_diag = 0, ridge = ridge_rel;
@@ -204,16 +168,7 @@ void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build
             if (!(mean_diag > 0) || !std::isfinite(mean_diag)) mean_diag = 1.0;
         }
         add_diag(g.stream(), a.get(), n, static_cast<float>(ridge * mean_diag));
-        if (irs) {
-            if (x == b) {  // IRS reads b while it writes x
-                DeviceBuffer<float> b_copy(n, g.stream());
-                CUDA_CHECK(cudaMemcpyAsync(b_copy.get(), b, static_cast<size_t>(n) * sizeof(float),
-                                           cudaMemcpyDeviceToDevice, g.stream()));
-                if (solve_irs(g, a.get(), n, b_copy.get(), x)) return;
-            } else if (solve_irs(g, a.get(), n, b, x)) {
-                return;
-            }
-        } else if (potrf_solver(g, a.get(), n)) {
+        if (potrf_solver(g, a.get(), n)) {
             if (x != b)
                 CUDA_CHECK(cudaMemcpyAsync(x, b, static_cast<size_t>(n) * sizeof(float),
                                            cudaMemcpyDeviceToDevice, g.stream()));

@@ -155,11 +155,8 @@ void tri_inv_lower(const Gpu& g, const float* l, float* out, int64_t n);
 // growing it on failure. `build(a)` writes the system's solver triangle
 // (including the diagonal) into the n×n buffer `a`; it is called again for
 // every retry. b and x are device vectors of length n (they may alias).
-// irs: an LU in TF32 with FP32 iterative refinement (cusolverDnIRSXgesv,
-// falling back to an FP32 LU where the refinement does not converge) in place
-// of the FP32 Cholesky factorisation; `build` must then write the whole matrix.
 void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build, const float* b,
-               float* x, double ridge_rel, bool irs = false);
+               float* x, double ridge_rel);
 
 // float64 copies of float32 data, and C = op(A) op(B) in float64 (row-major).
 void to_f64(cudaStream_t st, const float* x, double* y, int64_t n);

@@ -49,9 +49,6 @@ struct Tuning {
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
-    // ALS's n × n system of g by a TF32 LU with FP32 refinement
-    // (cusolverDnIRSXgesv) instead of the FP32 Cholesky factorisation.
-    bool spd_irs = false;
     // latents: the top r eigenpairs only (cusolverDnDsyevdx) instead of all (syevd).
     bool eig_partial = false;
     // Products with an inner dimension from this size run as 3xTF32 (see
