@@ -227,7 +227,8 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
             EXPECT_LT(orth_dev(got), 1e-3) << what;
             EXPECT_GT(ps.steps, 0) << what;
             EXPECT_EQ(ps.fast_steps > 0, cs.tf32) << what;
-            if (cs.tf32 && cs.finish == cu::Prec::fp32) (cs.early ? fast_early : fast_new) = ps.fast_steps;
+            if (cs.tf32 && cs.finish == cu::Prec::fp32)
+                (cs.early ? fast_early : fast_new) = ps.fast_steps;
         }
         if (is_growth) EXPECT_GT(fast_new, fast_early);
     }

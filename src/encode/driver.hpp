@@ -26,11 +26,10 @@
 //   svid(c, u, v) → a path                                        (stage 4)
 #pragma once
 
-#include <cstdlib>
-
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <utility>

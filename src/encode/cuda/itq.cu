@@ -193,7 +193,8 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
         mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
         if (c.prof) {
             g.sync();
-            gemm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_it).count();
+            gemm_s +=
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_it).count();
         }
         const int before = ps.steps;
         PolarOptions po;

@@ -3,9 +3,8 @@
 // stream holds bits 8t … 8t+7, and bit b is set where the entry it stands for
 // is −1 — path p's S_Vᵀ (r rows of n bits), then its S_Uᵀ (r rows of m bits).
 // The same bits as blr::write_signs (the test compares the bytes).
-#include "encode/cuda/stages.hpp"
-
 #include "blr/layout.hpp"
+#include "encode/cuda/stages.hpp"
 
 namespace cortiq::encode::cuda {
 

@@ -223,10 +223,10 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
 std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const DMat& vp);
 // Orthogonal polar factor by Newton–Schulz from M/‖M‖_F.
 struct PolarOptions {
-    bool tf32 = false;         // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
-    Prec finish = Prec::fp32;  // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
+    bool tf32 = false;            // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
+    Prec finish = Prec::fp32;     // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
     bool early_handover = false;  // the earlier TF32 → finish rule (itq.cu), to compare
-    double tol = 1e-4;         // on ‖XᵀX − I‖_F
+    double tol = 1e-4;            // on ‖XᵀX − I‖_F
     int max_iter = 60;
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
 };
