@@ -417,6 +417,29 @@ TEST(Encode, BudgetBelowOneRankOnePathGivesRankOneAndSaysSo) {
 // encode_many on the CPU with ManyOptions::profile: each result's enc.stages
 // holds its encoder stages, the input context's stage goes with the first job
 // of its input, and the payloads are those of a run without the profile.
+// A "stage/part" entry times a part of its stage: the total and the shares
+// count each second once, and merging keeps the parts apart.
+TEST(Profile, PartsAreLeftOutOfTheTotalAndTheShares) {
+    Profile p;
+    p.add("itq", 3.0);
+    p.add("itq/polar_tf32", 2.0, 12);
+    p.add("als", 1.0);
+    EXPECT_DOUBLE_EQ(p.total(), 4.0);
+    const std::string line = p.line();
+    EXPECT_NE(line.find("itq 3.000s (75%)"), std::string::npos) << line;
+    EXPECT_NE(line.find("itq/polar_tf32 2.000s (50%) n=12"), std::string::npos) << line;
+    EXPECT_NE(line.find("als 1.000s (25%)"), std::string::npos) << line;
+    Profile q;
+    q.add("itq/polar_tf32", 1.0, 3);
+    q.merge(p);
+    EXPECT_DOUBLE_EQ(q.total(), 4.0);
+    for (const auto& e : q.entries())
+        if (e.stage == "itq/polar_tf32") {
+            EXPECT_DOUBLE_EQ(e.seconds, 3.0);
+            EXPECT_EQ(e.count, 15);
+        }
+}
+
 TEST(EncodeMany, ProfileGoesIntoEachResultsStagesOnTheCpu) {
     const auto s0 = synthetic_layer(32, 48, 81), s1 = synthetic_layer(40, 32, 82);
     const std::vector<ManyInput> inputs = {{&s0.h_fit, &s0.h_sel, "in0"},
