@@ -4,6 +4,15 @@
 
 namespace cortiq {
 
+namespace {
+
+// A "stage/part" entry times a part of a stage (its seconds are in the stage too).
+bool is_part(const std::string& stage) {
+    return stage.find('/') != std::string::npos;
+}
+
+}  // namespace
+
 void Profile::add(const std::string& stage, double seconds, long long count) {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& e : e_) {
@@ -26,17 +35,15 @@ double Profile::total() const {
     std::lock_guard<std::mutex> lock(mu_);
     double t = 0;
     for (auto& e : e_)
-        if (e.stage.find('/') == std::string::npos) t += e.seconds;  // parts: in their stage
+        if (!is_part(e.stage)) t += e.seconds;
     return t;
 }
 
 std::string Profile::line() const {
     auto es = entries();
-    // A "stage/part" entry times a part of a stage (counted in the stage too),
-    // so the shares are of the top-level stages only.
-    double tot = 0;
+    double tot = 0;  // the shares are of the top-level stages
     for (auto& e : es)
-        if (e.stage.find('/') == std::string::npos) tot += e.seconds;
+        if (!is_part(e.stage)) tot += e.seconds;
     std::string s;
     for (auto& e : es) {
         if (!s.empty()) s += " | ";

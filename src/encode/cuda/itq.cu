@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
@@ -162,9 +163,12 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     set_identity(st, res.rot.data(), r);
     DMat xr(nn, r, st), mm_t(r, r, st);
     SumBatch sb(st);
-    int ns_total = 0;
+    PolarOptions po;
+    po.tf32 = fast;
+    po.finish = c.tuning.itq_finish_x3 ? Prec::tf32x3 : Prec::fp32;
+    po.early_handover = c.tuning.itq_early_handover;
+    po.timed = c.prof != nullptr;
     PolarStats ps;
-    double gemm_s = 0;
     // CORTIQ_ITQ_TRACE=1 (a diagnostic): per iteration the weighted share of
     // signs that changed, (1 − ⟨B_prev, B⟩ / ⟨B, B⟩) / 2 (0: a fixed point,
     // after which every iteration repeats the last), and the Newton–Schulz count.
@@ -172,8 +176,7 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     DMat prev;
     if (trace) prev = DMat(nn, r, st);
     for (int it = 0; it < iters; ++it) {
-        if (c.prof) g.sync();
-        const auto t_it = std::chrono::steady_clock::now();
+        std::optional<StageTimer> products(std::in_place, g, c.prof, "itq/products", true);
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr, p);
         if (record_objective) {
             sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
@@ -191,20 +194,10 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
             CUDA_CHECK(cudaMemcpyAsync(prev.data(), xr.data(), xr.size() * sizeof(float),
                                        cudaMemcpyDeviceToDevice, st));
         mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
-        if (c.prof) {
-            g.sync();
-            gemm_s +=
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t_it).count();
-        }
+        products.reset();
         const int before = ps.steps;
-        PolarOptions po;
-        po.tf32 = fast;
-        po.finish = c.tuning.itq_finish_x3 ? Prec::tf32x3 : Prec::fp32;
-        po.early_handover = c.tuning.itq_early_handover;
-        po.timed = c.prof != nullptr;
         res.rot = polar(g, mm_t, po, &ps);
         const int ns = ps.steps - before;
-        ns_total += ns;
         if (trace)
             std::fprintf(stderr, "itq %lldx%lld it %d: changed %.3e, ns %d\n",
                          static_cast<long long>(nn), static_cast<long long>(r), it, changed, ns);
@@ -215,9 +208,8 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
         res.objective.push_back(sb.read()[0]);
     }
     if (c.prof) {
-        c.prof->add("itq.ns_iters", 0, ns_total);
-        // parts of the stage: X R and Xᵀ B with the signs; the two phases of the polar
-        c.prof->add("itq/products", gemm_s);
+        c.prof->add("itq.ns_iters", 0, ps.steps);
+        // parts of the stage (besides itq/products): the two phases of the polar
         c.prof->add("itq/polar_tf32", ps.fast_s, ps.fast_steps);
         c.prof->add("itq/polar_finish", ps.finish_s, ps.steps - ps.fast_steps);
     }
