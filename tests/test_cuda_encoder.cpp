@@ -165,7 +165,8 @@ TEST(CudaItq, SignsAndPolarMatchCpu) {
 // (within the stopping tolerance, or TF32's rounding where TF32 steps ran),
 // and the result is orthogonal, with either hand-over rule. On a matrix with
 // singular values from 0.02 to 1 (a growth phase of several steps) the
-// hand-over rule keeps TF32 through the growth, the earlier rule did not.
+// hand-over rule keeps TF32 through the growth, the earlier rule did not, and
+// the scaled steps (the default) take fewer than the plain ones.
 namespace {
 
 double orth_dev(const MatD& x) {
@@ -200,37 +201,45 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
         bool tf32;
         cu::Prec finish;
         bool early;
+        bool plain = false;  // unscaled Newton–Schulz steps
     };
-    const Case cases[] = {{false, cu::Prec::fp32, false},
-                          {false, cu::Prec::tf32x3, false},
-                          {true, cu::Prec::fp32, false},
-                          {true, cu::Prec::tf32x3, false},
-                          {true, cu::Prec::fp32, true}};
+    const Case cases[] = {{false, cu::Prec::fp32, false},     {false, cu::Prec::tf32x3, false},
+                          {true, cu::Prec::fp32, false},      {true, cu::Prec::tf32x3, false},
+                          {true, cu::Prec::fp32, true},       {false, cu::Prec::fp32, false, true},
+                          {true, cu::Prec::fp32, false, true}};
     cu::Gpu gpu;
     for (const bool is_growth : {false, true}) {
         const MatD& mm = is_growth ? growth : spread;
         const MatD want = is_growth ? q : la::polar_newton_schulz(mm);
         const cu::DMat dm = cu::upload(mm, gpu.stream());
-        int fast_new = -1, fast_early = -1;
+        int fast_new = -1, fast_early = -1, fp32_scaled = -1, fp32_plain = -1;
         for (const Case& cs : cases) {
             cu::PolarOptions po;
             po.tf32 = cs.tf32;
             po.finish = cs.finish;
             po.early_handover = cs.early;
+            po.scaled = !cs.plain;
             cu::PolarStats ps;
             const MatD got = cu::download(cu::polar(gpu, dm, po, &ps), gpu.stream());
-            const std::string what = fmt::format("growth {} tf32 {} finish {} early {}", is_growth,
-                                                 cs.tf32, static_cast<int>(cs.finish), cs.early);
+            const std::string what =
+                fmt::format("growth {} tf32 {} finish {} early {} plain {}", is_growth, cs.tf32,
+                            static_cast<int>(cs.finish), cs.early, cs.plain);
             // TF32 steps give the polar factor of M plus a TF32-sized error
             // (unit roundoff 4.9e-4, amplified up to 1/σ_min = 50 on `growth`)
             EXPECT_LT(rel_diff(got, want), !cs.tf32 ? 1e-4 : is_growth ? 5e-2 : 2e-3) << what;
             EXPECT_LT(orth_dev(got), 1e-3) << what;
             EXPECT_GT(ps.steps, 0) << what;
             EXPECT_EQ(ps.fast_steps > 0, cs.tf32) << what;
-            if (cs.tf32 && cs.finish == cu::Prec::fp32)
+            if (cs.tf32 && cs.finish == cu::Prec::fp32 && !cs.plain)
                 (cs.early ? fast_early : fast_new) = ps.fast_steps;
+            if (!cs.tf32 && cs.finish == cu::Prec::fp32)
+                (cs.plain ? fp32_plain : fp32_scaled) = ps.steps;
         }
         if (is_growth) EXPECT_GT(fast_new, fast_early);
+        // Chen–Chow's scaled steps: fewer of them where σ spans 0.02 to 1
+        if (is_growth) EXPECT_LT(fp32_scaled, fp32_plain);
+        fmt::print("polar r {} {}: FP32 steps {} scaled, {} plain\n", r,
+                   is_growth ? "growth" : "spread", fp32_scaled, fp32_plain);
     }
 }
 

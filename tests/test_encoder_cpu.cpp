@@ -12,6 +12,7 @@
 #include "encode/synthetic.hpp"
 #include "flip_gain.hpp"
 #include "linalg/blas.hpp"
+#include "linalg/polar_scaling.hpp"
 
 using namespace cortiq;
 using namespace cortiq::encode;
@@ -136,6 +137,93 @@ TEST(Polar, NewtonSchulzMatchesEigenRoute) {
     const MatD ev = la::polar_eig(m);
     EXPECT_LT(rel_diff(ns, ev), 1e-8);
     EXPECT_LT(rel_diff(la::gemm(ev, true, ev, false), MatD::identity(30)), 1e-10);
+}
+
+// Sturm bisection against the closed form of the second-difference matrix:
+// eigenvalues 2 − 2cos(jπ/(k+1)).
+TEST(Polar, TridiagonalExtremesMatchTheClosedForm) {
+    for (const int k : {1, 2, 7, 40}) {
+        const std::vector<double> diag(k, 2.0), off(k - 1, -1.0);
+        const auto [lo, hi] = la::tridiag_extremes(diag, off);
+        const double pi = std::acos(-1.0);
+        EXPECT_NEAR(lo, 2 - 2 * std::cos(pi / (k + 1)), 1e-12) << k;
+        EXPECT_NEAR(hi, 2 - 2 * std::cos(k * pi / (k + 1)), 1e-12) << k;
+    }
+}
+
+// The Ritz values lie inside the spectrum; the largest converges in a few
+// steps; with as many steps as the size, both ends are exact.
+TEST(Polar, LanczosExtremesLieInsideTheSpectrum) {
+    const int64_t n = 500;
+    VecD lam(n);
+    for (int64_t i = 0; i < n; ++i) lam[i] = std::pow(1e-4, static_cast<double>(i) / (n - 1));
+    const auto diag_op = [&](const VecD& v, VecD& out) {
+        out.resize(v.size());
+        for (size_t i = 0; i < v.size(); ++i) out[i] = lam[i] * v[i];
+    };
+    for (const int steps : {8, 24, 48}) {
+        const auto [lo, hi] = la::lanczos_extremes(n, steps, diag_op);
+        EXPECT_GE(lo, 1e-4 * (1 - 1e-9)) << steps;
+        EXPECT_LE(lo, hi);
+        EXPECT_LE(hi, 1.0 + 1e-9) << steps;
+        EXPECT_GT(hi, steps >= 24 ? 0.999 : 0.95) << steps;  // the top of lam is dense too
+    }
+    const int64_t small = 10;
+    const auto [lo, hi] = la::lanczos_extremes(small, 40, diag_op);  // the first 10 of lam
+    EXPECT_NEAR(lo, lam[small - 1], 1e-10);
+    EXPECT_NEAR(hi, 1.0, 1e-10);
+}
+
+// Chen–Chow's scaled step maps [l, 1] into [l', 1], with l' above the
+// unscaled step's p(l), and both ends of the interval meet at l'.
+TEST(Polar, ScaledStepMapsTheIntervalIntoItsBound) {
+    const auto p = [](double s) { return 0.5 * s * (3 - s * s); };
+    for (const double l : {1e-4, 1e-2, 0.1, 0.5, 0.9, 1.0}) {
+        const la::NsScaledStep st = la::ns_scaled_step(l);
+        EXPECT_GE(st.next_l, p(l) - 1e-15) << l;
+        EXPECT_NEAR(p(st.alpha * l), st.next_l, 1e-12) << l;
+        EXPECT_NEAR(p(st.alpha), st.next_l, 1e-12) << l;
+        for (int k = 0; k <= 100; ++k) {
+            const double s = l + (1 - l) * k / 100.0;
+            EXPECT_GE(p(st.alpha * s), st.next_l - 1e-12) << l << " " << s;
+            EXPECT_LE(p(st.alpha * s), 1 + 1e-12) << l << " " << s;
+        }
+    }
+    EXPECT_GT(la::ns_scaled_step(0.01).next_l, 2.5 * 0.01);  // vs ×1.5 unscaled
+}
+
+// The scaled iteration gives the same polar factor as the eigenvalue route,
+// in fewer steps than the unscaled one, on M = Q diag(σ) Pᵀ with σ from
+// 0.01 to 1 (where the unscaled steps grow the small σ ×1.5 at a time).
+TEST(Polar, ScaledNewtonSchulzMatchesEigenRouteInFewerSteps) {
+    Rng rng(9);
+    const int64_t r = 120;
+    MatD q(r, r), pm(r, r);
+    for (auto& v : q.vec()) v = rng.normal();
+    for (auto& v : pm.vec()) v = rng.normal();
+    q = la::polar_eig(q);
+    pm = la::polar_eig(pm);
+    MatD qs = q;
+    for (int64_t i = 0; i < r; ++i)
+        for (int64_t k = 0; k < r; ++k)
+            qs(i, k) *= std::pow(0.01, static_cast<double>(k) / (r - 1));
+    const MatD m = la::gemm(qs, false, pm, true);
+    const MatD want = la::gemm(q, false, pm, true);
+    int it_plain = 0, it_scaled = 0;
+    const MatD plain = la::polar_newton_schulz(m, 1e-10, 200, &it_plain);
+    const MatD scaled = la::polar_scaled_newton_schulz(m, 1e-10, 200, &it_scaled);
+    EXPECT_LT(rel_diff(plain, want), 1e-8);
+    EXPECT_LT(rel_diff(scaled, want), 1e-8);
+    EXPECT_LT(rel_diff(la::polar_eig(m), want), 1e-8);
+    EXPECT_LT(it_scaled, it_plain);
+    EXPECT_LE(it_scaled, 12) << "unscaled: " << it_plain;
+    // a well-conditioned matrix too, and the zero matrix
+    MatD w(r, r);
+    for (auto& v : w.vec()) v = rng.normal();
+    for (int64_t i = 0; i < r; ++i) w(i, i) += 30;
+    EXPECT_LT(rel_diff(la::polar_scaled_newton_schulz(w, 1e-10, 200), la::polar_eig(w)), 1e-8);
+    EXPECT_LT(rel_diff(la::polar_scaled_newton_schulz(MatD(5, 5)), MatD::identity(5)), 1e-15);
+    RecordProperty("steps", fmt::format("{} scaled, {} unscaled", it_scaled, it_plain));
 }
 
 TEST(Itq, NeverLowersItsObjective) {

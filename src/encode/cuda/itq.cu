@@ -9,6 +9,7 @@
 
 #include "encode/cuda/ops.hpp"
 #include "encode/cuda/stages.hpp"
+#include "linalg/polar_scaling.hpp"
 
 namespace cortiq::encode::cuda {
 
@@ -26,23 +27,37 @@ std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const 
 
 namespace {
 
-// An estimate of ‖M‖₂ from 8 power iterations on MᵀM (from a fixed start).
-double spectral_estimate(const Gpu& g, const DMat& m) {
+// The extreme eigenvalues of MᵀM from `steps` Lanczos steps (la::lanczos_extremes
+// on the device: the same start, M v and Mᵀ(M v) by two gemvs, the
+// tridiagonal's extremes on the host). {0, 0} when M v vanishes.
+std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps) {
     const cudaStream_t st = g.stream();
     const int64_t r = m.rows;
     std::vector<float> v0(r);
     for (int64_t i = 0; i < r; ++i) v0[i] = 1.0f + 0.5f * std::sin(0.7f * static_cast<float>(i));
-    DVec v = upload_f(v0, st), u(r, st);
-    double lam = 0;
-    for (int it = 0; it < 8; ++it) {
-        const double nv = std::sqrt(dot(st, v.get(), v.get(), r));
-        if (!(nv > 0)) return 0.0;
-        scal(st, v.get(), static_cast<float>(1.0 / nv), r);
+    DVec v = upload_f(v0, st), v_prev(r, st), u(r, st), w(r, st);
+    scal(st, v.get(), static_cast<float>(1.0 / std::sqrt(dot(st, v.get(), v.get(), r))), r);
+    std::vector<double> diag, off;
+    double beta = 0;
+    for (int j = 0; j < steps && j < r; ++j) {
         gemv(g, false, r, r, m.data(), v.get(), u.get());  // M v
-        gemv(g, true, r, r, m.data(), u.get(), v.get());   // Mᵀ M v
-        lam = std::sqrt(dot(st, v.get(), v.get(), r));     // ≈ σ_max² (v unit)
+        gemv(g, true, r, r, m.data(), u.get(), w.get());   // Mᵀ M v
+        if (j > 0) axpby(st, w.get(), 1.f, v_prev.get(), static_cast<float>(-beta), r);
+        const double alpha = dot(st, w.get(), v.get(), r);
+        if (!std::isfinite(alpha)) break;
+        axpby(st, w.get(), 1.f, v.get(), static_cast<float>(-alpha), r);
+        diag.push_back(alpha);
+        beta = std::sqrt(dot(st, w.get(), w.get(), r));
+        if (!(beta > 1e-6 * std::abs(diag.front())) || j + 1 == steps) break;  // float32
+        off.push_back(beta);
+        std::swap(v_prev, v);
+        CUDA_CHECK(
+            cudaMemcpyAsync(v.get(), w.get(), r * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        scal(st, v.get(), static_cast<float>(1.0 / beta), r);
     }
-    return std::sqrt(lam);
+    if (diag.empty()) return {0.0, 0.0};
+    off.resize(diag.size() - 1);
+    return la::tridiag_extremes(diag, off);
 }
 
 }  // namespace
@@ -56,6 +71,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     if (timed) g.sync();
     const auto t0 = std::chrono::steady_clock::now();
     auto t_switch = t0;
+    constexpr int kLanczosSteps = 24;
     const int64_t r = mm_in.rows;
     CORTIQ_ASSERT(mm_in.cols == r, "polar of a {}x{} matrix", mm_in.rows, mm_in.cols);
     DMat x = mm_in.clone(st);
@@ -66,11 +82,14 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     }
     // The polar factor does not depend on the scale; the iteration count does:
     // M/‖M‖_F (SPEC) has σ ≤ 1 but its small σ start √rank lower than under
-    // M/‖M‖₂. Scale by 1.1× the power-iteration estimate of ‖M‖₂ (never above
-    // ‖M‖_F); a divergence falls back to ‖M‖_F.
-    const double s2 = spectral_estimate(g, mm_in);
-    double scale = s2 > 0 ? std::min(nf, 1.1 * s2) : nf;
-    scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
+    // M/‖M‖₂. Scale by 1.1× the Lanczos estimate of ‖M‖₂ (never above ‖M‖_F;
+    // a divergence falls back to ‖M‖_F) and, when scaled, run Chen–Chow's
+    // scaled steps (linalg/polar_scaling.hpp) from the Lanczos estimate of the
+    // smallest σ: the first step unscaled, which maps any σ up to √3 into
+    // (0, 1] should the estimate of ‖M‖₂ be low.
+    const auto [th_min, th_max] = lanczos_extremes(g, mm_in, kLanczosSteps);
+    const la::NsStart start = la::ns_start(nf, th_min, th_max);
+    double scale = start.scale, low = po.scaled ? start.l : 0.0;
     DMat a(r, r, st), y(r, r, st);
     // ‖XᵀX − I‖_F is read back only at checkpoints: from iteration 4, every 2.
     // FP32 stops at tol or where rounding ends the quadratic convergence;
@@ -88,7 +107,8 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
             const double dev = std::sqrt(sb.read()[0]);
             if (!std::isfinite(dev) || dev > 4.0 * static_cast<double>(r)) {
                 CORTIQ_ASSERT(scale < nf, "Newton-Schulz diverged from M/|M|_F");
-                scale = nf;  // restart from the safe scaling
+                scale = nf;  // restart from the safe scaling, unscaled steps
+                low = 0;
                 CUDA_CHECK(cudaMemcpyAsync(x.data(), mm_in.data(), x.size() * sizeof(float),
                                            cudaMemcpyDeviceToDevice, st));
                 scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
@@ -119,8 +139,14 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
                 prev = dev;
             }
         }
+        // X ← αX(3I − α²XᵀX)/2 = 1.5α X − 0.5α³ X XᵀX, α = 1 when unscaled
+        la::NsScaledStep step;
+        if (low > 0 && it > 0) step = la::ns_scaled_step(low);
+        low = low > 0 && it == 0 ? 0.5 * low * (3 - low * low) : step.next_l;
         mm_into(g, 1.f, x, false, a, false, 0.f, y, p);  // X XᵀX
-        axpby(st, x.data(), 1.5f, y.data(), -0.5f, r * r);
+        const double al = step.alpha;
+        axpby(st, x.data(), static_cast<float>(1.5 * al), y.data(),
+              static_cast<float>(-0.5 * al * al * al), r * r);
     }
     if (stats) {
         stats->steps += it;
@@ -167,6 +193,7 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     po.tf32 = fast;
     po.finish = c.tuning.itq_finish_x3 ? Prec::tf32x3 : Prec::fp32;
     po.early_handover = c.tuning.itq_early_handover;
+    po.scaled = !c.tuning.itq_plain_ns;
     po.timed = c.prof != nullptr;
     PolarStats ps;
     // CORTIQ_ITQ_TRACE=1 (a diagnostic): per iteration the weighted share of

@@ -46,6 +46,9 @@ struct Tuning {
     // The earlier hand-over from TF32 to the finishing steps (PolarOptions::
     // early_handover), to compare.
     bool itq_early_handover = false;
+    // ITQ's polar factors by plain Newton–Schulz steps instead of Chen–Chow's
+    // scaled ones (PolarOptions::scaled), to compare.
+    bool itq_plain_ns = false;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
@@ -221,12 +224,13 @@ struct ItqResult {
 ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD& wu,
               const VecD& wv, int iters, bool record_objective = false);
 std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const DMat& vp);
-// Orthogonal polar factor by Newton–Schulz from M/‖M‖_F.
+// Orthogonal polar factor by Newton–Schulz from M/(1.1 ‖M‖₂), ‖M‖₂ by Lanczos.
 struct PolarOptions {
     bool tf32 = false;            // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
     Prec finish = Prec::fp32;     // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
     bool early_handover = false;  // the earlier TF32 → finish rule (itq.cu), to compare
-    double tol = 1e-4;            // on ‖XᵀX − I‖_F
+    bool scaled = true;  // Chen–Chow scaled steps (linalg/polar_scaling.hpp); false: plain
+    double tol = 1e-4;   // on ‖XᵀX − I‖_F
     int max_iter = 60;
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
 };
