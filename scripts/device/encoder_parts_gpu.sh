@@ -6,6 +6,7 @@
 # Logs in $OUT.
 set -u
 source .carry/gpu/env.sh
+[ -d .carry/models ] || [ ! -f .carry/models.tar.xz ] || tar -xJf .carry/models.tar.xz -C .carry
 export CORTIQ_SHARED_DATA=$PWD/.carry CORTIQ_SOURCE_DIR=$PWD CORTIQ_CLI=$PWD/.carry/gpu/bin/cortiq
 rc=0
 for t in ${TESTS:-}; do
