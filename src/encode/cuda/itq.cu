@@ -90,6 +90,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     const auto [th_min, th_max] = lanczos_extremes(g, mm_in, kLanczosSteps);
     const la::NsStart start = la::ns_start(nf, th_min, th_max);
     double scale = start.scale, low = po.scaled ? start.l : 0.0;
+    scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
     DMat a(r, r, st), y(r, r, st);
     // ‖XᵀX − I‖_F is read back only at checkpoints: from iteration 4, every 2.
     // FP32 stops at tol or where rounding ends the quadratic convergence;
@@ -109,6 +110,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
                 CORTIQ_ASSERT(scale < nf, "Newton-Schulz diverged from M/|M|_F");
                 scale = nf;  // restart from the safe scaling, unscaled steps
                 low = 0;
+                if (stats) ++stats->restarts;
                 CUDA_CHECK(cudaMemcpyAsync(x.data(), mm_in.data(), x.size() * sizeof(float),
                                            cudaMemcpyDeviceToDevice, st));
                 scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);

@@ -235,7 +235,8 @@ struct PolarOptions {
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
 };
 struct PolarStats {
-    int steps = 0, fast_steps = 0;    // Newton–Schulz steps, of them in TF32
+    int steps = 0, fast_steps = 0;  // Newton–Schulz steps, of them in TF32
+    int restarts = 0;  // from M/‖M‖_F after a divergence (a low estimate of ‖M‖₂)
     double fast_s = 0, finish_s = 0;  // wall seconds of the two phases (timed)
 };
 DMat polar(const Gpu& g, const DMat& m, const PolarOptions& po = {}, PolarStats* stats = nullptr);
