@@ -271,6 +271,37 @@ TEST(CudaAls, OneSweepMatchesCpu) {
     }
 }
 
+// g by PCG with the factor of the call's first system (Tuning::als_g_pcg):
+// three sweeps give the factors of three sweeps with a Cholesky solve each,
+// within float32 (the same stopping point of every block but g).
+TEST(CudaAls, PcgSweepsMatchFactoredSweeps) {
+    SKIP_WITHOUT_GPU();
+    cu::Tuning t;
+    t.als_g_pcg = true;
+    Fixture direct(160, 128, 43), pcg(160, 128, 43, t);
+    const blr::Factors base = cpu::build_init(*direct.tc, 24, 2, small_options());
+    cu::DeviceFactors ad = cu::to_device(base, direct.gpu.stream());
+    cu::DeviceFactors ap = cu::to_device(base, pcg.gpu.stream());
+    Profile prof;
+    cu::als(ad, *direct.c, 3);
+    cu::TensorContext pc(*pcg.td, *pcg.icd, pcg.gpu, &prof, t);
+    cu::als(ap, pc, 3);
+    const blr::Factors a = cu::to_host(ad, direct.gpu.stream());
+    const blr::Factors b = cu::to_host(ap, pcg.gpu.stream());
+    for (size_t p = 0; p < 2; ++p) {
+        EXPECT_LT(rel_diff(b.paths[p].g, a.paths[p].g), 2e-3) << "g" << p;
+        EXPECT_LT(rel_diff(b.paths[p].l, a.paths[p].l), 2e-3) << "l" << p;
+    }
+    const double e = cu::err(ad, *direct.c, cu::Metric::h), ep = cu::err(ap, *pcg.c, cu::Metric::h);
+    EXPECT_NEAR(ep, e, 1e-3 * e);
+    // sweeps 2 and 3 of both paths ran PCG
+    int steps = -1;
+    for (const auto& en : prof.entries())
+        if (en.stage == "als.g_pcg_steps") steps = static_cast<int>(en.count);
+    EXPECT_GT(steps, 0);
+    fmt::print("PCG steps over 4 solves: {}\n", steps);
+}
+
 // Stage 9: the signs packed on the device give blr::pack's bytes, and the same
 // stored scales, over awkward shapes, one and two paths, ±0 entries included.
 TEST(CudaPack, DeviceSignsGiveTheHostPayloadByteForByte) {

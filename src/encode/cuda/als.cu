@@ -13,6 +13,10 @@ namespace cortiq::encode::cuda {
 namespace {
 
 constexpr double kRidge = 1e-10;  // relative ridge of every SPD solve (SPEC §3.5)
+// g by PCG (Tuning::als_g_pcg): the relative residual that ends it, and the
+// steps after which the system is factored instead.
+constexpr double kPcgTol = 1e-6;
+constexpr int kPcgMaxSteps = 8;
 
 // Per row i, the P × P normal equations G h = rh (cpu/als.cpp's als_h).
 __global__ void k_hsolve(int np, int64_t m, const float* rh0, const float* rh1, const float* g00,
@@ -127,9 +131,54 @@ void als_h(DeviceFactors& factors, const TensorContext& c) {
     solve_h(factors, c, k_blocks(factors, c));
 }
 
+namespace {
+
+// Preconditioned conjugate gradients on A x = b from x (in place), with the
+// Cholesky factor of an earlier system of the same call as preconditioner.
+// True when ‖b − A x‖ ≤ tol ‖b‖ within max_iter steps (the recursive residual).
+bool pcg_with_factor(const Gpu& g, const float* a, const float* factor, int64_t n, const float* b,
+                     float* x, double tol, int max_iter, int* steps) {
+    const cudaStream_t st = g.stream();
+    DVec res(n, st), z(n, st), dir(n, st), q(n, st);
+    gemv(g, false, n, n, a, x, q.get());  // A x
+    CUDA_CHECK(cudaMemcpyAsync(res.get(), b, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    axpby(st, res.get(), 1.f, q.get(), -1.f, n);  // r = b − A x
+    const double bn = std::sqrt(dot(st, b, b, n));
+    if (!(bn > 0)) return false;
+    auto precondition = [&] {  // z = (L Lᵀ)⁻¹ r
+        CUDA_CHECK(
+            cudaMemcpyAsync(z.get(), res.get(), n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        potrs_solver(g, factor, n, z.get());
+    };
+    precondition();
+    CUDA_CHECK(
+        cudaMemcpyAsync(dir.get(), z.get(), n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    double rz = dot(st, res.get(), z.get(), n);
+    for (int k = 0; k < max_iter; ++k) {
+        *steps = k + 1;
+        gemv(g, false, n, n, a, dir.get(), q.get());
+        const double pq = dot(st, dir.get(), q.get(), n);
+        if (!(pq > 0) || !std::isfinite(rz)) return false;
+        const double alpha = rz / pq;
+        axpby(st, x, 1.f, dir.get(), static_cast<float>(alpha), n);
+        axpby(st, res.get(), 1.f, q.get(), static_cast<float>(-alpha), n);
+        if (std::sqrt(dot(st, res.get(), res.get(), n)) <= tol * bn) return true;
+        precondition();
+        const double rz_next = dot(st, res.get(), z.get(), n);
+        axpby(st, dir.get(), static_cast<float>(rz_next / rz), z.get(), 1.f, n);
+        rz = rz_next;
+    }
+    return false;
+}
+
+}  // namespace
+
 // g of path p: the n × n system (S_V K S_Vᵀ) ∘ H with K = MᵀM (M = left_p) and
-// rhs_j = s_jᵀ [(W − Σ_{q≠p} Ŵ_q) H]ᵀ M.
-void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
+// rhs_j = s_jᵀ [(W − Σ_{q≠p} Ŵ_q) H]ᵀ M. With a cache (Tuning::als_g_pcg),
+// the first solve of a call factors its system and keeps the factor; the later
+// sweeps of the call (same S_V, K moved by the other blocks) solve theirs by
+// PCG from the current g with that factor, and factor anew when PCG stalls.
+void als_g(DeviceFactors& factors, const TensorContext& c, size_t p, GCache* cache) {
     const cudaStream_t st = c.stream();
     const int64_t n = factors.n, r = factors.r;
     std::optional<StageTimer> timer(std::in_place, c.gpu, c.prof, "als/g_rhs", true);
@@ -156,19 +205,40 @@ void als_g(DeviceFactors& factors, const TensorContext& c, size_t p) {
     DVec g(n, st);
     // als/g_solve includes als/g_system (the build of the n × n system)
     StageTimer solve_timer(c.gpu, c.prof, "als/g_solve", true);
-    solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge);
+    if (cache && !cache->factor.empty() && !factors.paths[p].g.empty()) {
+        DeviceBuffer<float> sys(n * n, st);
+        build(sys.get());
+        add_diag(st, sys.get(), n,
+                 static_cast<float>(cache->ridge * mean_abs_diag(st, sys.get(), n)));
+        CUDA_CHECK(cudaMemcpyAsync(g.get(), factors.paths[p].g.get(), n * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, st));
+        int steps = 0;
+        const bool ok = pcg_with_factor(c.gpu, sys.get(), cache->factor.get(), n, rhs.get(),
+                                        g.get(), kPcgTol, kPcgMaxSteps, &steps);
+        if (c.prof) c.prof->add("als.g_pcg_steps", 0, steps);
+        if (!ok) {  // factor this system (its ridge already added) and keep it
+            if (c.prof) c.prof->add("als.g_pcg_fallbacks", 0, 1);
+            cache->factor = DeviceBuffer<float>();
+            solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge, &cache->factor, &cache->ridge);
+        }
+    } else {
+        solve_spd(c.gpu, n, build, rhs.get(), g.get(), kRidge, cache ? &cache->factor : nullptr,
+                  cache ? &cache->ridge : nullptr);
+    }
     factors.paths[p].g = std::move(g);
     factors.paths[p].invalidate();
 }
 
 void als(DeviceFactors& factors, const TensorContext& c, int sweeps) {
     StageTimer st(c, "als");
+    std::vector<GCache> caches(c.tuning.als_g_pcg ? factors.paths.size() : 0);
     for (int s = 0; s < sweeps; ++s) {
         // ℓ and h share the blocks K_pq (g and S_V do not change between them).
         const KBlocks kb = k_blocks(factors, c);
         solve_l(factors, c, kb);
         solve_h(factors, c, kb);
-        for (size_t p = 0; p < factors.paths.size(); ++p) als_g(factors, c, p);
+        for (size_t p = 0; p < factors.paths.size(); ++p)
+            als_g(factors, c, p, c.tuning.als_g_pcg ? &caches[p] : nullptr);
     }
 }
 

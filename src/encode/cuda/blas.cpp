@@ -157,7 +157,7 @@ void tri_inv_lower(const Gpu& g, const float* l, float* out, int64_t n) {
 }
 
 void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build, const float* b,
-               float* x, double ridge_rel) {
+               float* x, double ridge_rel, DeviceBuffer<float>* keep_factor, double* ridge_used) {
     if (n == 0) return;
     DeviceBuffer<float> a(n * n, g.stream());
     double mean_diag = 0, ridge = ridge_rel;
@@ -173,6 +173,8 @@ void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build
                 CUDA_CHECK(cudaMemcpyAsync(x, b, static_cast<size_t>(n) * sizeof(float),
                                            cudaMemcpyDeviceToDevice, g.stream()));
             potrs_solver(g, a.get(), n, x);
+            if (keep_factor) *keep_factor = std::move(a);
+            if (ridge_used) *ridge_used = ridge;
             return;
         }
         // A float32 factorisation sees no ridge below its resolution: jump to 1e-7.

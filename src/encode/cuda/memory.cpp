@@ -15,11 +15,12 @@ namespace {
 
 // Floats live at once for one candidate of rank r with P paths: the model and
 // its refinement trial (signs, caches) plus the largest stage's temporaries.
-double candidate_floats(double m, double n, double r, int paths) {
+double candidate_floats(double m, double n, double r, int paths, bool g_pcg) {
     const double model = paths * (2 * (m + n) * r + (m + n + r));      // su, sv, hg, whg, scales
     const double itq = 2 * (m + n) * r + 6 * r * r + 2 * (m + n) * r;  // X, XR, NS; U_p, V_p
-    const double als_g = n * n + 4 * n * r + 3 * m * r + 4 * r * r;    // system + products
-    const double gptq = 6 * n * r + 2 * r * r + m * r;                 // b, s, ks0, e, bn
+    // system + products; with PCG a kept factor per path and the new system
+    const double als_g = (g_pcg ? paths + 1 : 1) * n * n + 4 * n * r + 3 * m * r + 4 * r * r;
+    const double gptq = 6 * n * r + 2 * r * r + m * r;  // b, s, ks0, e, bn
     const double flip = 3 * m * r + 3 * r * r;
     const double residual = paths == 2 ? 2 * m * n : 0.0;  // res, res·H
     const double err = 4 * (m + n) * r + 4 * r * r;
@@ -46,8 +47,10 @@ size_t estimate_bytes(int64_t m_, int64_t n_, const Options& o, bool with_contex
     // latents: the float64 Gram, its eigensolver workspace and vectors, float64
     // copies of the targets, T·L when m > n, the cache
     floats += 8 * k * k + 4 * m * n + (m > n ? m * n : 0.0) + 2 * m * rmax;
-    const double c1 = r1 >= 1 ? candidate_floats(m, n, static_cast<double>(r1), 1) : 0.0;
-    const double c2 = r2 >= 1 ? candidate_floats(m, n, static_cast<double>(r2), 2) : 0.0;
+    const double c1 =
+        r1 >= 1 ? candidate_floats(m, n, static_cast<double>(r1), 1, tuning.als_g_pcg) : 0.0;
+    const double c2 =
+        r2 >= 1 ? candidate_floats(m, n, static_cast<double>(r2), 2, tuning.als_g_pcg) : 0.0;
     if (tuning.parallel_candidates)
         floats += c1 + c2;
     else

@@ -155,8 +155,11 @@ void tri_inv_lower(const Gpu& g, const float* l, float* out, int64_t n);
 // growing it on failure. `build(a)` writes the system's solver triangle
 // (including the diagonal) into the n×n buffer `a`; it is called again for
 // every retry. b and x are device vectors of length n (they may alias).
+// keep_factor (optional): receives the Cholesky factor (cuSOLVER's column-major
+// lower triangle, for potrs_solver) and ridge_used the relative ridge in it.
 void solve_spd(const Gpu& g, int64_t n, const std::function<void(float*)>& build, const float* b,
-               float* x, double ridge_rel);
+               float* x, double ridge_rel, DeviceBuffer<float>* keep_factor = nullptr,
+               double* ridge_used = nullptr);
 
 // float64 copies of float32 data, and C = op(A) op(B) in float64 (row-major).
 void to_f64(cudaStream_t st, const float* x, double* y, int64_t n);

@@ -49,6 +49,10 @@ struct Tuning {
     // ITQ's polar factors by plain Newton–Schulz steps instead of Chen–Chow's
     // scaled ones (PolarOptions::scaled), to compare.
     bool itq_plain_ns = false;
+    // ALS: g's later sweeps within one als() call by PCG with the factor of the
+    // call's first g system as preconditioner (als.cu), instead of a Cholesky
+    // factorisation each; keeps an n × n factor per path.
+    bool als_g_pcg = false;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
@@ -248,7 +252,13 @@ Path svid(const Gpu& g, const DMat& u, const DMat& v);
 // ── stage 5: exact block least squares in the H metric ───────────────────────
 void als_l(DeviceFactors& factors, const TensorContext& c);
 void als_h(DeviceFactors& factors, const TensorContext& c);
-void als_g(DeviceFactors& factors, const TensorContext& c, size_t p);
+// The Cholesky factor of g's last factored n × n system within one als() call
+// (Tuning::als_g_pcg), and the relative ridge it was factored with.
+struct GCache {
+    DeviceBuffer<float> factor;
+    double ridge = 0;
+};
+void als_g(DeviceFactors& factors, const TensorContext& c, size_t p, GCache* cache = nullptr);
 void als(DeviceFactors& factors, const TensorContext& c, int sweeps);
 
 // ── stage 7: discrete knots ──────────────────────────────────────────────────
