@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(17);
+                std::vector<std::pair<std::string, cu::Tuning>> all(18);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
@@ -313,6 +313,8 @@ int main(int argc, char** argv) {
                 all[15].second.itq_plain_ns = true;
                 all[16].first = "g-pcg";  // ALS: g's later sweeps by PCG with a kept factor
                 all[16].second.als_g_pcg = true;
+                all[17].first = "itq-tf32-mid";  // ITQ's intermediate polar factors in TF32 only
+                all[17].second.itq_tf32_intermediate = true;
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)

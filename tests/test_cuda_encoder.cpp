@@ -236,6 +236,17 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
             if (!cs.tf32 && cs.finish == cu::Prec::fp32)
                 (cs.plain ? fp32_plain : fp32_scaled) = ps.steps;
         }
+        {  // an intermediate factor (Tuning::itq_tf32_intermediate): TF32 steps only
+            cu::PolarOptions po;
+            po.tf32 = true;
+            po.tf32_only = true;
+            cu::PolarStats ps;
+            const MatD got = cu::download(cu::polar(gpu, dm, po, &ps), gpu.stream());
+            EXPECT_EQ(ps.steps, ps.fast_steps);
+            EXPECT_GT(ps.steps, 0);
+            EXPECT_LT(orth_dev(got), 1.0);  // below 0.1, or at TF32's floor below 1
+            EXPECT_LT(rel_diff(got, want), is_growth ? 0.1 : 2e-2);
+        }
         // the hand-over rules differ in the plain steps' long growth phase
         if (is_growth) EXPECT_GT(fast[1][0], fast[1][1]);
         // Chen–Chow's scaled steps: fewer of them where σ spans 0.02 to 1

@@ -129,6 +129,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
                 if (dev < 0.1 || stalled || it >= kMaxTf32Steps) {
                     fast_steps = it;
                     if (timed) t_switch = std::chrono::steady_clock::now();  // read back: synced
+                    if (po.tf32_only) break;  // an intermediate factor: TF32's accuracy
                     p = po.finish;
                     prev = INFINITY;
                     mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX again, finer
@@ -225,6 +226,7 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
         mm_into(g, 1.f, x, true, xr, false, 0.f, mm_t, p);  // Xᵀ B
         products.reset();
         const int before = ps.steps;
+        po.tf32_only = c.tuning.itq_tf32_intermediate && it + 1 < iters;
         res.rot = polar(g, mm_t, po, &ps);
         const int ns = ps.steps - before;
         if (trace)

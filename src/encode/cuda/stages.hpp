@@ -53,6 +53,9 @@ struct Tuning {
     // call's first g system as preconditioner (als.cu), instead of a Cholesky
     // factorisation each; keeps an n × n factor per path.
     bool als_g_pcg = false;
+    // ITQ: every polar factor but the last stops after its TF32 steps
+    // (‖XᵀX − I‖_F < 0.1 or TF32's floor); the last one is finished in FP32.
+    bool itq_tf32_intermediate = false;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
@@ -233,8 +236,9 @@ struct PolarOptions {
     bool tf32 = false;            // the early steps in TF32, until ‖XᵀX − I‖_F < 0.1
     Prec finish = Prec::fp32;     // the last steps (fp32, or tf32x3: FP32-like on tensor cores)
     bool early_handover = false;  // the earlier TF32 → finish rule (itq.cu), to compare
-    bool scaled = true;  // Chen–Chow scaled steps (linalg/polar_scaling.hpp); false: plain
-    double tol = 1e-4;   // on ‖XᵀX − I‖_F
+    bool scaled = true;      // Chen–Chow scaled steps (linalg/polar_scaling.hpp); false: plain
+    bool tf32_only = false;  // stop at the hand-over: no finishing steps (with tf32)
+    double tol = 1e-4;       // on ‖XᵀX − I‖_F
     int max_iter = 60;
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
 };
