@@ -311,8 +311,8 @@ int main(int argc, char** argv) {
                 all[14].second.itq_early_handover = true;
                 all[15].first = "plain-ns";  // ITQ's polar by unscaled Newton–Schulz steps
                 all[15].second.itq_plain_ns = true;
-                all[16].first = "g-pcg";  // ALS: g's later sweeps by PCG with a kept factor
-                all[16].second.als_g_pcg = true;
+                all[16].first = "g-direct";  // ALS: every g system factored (no PCG)
+                all[16].second.als_g_pcg = false;
                 all[17].first = "itq-tf32-mid";  // ITQ's intermediate polar factors in TF32 only
                 all[17].second.itq_tf32_intermediate = true;
                 for (const auto& [name, t] : all) {

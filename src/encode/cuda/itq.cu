@@ -25,43 +25,6 @@ std::pair<VecD, VecD> itq_weights(const TensorContext& c, const DMat& up, const 
     return {wu, wv};
 }
 
-namespace {
-
-// The extreme eigenvalues of MᵀM from `steps` Lanczos steps (la::lanczos_extremes
-// on the device: the same start, M v and Mᵀ(M v) by two gemvs, the
-// tridiagonal's extremes on the host). {0, 0} when M v vanishes.
-std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps) {
-    const cudaStream_t st = g.stream();
-    const int64_t r = m.rows;
-    std::vector<float> v0(r);
-    for (int64_t i = 0; i < r; ++i) v0[i] = 1.0f + 0.5f * std::sin(0.7f * static_cast<float>(i));
-    DVec v = upload_f(v0, st), v_prev(r, st), u(r, st), w(r, st);
-    scal(st, v.get(), static_cast<float>(1.0 / std::sqrt(dot(st, v.get(), v.get(), r))), r);
-    std::vector<double> diag, off;
-    double beta = 0;
-    for (int j = 0; j < steps && j < r; ++j) {
-        gemv(g, false, r, r, m.data(), v.get(), u.get());  // M v
-        gemv(g, true, r, r, m.data(), u.get(), w.get());   // Mᵀ M v
-        if (j > 0) axpby(st, w.get(), 1.f, v_prev.get(), static_cast<float>(-beta), r);
-        const double alpha = dot(st, w.get(), v.get(), r);
-        if (!std::isfinite(alpha)) break;
-        axpby(st, w.get(), 1.f, v.get(), static_cast<float>(-alpha), r);
-        diag.push_back(alpha);
-        beta = std::sqrt(dot(st, w.get(), w.get(), r));
-        if (!(beta > 1e-6 * std::abs(diag.front())) || j + 1 == steps) break;  // float32
-        off.push_back(beta);
-        std::swap(v_prev, v);
-        CUDA_CHECK(
-            cudaMemcpyAsync(v.get(), w.get(), r * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        scal(st, v.get(), static_cast<float>(1.0 / beta), r);
-    }
-    if (diag.empty()) return {0.0, 0.0};
-    off.resize(diag.size() - 1);
-    return la::tridiag_extremes(diag, off);
-}
-
-}  // namespace
-
 DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* stats) {
     const cudaStream_t st = g.stream();
     const bool tf32 = po.tf32;
