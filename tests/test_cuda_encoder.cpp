@@ -161,28 +161,6 @@ TEST(CudaItq, SignsAndPolarMatchCpu) {
     EXPECT_LT(rel_diff(got, want), 1e-4);
 }
 
-// The precisions of ITQ's polar factor at a rank where TF32 is used (r ≥ 512):
-// TF32 steps, then FP32 or 3xTF32 steps, agree with the float64 polar factor
-// (within the stopping tolerance, or TF32's rounding where TF32 steps ran),
-// and the result is orthogonal, with either hand-over rule. On a matrix with
-// singular values from 0.02 to 1 (a growth phase of several steps) the
-// hand-over rule keeps TF32 through the growth, the earlier rule did not, and
-// the scaled steps (the default) take fewer than the plain ones.
-namespace {
-
-double orth_dev(const MatD& x) {
-    const MatD gtg = la::gemm(x, true, x, false);
-    double dev = 0;
-    for (int64_t i = 0; i < x.cols(); ++i)
-        for (int64_t j = 0; j < x.cols(); ++j) {
-            const double d = gtg(i, j) - (i == j ? 1.0 : 0.0);
-            dev += d * d;
-        }
-    return std::sqrt(dev);
-}
-
-}  // namespace
-
 // The device Lanczos (one kernel a step, one readback) against the float64
 // one from the same start: the extreme Ritz values of MᵀM agree to float32.
 TEST(CudaItq, LanczosMatchesCpu) {
@@ -202,6 +180,21 @@ TEST(CudaItq, LanczosMatchesCpu) {
         EXPECT_NEAR(dlo, lo, 1e-3 * hi) << steps;
     }
 }
+
+// The precisions of ITQ's polar factor at a rank where TF32 is used (r ≥ 512):
+// TF32 steps, then FP32 or 3xTF32 steps, agree with the float64 polar factor
+// (within the stopping tolerance, or TF32's rounding where TF32 steps ran),
+// and the result is orthogonal, with either hand-over rule. On a matrix with
+// singular values from 0.02 to 1 (a growth phase of several steps) the
+// hand-over rule keeps TF32 through the growth, the earlier rule did not, and
+// the scaled steps (the default) take fewer than the plain ones.
+namespace {
+
+double orth_dev(const MatD& x) {
+    return la::identity_deviation(la::gemm(x, true, x, false));
+}
+
+}  // namespace
 
 TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
     SKIP_WITHOUT_GPU();

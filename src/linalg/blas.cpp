@@ -189,6 +189,17 @@ MatD solve_spd(const MatD& a, const MatD& b, double ridge_rel) {
     return x;
 }
 
+double identity_deviation(const MatD& a) {
+    CORTIQ_ASSERT(a.rows() == a.cols(), "identity deviation of a {}x{} matrix", a.rows(), a.cols());
+    double dev = 0;
+    for (int64_t i = 0; i < a.rows(); ++i)
+        for (int64_t j = 0; j < a.cols(); ++j) {
+            const double d = a(i, j) - (i == j ? 1.0 : 0.0);
+            dev += d * d;
+        }
+    return std::sqrt(dev);
+}
+
 MatD polar_newton_schulz(const MatD& m, double tol, int max_iter, int* iters) {
     const int64_t r = m.rows();
     CORTIQ_ASSERT(m.cols() == r);
@@ -200,13 +211,7 @@ MatD polar_newton_schulz(const MatD& m, double tol, int max_iter, int* iters) {
     int it = 0;
     for (;; ++it) {
         gemm_into(1.0, x, true, x, false, 0.0, a);  // XᵀX
-        double dev = 0;
-        for (int64_t i = 0; i < r; ++i)
-            for (int64_t j = 0; j < r; ++j) {
-                const double d = a(i, j) - (i == j ? 1.0 : 0.0);
-                dev += d * d;
-            }
-        if (std::sqrt(dev) <= tol || it >= max_iter) break;
+        if (identity_deviation(a) <= tol || it >= max_iter) break;
         gemm_into(1.0, x, false, a, false, 0.0, y);  // X XᵀX
         for (int64_t k = 0; k < x.size(); ++k) x.data()[k] = 1.5 * x.data()[k] - 0.5 * y.data()[k];
     }

@@ -42,6 +42,8 @@ VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel = 1e-10);
 // The same for the columns of B (A X = B, X the size of B).
 MatD solve_spd(const MatD& a, const MatD& b, double ridge_rel = 1e-10);
 
+// ‖A − I‖_F of a square matrix (the Newton–Schulz stopping measure on XᵀX).
+double identity_deviation(const MatD& a);
 // Orthogonal polar factor Q of a square M (M = Q P): Newton–Schulz
 // X ← X(3I − XᵀX)/2 from M/‖M‖_F until ‖XᵀX − I‖_F ≤ tol (≤ max_iter).
 MatD polar_newton_schulz(const MatD& m, double tol = 1e-4, int max_iter = 60, int* iters = nullptr);

@@ -117,13 +117,7 @@ MatD polar_scaled_newton_schulz(const MatD& m, double tol, int max_iter, int* it
     int it = 0;
     for (;; ++it) {
         gemm_into(1.0, x, true, x, false, 0.0, a);  // XᵀX
-        double dev = 0;
-        for (int64_t i = 0; i < r; ++i)
-            for (int64_t j = 0; j < r; ++j) {
-                const double d = a(i, j) - (i == j ? 1.0 : 0.0);
-                dev += d * d;
-            }
-        if (std::sqrt(dev) <= tol || it >= max_iter) break;
+        if (identity_deviation(a) <= tol || it >= max_iter) break;
         // X ← αX(3I − α²XᵀX)/2 = 1.5α X − 0.5α³ X XᵀX (α = 1 on the first step)
         NsScaledStep s;
         if (it == 0) {
