@@ -178,18 +178,22 @@ TEST(Polar, LanczosExtremesLieInsideTheSpectrum) {
 // unscaled step's p(l), and both ends of the interval meet at l'.
 TEST(Polar, ScaledStepMapsTheIntervalIntoItsBound) {
     const auto p = [](double s) { return 0.5 * s * (3 - s * s); };
-    for (const double l : {1e-4, 1e-2, 0.1, 0.5, 0.9, 1.0}) {
-        const la::NsScaledStep st = la::ns_scaled_step(l);
-        EXPECT_GE(st.next_l, p(l) - 1e-15) << l;
-        EXPECT_NEAR(p(st.alpha * l), st.next_l, 1e-12) << l;
-        EXPECT_NEAR(p(st.alpha), st.next_l, 1e-12) << l;
-        for (int k = 0; k <= 100; ++k) {
-            const double s = l + (1 - l) * k / 100.0;
-            EXPECT_GE(p(st.alpha * s), st.next_l - 1e-12) << l << " " << s;
-            EXPECT_LE(p(st.alpha * s), 1 + 1e-12) << l << " " << s;
+    for (const double u : {1.0, la::kNsUpperMargin})
+        for (const double l : {1e-4, 1e-2, 0.1, 0.5, 0.9, 1.0}) {
+            const la::NsScaledStep st = la::ns_scaled_step(l, u);
+            if (u == 1.0) EXPECT_GE(st.next_l, p(l) - 1e-15) << l;
+            EXPECT_NEAR(p(st.alpha * l), st.next_l, 1e-12) << l;
+            EXPECT_NEAR(p(st.alpha * u), st.next_l, 1e-12) << l;  // both ends meet
+            for (int k = 0; k <= 100; ++k) {
+                const double s = l + (u - l) * k / 100.0;
+                EXPECT_GE(p(st.alpha * s), st.next_l - 1e-12) << l << " " << s;
+                EXPECT_LE(p(st.alpha * s), 1 + 1e-12) << l << " " << s;
+            }
         }
-    }
     EXPECT_GT(la::ns_scaled_step(0.01).next_l, 2.5 * 0.01);  // vs ×1.5 unscaled
+    // with the margin, a σ rounded to 1.005 stays positive even from l = 1e-6
+    const la::NsScaledStep tiny = la::ns_scaled_step(1e-6);
+    EXPECT_GT(p(tiny.alpha * 1.005), 0.0);
 }
 
 // The scaled iteration gives the same polar factor as the eigenvalue route,

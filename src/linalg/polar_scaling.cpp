@@ -81,11 +81,18 @@ std::pair<double, double> lanczos_extremes(int64_t n, int steps,
     return tridiag_extremes(diag, off);
 }
 
-NsScaledStep ns_scaled_step(double l) {
+NsScaledStep ns_scaled_step(double l, double u) {
     l = std::clamp(l, 0.0, 1.0);
+    // near convergence the margin would hold σ below 1: from l = 0.5 on,
+    // α ≤ 1.46 leaves any σ up to 1.18 positive anyway
+    if (u <= 0) u = l < 0.5 ? kNsUpperMargin : 1.0;
+    CORTIQ_ASSERT(u >= 1.0, "upper bound {} below 1", u);
+    // Chen–Chow on [l/u, 1], applied to X/u: the ends l and u both map to l'.
+    const double lt = l / u;
     NsScaledStep s;
-    s.alpha = std::sqrt(3.0 / (1.0 + l + l * l));
-    const double al = s.alpha * l;
+    const double a0 = std::sqrt(3.0 / (1.0 + lt + lt * lt));
+    s.alpha = a0 / u;
+    const double al = a0 * lt;
     s.next_l = std::min(1.0, 0.5 * al * (3.0 - al * al));
     return s;
 }

@@ -34,11 +34,17 @@ std::pair<double, double> tridiag_extremes(const std::vector<double>& diag,
 std::pair<double, double> lanczos_extremes(int64_t n, int steps,
                                            const std::function<void(const VecD&, VecD&)>& apply);
 
-// One scaled step for σ ∈ [l, 1]: the factor α and the new lower bound l'.
+// One scaled step for σ ∈ [l, u]: the factor α and the new lower bound l'
+// (σ lands in [l', 1]). u is a little above 1 because a rounded step may
+// leave a σ just above 1: with α near √3, a σ past √3/α would map below 0
+// and converge to −1, a polar factor with that direction flipped (seen on
+// the H200 with TF32 steps before the margin: more steps, not fewer).
 struct NsScaledStep {
     double alpha = 1, next_l = 0;
 };
-NsScaledStep ns_scaled_step(double l);
+constexpr double kNsUpperMargin = 1.01;
+// u = 0: kNsUpperMargin while l < 0.5, then 1 (so that the steps converge to 1).
+NsScaledStep ns_scaled_step(double l, double u = 0);
 
 // Where the scaled iteration starts from the Lanczos extremes of MᵀM
 // (θ_min ≤ θ_max, 0 when unknown) and ‖M‖_F: X₀ = M / scale with
