@@ -53,6 +53,12 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     const auto [th_min, th_max] = lanczos_extremes(g, mm_in, kLanczosSteps);
     const la::NsStart start = la::ns_start(nf, th_min, th_max);
     double scale = start.scale, low = po.scaled ? start.l : 0.0;
+    if (stats) {
+        stats->theta_min = th_min;
+        stats->theta_max = th_max;
+        stats->scale = start.scale;
+        stats->l0 = low;
+    }
     scal(st, x.data(), static_cast<float>(1.0 / scale), r * r);
     DMat a(r, r, st), y(r, r, st);
     // ‖XᵀX − I‖_F is read back only at checkpoints: from iteration 4, every 2.
@@ -193,8 +199,11 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
         res.rot = polar(g, mm_t, po, &ps);
         const int ns = ps.steps - before;
         if (trace)
-            std::fprintf(stderr, "itq %lldx%lld it %d: changed %.3e, ns %d\n",
-                         static_cast<long long>(nn), static_cast<long long>(r), it, changed, ns);
+            std::fprintf(stderr,
+                         "itq %lldx%lld it %d: changed %.3e, ns %d, lanczos %.4g..%.4g, "
+                         "scale %.4g, l %.3g, restarts %d\n",
+                         static_cast<long long>(nn), static_cast<long long>(r), it, changed, ns,
+                         ps.theta_min, ps.theta_max, ps.scale, ps.l0, ps.restarts);
     }
     if (record_objective) {
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr);

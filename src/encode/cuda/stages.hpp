@@ -246,6 +246,8 @@ struct PolarOptions {
 struct PolarStats {
     int steps = 0, fast_steps = 0;  // Newton–Schulz steps, of them in TF32
     int restarts = 0;  // from M/‖M‖_F after a divergence (a low estimate of ‖M‖₂)
+    // the last call's Lanczos extremes of MᵀM, its scale and starting l (traces)
+    double theta_min = 0, theta_max = 0, scale = 0, l0 = 0;
     double fast_s = 0, finish_s = 0;  // wall seconds of the two phases (timed)
 };
 DMat polar(const Gpu& g, const DMat& m, const PolarOptions& po = {}, PolarStats* stats = nullptr);
