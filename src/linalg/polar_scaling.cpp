@@ -97,6 +97,12 @@ NsScaledStep ns_scaled_step(double l, double u) {
     return s;
 }
 
+NsScaledStep ns_step(int it, double l) {
+    if (!(l > 0)) return {};  // α = 1, l' = 0: plain
+    if (it == 0) return {1.0, std::min(1.0, 0.5 * l * (3.0 - l * l))};
+    return ns_scaled_step(l);
+}
+
 NsStart ns_start(double frob, double theta_min, double theta_max) {
     NsStart s;
     s.scale = frob;
@@ -126,12 +132,7 @@ MatD polar_scaled_newton_schulz(const MatD& m, double tol, int max_iter, int* it
         gemm_into(1.0, x, true, x, false, 0.0, a);  // XᵀX
         if (identity_deviation(a) <= tol || it >= max_iter) break;
         // X ← αX(3I − α²XᵀX)/2 = 1.5α X − 0.5α³ X XᵀX (α = 1 on the first step)
-        NsScaledStep s;
-        if (it == 0) {
-            s.next_l = 0.5 * l * (3.0 - l * l);
-        } else {
-            s = ns_scaled_step(l);
-        }
+        const NsScaledStep s = ns_step(it, l);
         l = s.next_l;
         gemm_into(1.0, x, false, a, false, 0.0, y);
         const double c1 = 1.5 * s.alpha, c3 = 0.5 * s.alpha * s.alpha * s.alpha;

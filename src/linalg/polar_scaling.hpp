@@ -46,6 +46,11 @@ constexpr double kNsUpperMargin = 1.01;
 // u = 0: kNsUpperMargin while l < 0.5, then 1 (so that the steps converge to 1).
 NsScaledStep ns_scaled_step(double l, double u = 0);
 
+// Step `it` of the iteration from the running lower bound l: the first step
+// unscaled (α = 1, l' = p(l)), then ns_scaled_step(l); l = 0 (no estimate, or
+// plain steps asked for) gives plain steps throughout.
+NsScaledStep ns_step(int it, double l);
+
 // Where the scaled iteration starts from the Lanczos extremes of MᵀM
 // (θ_min ≤ θ_max, 0 when unknown) and ‖M‖_F: X₀ = M / scale with
 // scale = min(‖M‖_F, 1.1 √θ_max), and l = √θ_min / (2 scale), halved

@@ -112,9 +112,8 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
             }
         }
         // X ← αX(3I − α²XᵀX)/2 = 1.5α X − 0.5α³ X XᵀX, α = 1 when unscaled
-        la::NsScaledStep step;
-        if (low > 0 && it > 0) step = la::ns_scaled_step(low);
-        low = low > 0 && it == 0 ? 0.5 * low * (3 - low * low) : step.next_l;
+        const la::NsScaledStep step = la::ns_step(it, low);
+        low = step.next_l;
         mm_into(g, 1.f, x, false, a, false, 0.f, y, p);  // X XᵀX
         const double al = step.alpha;
         axpby(st, x.data(), static_cast<float>(1.5 * al), y.data(),
