@@ -196,6 +196,97 @@ double orth_dev(const MatD& x) {
 
 }  // namespace
 
+// Stale NaNs in the memory pool (a freed buffer of NaNs on the same stream)
+// must not reach the device Lanczos: its first step reads v_prev times β = 0.
+TEST(CudaItq, LanczosIgnoresStaleMemory) {
+    SKIP_WITHOUT_GPU();
+    Rng rng(9);
+    const int64_t r = 200;
+    MatD mm(r, r);
+    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
+    for (int64_t i = 0; i < r; ++i) mm(i, i) += 2.0;
+    cu::Gpu gpu;
+    const cu::DMat dm = cu::upload(mm, gpu.stream());
+    for (int rep = 0; rep < 4; ++rep) {
+        {
+            cu::DeviceBuffer<float> poison(r, gpu.stream());
+            const std::vector<float> nan(static_cast<size_t>(r), std::nanf(""));
+            CUDA_CHECK(cudaMemcpyAsync(poison.get(), nan.data(), r * sizeof(float),
+                                       cudaMemcpyHostToDevice, gpu.stream()));
+            gpu.sync();
+        }  // freed: the next buffers of this size on the stream may reuse it
+        const auto [lo, hi] = cu::lanczos_extremes(gpu, dm, 24);
+        EXPECT_TRUE(std::isfinite(lo) && std::isfinite(hi) && lo > 0 && hi > lo) << lo << " " << hi;
+    }
+}
+
+// A polar factor of M zero-padded to a multiple of 32 (PolarOptions::active,
+// how ITQ runs TF32 at a rank that is not one) is [Q 0; 0 0], Q = polar(M):
+// the padding stays exactly zero, Q agrees with the unpadded run, and the
+// Lanczos estimates see M only.
+TEST(CudaItq, PaddedPolarIsThePolarOfTheBlock) {
+    SKIP_WITHOUT_GPU();
+    Rng rng(6);
+    const int64_t r = 600, rp = 608;
+    MatD mm(r, r), padded(rp, rp);
+    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
+    for (int64_t i = 0; i < r; ++i) mm(i, i) += 2.0;
+    padded.vec().assign(padded.vec().size(), 0.0);
+    for (int64_t i = 0; i < r; ++i)
+        for (int64_t k = 0; k < r; ++k) padded(i, k) = mm(i, k);
+    cu::Gpu gpu;
+    const auto [lo, hi] = cu::lanczos_extremes(gpu, cu::upload(mm, gpu.stream()), 24);
+    const auto [plo, phi] = cu::lanczos_extremes(gpu, cu::upload(padded, gpu.stream()), 24, r);
+    EXPECT_NEAR(plo, lo, 1e-4 * hi);
+    EXPECT_NEAR(phi, hi, 1e-4 * hi);
+    for (const bool tf32 : {false, true}) {
+        cu::PolarOptions po;
+        po.tf32 = tf32;
+        const MatD want = cu::download(cu::polar(gpu, cu::upload(mm, gpu.stream()), po), gpu.stream());
+        po.active = r;
+        const MatD got =
+            cu::download(cu::polar(gpu, cu::upload(padded, gpu.stream()), po), gpu.stream());
+        MatD block(r, r);
+        double pad_abs = 0;
+        for (int64_t i = 0; i < rp; ++i)
+            for (int64_t k = 0; k < rp; ++k) {
+                if (i < r && k < r) block(i, k) = got(i, k);
+                else pad_abs += std::abs(got(i, k));
+            }
+        EXPECT_EQ(pad_abs, 0.0) << "tf32 " << tf32;
+        EXPECT_LT(rel_diff(block, want), tf32 ? 1e-3 : 1e-4) << "tf32 " << tf32;
+        EXPECT_LT(orth_dev(block), 1e-3) << "tf32 " << tf32;
+    }
+}
+
+// ITQ at a rank that is not a multiple of 32 in TF32, with r padded (the
+// default) and without: the same rotation up to TF32's rounding, so nearly
+// all signs of [U R; V R] agree and the objectives agree.
+TEST(CudaItq, PaddedRankGivesTheSameItq) {
+    SKIP_WITHOUT_GPU();
+    cu::Tuning padded, plain;
+    padded.itq_tf32_min_rank = plain.itq_tf32_min_rank = 16;  // TF32 at r = 40
+    plain.itq_pad_rank = false;
+    Fixture fp(200, 328, 17, padded), fu(200, 328, 17, plain);
+    const int64_t r = 40;
+    auto [up, vp] = cpu::latents(fp.s.w, &fp.tc->wh, *fp.input_ctx, r);
+    auto [wu, wv] = cpu::itq_weights(up, vp, *fp.input_ctx);
+    auto run = [&](Fixture& f) {
+        return cu::itq(*f.c, cu::upload(up, f.gpu.stream()), cu::upload(vp, f.gpu.stream()), wu,
+                       wv, 20, true);
+    };
+    const cu::ItqResult a = run(fp), b = run(fu);
+    ASSERT_EQ(a.rot.rows, r);
+    ASSERT_EQ(a.rot.cols, r);
+    EXPECT_GE(agreement(cu::download(a.u, fp.gpu.stream()), cu::download(b.u, fu.gpu.stream())),
+              0.98);
+    EXPECT_GE(agreement(cu::download(a.v, fp.gpu.stream()), cu::download(b.v, fu.gpu.stream())),
+              0.98);
+    ASSERT_EQ(a.objective.size(), b.objective.size());
+    EXPECT_NEAR(a.objective.front(), b.objective.front(), 1e-5 * b.objective.front());
+    EXPECT_NEAR(a.objective.back(), b.objective.back(), 1e-2 * b.objective.back());
+}
+
 TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
     SKIP_WITHOUT_GPU();
     Rng rng(5);

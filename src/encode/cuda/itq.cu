@@ -50,7 +50,8 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     // scaled steps (linalg/polar_scaling.hpp) from the Lanczos estimate of the
     // smallest σ: the first step unscaled, which maps any σ up to √3 into
     // (0, 1] should the estimate of ‖M‖₂ be low.
-    const auto [th_min, th_max] = lanczos_extremes(g, mm_in, kLanczosSteps);
+    const int64_t active = po.active >= 0 ? po.active : r;
+    const auto [th_min, th_max] = lanczos_extremes(g, mm_in, kLanczosSteps, active);
     const la::NsStart start = la::ns_start(nf, th_min, th_max);
     double scale = start.scale, low = po.scaled ? start.l : 0.0;
     if (stats) {
@@ -73,7 +74,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
     for (;; ++it) {
         mm_into(g, 1.f, x, true, x, false, 0.f, a, p);  // XᵀX
         if (it >= max_iter || (it >= 4 && it % 2 == 0)) {
-            sb.dev_identity(a.data(), r);
+            sb.dev_identity(a.data(), r, active);
             const double dev = std::sqrt(sb.read()[0]);
             if (!std::isfinite(dev) || dev > 4.0 * static_cast<double>(r)) {
                 CORTIQ_ASSERT(scale < nf, "Newton-Schulz diverged from M/|M|_F");
@@ -138,12 +139,20 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     const int64_t m = up.rows, n = vp.rows, r = up.cols, nn = m + n;
     const bool fast = r >= c.tuning.itq_tf32_min_rank;
     const Prec p = fast ? Prec::tf32 : Prec::fp32;
-    DMat x(nn, r, st);
-    CUDA_CHECK(cudaMemcpyAsync(x.data(), up.data(), up.size() * sizeof(float),
-                               cudaMemcpyDeviceToDevice, st));
-    CUDA_CHECK(cudaMemcpyAsync(x.row(m), vp.data(), vp.size() * sizeof(float),
-                               cudaMemcpyDeviceToDevice, st));
-    row_normalize(st, x.data(), nn, r);
+    // cuBLAS's TF32 products run 2.3–2.8× faster when r is a multiple of 32
+    // (H200, bench_gemm_align_gpu: r×r×r at 2966 85–93 TFLOP/s, at 2976
+    // 202–269; padding only the leading dimensions does not help). So r is
+    // padded with zero columns of X: X R and Xᵀ B keep a zero block (the
+    // signs of the padding are set to 0), and the polar factor of
+    // [M 0; 0 0] is [Q 0; 0 0] step by step, Q = polar(M).
+    const int64_t rp = fast && c.tuning.itq_pad_rank ? (r + 31) / 32 * 32 : r;
+    DMat x(nn, rp, st);
+    if (rp != r) CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.size() * sizeof(float), st));
+    for (const auto& [src, row0] : {std::pair<const DMat*, int64_t>{&up, 0}, {&vp, m}})
+        CUDA_CHECK(cudaMemcpy2DAsync(x.row(row0), rp * sizeof(float), src->data(),
+                                     r * sizeof(float), r * sizeof(float), src->rows,
+                                     cudaMemcpyDeviceToDevice, st));
+    row_normalize(st, x.data(), nn, rp);
     VecD w2(nn);
     double mean = 0;
     for (int64_t i = 0; i < nn; ++i) {
@@ -156,9 +165,9 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     const DVec w2_d = upload(w2, st);
 
     ItqResult res;
-    res.rot = DMat(r, r, st);
-    set_identity(st, res.rot.data(), r);
-    DMat xr(nn, r, st), mm_t(r, r, st);
+    res.rot = DMat(rp, rp, st);
+    set_identity(st, res.rot.data(), rp);
+    DMat xr(nn, rp, st), mm_t(rp, rp, st);
     SumBatch sb(st);
     PolarOptions po;
     po.tf32 = fast;
@@ -166,25 +175,26 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     po.early_handover = c.tuning.itq_early_handover;
     po.scaled = !c.tuning.itq_plain_ns;
     po.timed = c.prof != nullptr;
+    po.active = r;
     PolarStats ps;
     // CORTIQ_ITQ_TRACE=1 (a diagnostic): per iteration the weighted share of
     // signs that changed, (1 − ⟨B_prev, B⟩ / ⟨B, B⟩) / 2 (0: a fixed point,
     // after which every iteration repeats the last), and the Newton–Schulz count.
     static const bool trace = std::getenv("CORTIQ_ITQ_TRACE") != nullptr;
     DMat prev;
-    if (trace) prev = DMat(nn, r, st);
+    if (trace) prev = DMat(nn, rp, st);
     for (int it = 0; it < iters; ++it) {
         std::optional<StageTimer> products(std::in_place, g, c.prof, "itq/products", true);
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr, p);
         if (record_objective) {
-            sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
+            sb.weighted_abs(xr.data(), w2_d.get(), nn, rp);
             res.objective.push_back(sb.read()[0]);
         }
-        weighted_sign(st, xr.data(), w2_d.get(), nn, r);
+        weighted_sign(st, xr.data(), w2_d.get(), nn, rp, r);
         double changed = 1.0;
         if (trace && it > 0) {
-            sb.dot(prev.data(), xr.data(), nn * r);
-            sb.dot(xr.data(), xr.data(), nn * r);
+            sb.dot(prev.data(), xr.data(), nn * rp);
+            sb.dot(xr.data(), xr.data(), nn * rp);
             const std::vector<double> d = sb.read();
             changed = 0.5 * (1.0 - d[0] / d[1]);
         }
@@ -206,8 +216,15 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     }
     if (record_objective) {
         mm_into(g, 1.f, x, false, res.rot, false, 0.f, xr);
-        sb.weighted_abs(xr.data(), w2_d.get(), nn, r);
+        sb.weighted_abs(xr.data(), w2_d.get(), nn, rp);
         res.objective.push_back(sb.read()[0]);
+    }
+    if (rp != r) {  // R's leading r × r block
+        DMat rot(r, r, st);
+        CUDA_CHECK(cudaMemcpy2DAsync(rot.data(), r * sizeof(float), res.rot.data(),
+                                     rp * sizeof(float), r * sizeof(float), r,
+                                     cudaMemcpyDeviceToDevice, st));
+        res.rot = std::move(rot);
     }
     if (c.prof) {
         c.prof->add("itq.ns_iters", 0, ps.steps);

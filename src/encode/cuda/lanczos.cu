@@ -65,19 +65,26 @@ __global__ void k_lanczos_step(int64_t r, int j, float* w, float* v, float* v_pr
 
 }  // namespace
 
-std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps) {
+std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps,
+                                           int64_t active) {
     const cudaStream_t st = g.stream();
     const int64_t r = m.rows;
-    steps = static_cast<int>(std::min<int64_t>(steps, r));
+    if (active < 0) active = r;
+    CORTIQ_ASSERT(active <= r, "Lanczos on {} of {} rows", active, r);
+    steps = static_cast<int>(std::min<int64_t>(steps, active));
     if (steps <= 0) return {0.0, 0.0};
     std::vector<float> v0(r);
     double n0 = 0;
-    for (int64_t i = 0; i < r; ++i) {
-        v0[i] = 1.0f + 0.5f * std::sin(0.7f * static_cast<float>(i));
-        n0 += static_cast<double>(v0[i]) * v0[i];
+    for (int64_t i = 0; i < active; ++i) {  // zero beyond `active`: a padded M's
+        v0[i] = 1.0f + 0.5f * std::sin(0.7f * static_cast<float>(i));  // zero block
+        n0 += static_cast<double>(v0[i]) * v0[i];  // never enters the Krylov space
     }
     for (auto& x : v0) x = static_cast<float>(x / std::sqrt(n0));
     DVec v = upload_f(v0, st), v_prev(r, st), u(r, st), w(r, st);
+    // v_prev enters step 0 as 0 · v_prev: a NaN left in fresh pool memory
+    // would make α_0 NaN and the whole estimate void (it did, for about a
+    // third of ITQ's polar factors on the H200, which then took plain steps)
+    CUDA_CHECK(cudaMemsetAsync(v_prev.get(), 0, r * sizeof(float), st));
     DeviceBuffer<double> coef(2 * static_cast<int64_t>(steps), st);
     for (int j = 0; j < steps; ++j) {
         gemv(g, false, r, r, m.data(), v.get(), u.get());  // M v

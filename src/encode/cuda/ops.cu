@@ -65,9 +65,11 @@ __global__ void k_sign_abs(const float* x, float* sgn, float* mag, int64_t n) {
     }
 }
 
-__global__ void k_weighted_sign(float* x, const float* w, int64_t rows, int64_t cols) {
+__global__ void k_weighted_sign(float* x, const float* w, int64_t rows, int64_t cols,
+                                int64_t active) {
     for (int64_t idx = gtid(); idx < rows * cols; idx += gstride()) {
-        const float wi = w[idx / cols];
+        const int64_t row = idx / cols;
+        const float wi = idx - row * cols < active ? w[row] : 0.f;
         x[idx] = x[idx] >= 0.f ? wi : -wi;
     }
 }
@@ -257,10 +259,10 @@ struct DotF {
 };
 struct DevIdF {
     const float* a;
-    int64_t r;
+    int64_t r, ones;
     __device__ double operator()(int64_t i) const {
         const int64_t row = i / r, col = i - row * r;
-        const double d = static_cast<double>(a[i]) - (row == col ? 1.0 : 0.0);
+        const double d = static_cast<double>(a[i]) - (row == col && row < ones ? 1.0 : 0.0);
         return d * d;
     }
 };
@@ -335,9 +337,11 @@ void sign_abs(cudaStream_t st, const float* x, float* sgn, float* mag, int64_t n
     CUDA_LAUNCH_CHECK();
 }
 
-void weighted_sign(cudaStream_t st, float* x, const float* w, int64_t rows, int64_t cols) {
+void weighted_sign(cudaStream_t st, float* x, const float* w, int64_t rows, int64_t cols,
+                   int64_t active) {
     if (rows * cols == 0) return;
-    k_weighted_sign<<<grid_for(rows * cols), kThreads, 0, st>>>(x, w, rows, cols);
+    k_weighted_sign<<<grid_for(rows * cols), kThreads, 0, st>>>(x, w, rows, cols,
+                                                                active < 0 ? cols : active);
     CUDA_LAUNCH_CHECK();
 }
 
@@ -502,9 +506,9 @@ size_t SumBatch::dot(const float* a, const float* b, int64_t n) {
     return static_cast<size_t>(terms_++);
 }
 
-size_t SumBatch::dev_identity(const float* a, int64_t r) {
+size_t SumBatch::dev_identity(const float* a, int64_t r, int64_t ones) {
     if (terms_ >= kMaxTerms) fail_call("cortiq", "SumBatch::dev", __FILE__, __LINE__, "too many");
-    k_partial<<<kBlocks, kThreads, 0, st_>>>(DevIdF{a, r}, r * r,
+    k_partial<<<kBlocks, kThreads, 0, st_>>>(DevIdF{a, r, ones < 0 ? r : ones}, r * r,
                                              partial_.get() + terms_ * kBlocks);
     CUDA_LAUNCH_CHECK();
     return static_cast<size_t>(terms_++);

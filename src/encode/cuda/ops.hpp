@@ -35,8 +35,10 @@ void scale_rc_inplace(cudaStream_t st, float* a, const float* rows, const float*
                       int64_t r);
 // sgn = sign(x) (x ≥ 0 → +1), mag = |x|  (either may be null)
 void sign_abs(cudaStream_t st, const float* x, float* sgn, float* mag, int64_t n);
-// in place: x(i,k) = w[i] · sign(x(i,k))
-void weighted_sign(cudaStream_t st, float* x, const float* w, int64_t rows, int64_t cols);
+// in place: x(i,k) = w[i] · sign(x(i,k)) for k < active, 0 beyond (padding;
+// active −1: all columns)
+void weighted_sign(cudaStream_t st, float* x, const float* w, int64_t rows, int64_t cols,
+                   int64_t active = -1);
 // in place: each row divided by its norm (rows of norm 0 become 0)
 void row_normalize(cudaStream_t st, float* x, int64_t rows, int64_t cols);
 // x = a·x + b·y
@@ -93,8 +95,9 @@ class SumBatch {
     explicit SumBatch(cudaStream_t st);
     // Σ a[i]·b[i]
     size_t dot(const float* a, const float* b, int64_t n);
-    // ‖A − I‖²_F of an r×r matrix
-    size_t dev_identity(const float* a, int64_t r);
+    // ‖A − I‖²_F of an r×r matrix; ones ≥ 0: I has ones on its first `ones`
+    // diagonal entries only (a zero-padded polar factor)
+    size_t dev_identity(const float* a, int64_t r, int64_t ones = -1);
     // Σ_i w[i] Σ_k |x(i,k)|  (the ITQ objective)
     size_t weighted_abs(const float* x, const float* w, int64_t rows, int64_t cols);
     // Σ_i a(i,i)  (absval: Σ_i |a(i,i)|)

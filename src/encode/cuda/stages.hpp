@@ -57,6 +57,9 @@ struct Tuning {
     // ITQ: every polar factor but the last stops after its TF32 steps
     // (‖XᵀX − I‖_F < 0.1 or TF32's floor); the last one is finished in FP32.
     bool itq_tf32_intermediate = false;
+    // ITQ in TF32 (r ≥ itq_tf32_min_rank) on r padded to a multiple of 32
+    // (itq.cu: cuBLAS's faster TF32 kernels; the same polar factors).
+    bool itq_pad_rank = true;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
@@ -242,6 +245,10 @@ struct PolarOptions {
     double tol = 1e-4;       // on ‖XᵀX − I‖_F
     int max_iter = 60;
     bool timed = false;  // wall seconds of the two phases into PolarStats (syncs)
+    // M padded with zero rows and columns beyond its leading `active` ones
+    // (−1: none): the zero block stays zero in every step, and the deviation
+    // from the identity counts only the leading block.
+    int64_t active = -1;
 };
 struct PolarStats {
     int steps = 0, fast_steps = 0;  // Newton–Schulz steps, of them in TF32
@@ -252,8 +259,10 @@ struct PolarStats {
 };
 DMat polar(const Gpu& g, const DMat& m, const PolarOptions& po = {}, PolarStats* stats = nullptr);
 // The extreme eigenvalues of MᵀM from `steps` Lanczos steps (lanczos.cu; the
-// same start as la::lanczos_extremes); {0, 0} when M v vanishes.
-std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps);
+// same start as la::lanczos_extremes); {0, 0} when M v vanishes. active: the
+// leading rows and columns that hold M when it is zero-padded (−1: all).
+std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps,
+                                           int64_t active = -1);
 
 // ── stage 4: SVID ────────────────────────────────────────────────────────────
 std::pair<VecD, VecD> rank1_pos(const Gpu& g, const DMat& mabs);
