@@ -277,7 +277,7 @@ int main(int argc, char** argv) {
             for (const Size& z : parse_sizes(variants)) {
                 const auto s = cu::synthetic_layer(gpu, z.m, z.n, 1);
                 const std::string tag = fmt::format("{}x{}", z.m, z.n);
-                std::vector<std::pair<std::string, cu::Tuning>> all(19);
+                std::vector<std::pair<std::string, cu::Tuning>> all(20);
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
@@ -317,6 +317,8 @@ int main(int argc, char** argv) {
                 all[17].second.itq_tf32_intermediate = true;
                 all[18].first = "itq-unpadded";  // ITQ at r itself, not padded to 32
                 all[18].second.itq_pad_rank = false;
+                all[19].first = "g-gemm";  // ALS: g's system by a full gemm (not syrkx)
+                all[19].second.als_g_syrk = false;
                 for (const auto& [name, t] : all) {
                     if (!variant_names.empty() &&
                         ("," + variant_names + ",").find("," + name + ",") == std::string::npos)

@@ -140,7 +140,7 @@ bool pcg_with_factor(const Gpu& g, const float* a, const float* factor, int64_t 
                      float* x, double tol, int max_iter, int* steps) {
     const cudaStream_t st = g.stream();
     DVec res(n, st), z(n, st), dir(n, st), q(n, st);
-    gemv(g, false, n, n, a, x, q.get());  // A x
+    symv_solver(g, a, n, x, q.get());  // A x (the solver's triangle only)
     CUDA_CHECK(cudaMemcpyAsync(res.get(), b, n * sizeof(float), cudaMemcpyDeviceToDevice, st));
     axpby(st, res.get(), 1.f, q.get(), -1.f, n);  // r = b − A x
     const double bn = std::sqrt(dot(st, b, b, n));
@@ -156,7 +156,7 @@ bool pcg_with_factor(const Gpu& g, const float* a, const float* factor, int64_t 
     double rz = dot(st, res.get(), z.get(), n);
     for (int k = 0; k < max_iter; ++k) {
         *steps = k + 1;
-        gemv(g, false, n, n, a, dir.get(), q.get());
+        symv_solver(g, a, n, dir.get(), q.get());
         const double pq = dot(st, dir.get(), q.get(), n);
         if (!(pq > 0) || !std::isfinite(rz)) return false;
         const double alpha = rz / pq;
@@ -197,8 +197,12 @@ void als_g(DeviceFactors& factors, const TensorContext& c, size_t p, GCache* cac
     const DMat svk = mm(c.gpu, sv, false, k, false, c.big(r), kExactA);
     auto build = [&](float* sys) {
         StageTimer build_timer(c.gpu, c.prof, "als/g_system", true);
-        gemm(c.gpu, false, true, n, n, r, 1.f, svk.data(), r, sv.data(), r, 0.f, sys, n, c.big(r),
-             kExactB);
+        // S_V K S_Vᵀ: only the solver's triangle is read (Cholesky, PCG's symv)
+        if (c.tuning.als_g_syrk && c.big(r) == Prec::fp32)
+            syrkx_solver(c.gpu, n, r, svk.data(), sv.data(), sys);
+        else
+            gemm(c.gpu, false, true, n, n, r, 1.f, svk.data(), r, sv.data(), r, 0.f, sys, n,
+                 c.big(r), kExactB);
         hadamard_inplace(st, sys, c.input_ctx.h.data(), n);
     };
     timer.reset();

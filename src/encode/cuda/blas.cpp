@@ -3,6 +3,7 @@
 // as Cᵀ = op(B)ᵀ op(A)ᵀ with the operands swapped.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 #include "core/error.hpp"
 #include "encode/cuda/ops.hpp"
@@ -36,6 +37,32 @@ void gemm_one(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, f
         to_int(lda, "lda"), &beta, c, CUDA_R_32F, to_int(ldc, "ldc"), ct, CUBLAS_GEMM_DEFAULT));
 }
 
+int64_t up4(int64_t v) {
+    return (v + 3) / 4 * 4;
+}
+
+bool aligned16(const void* p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// An operand as the tensor-core kernels want it: rows × cols (leading
+// dimension ld) in place when it already is prows × pcols with 16-byte rows,
+// else a copy in a zero-filled prows × pcols buffer (held by `keep`).
+const float* tensor_operand(cudaStream_t st, const float* x, int64_t rows, int64_t cols,
+                            int64_t ld, int64_t prows, int64_t pcols, DeviceBuffer<float>& keep,
+                            int64_t& ld_out) {
+    if (rows == prows && cols == pcols && ld % 4 == 0 && aligned16(x)) {
+        ld_out = ld;
+        return x;
+    }
+    keep = DeviceBuffer<float>(prows * pcols, st);
+    CUDA_CHECK(cudaMemsetAsync(keep.get(), 0, prows * pcols * sizeof(float), st));
+    CUDA_CHECK(cudaMemcpy2DAsync(keep.get(), pcols * sizeof(float), x, ld * sizeof(float),
+                                 cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, st));
+    ld_out = pcols;
+    return keep.get();
+}
+
 }  // namespace
 
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -45,6 +72,33 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
     if (k == 0) {
         CORTIQ_ASSERT(ldc == n, "gemm with k = 0 needs a contiguous C");
         scal(g.stream(), c, beta, m * n);
+        return;
+    }
+    // cuBLAS's tensor-core kernels are 2–3× slower when a dimension is not a
+    // multiple of 4 floats (16 bytes): on the H200 a TF32 r×r×r product ran at
+    // 85–93 TFLOP/s for r = 2966 and 202–269 for r = 2976, and padding the
+    // leading dimensions alone did not help (bench_gemm_align_gpu). So TF32
+    // and 3xTF32 products run on operands zero-padded to multiples of 4 (the
+    // padding adds zeros to every sum) and C is taken from the padded result.
+    const bool tensor_ok = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && lda % 4 == 0 &&
+                           ldb % 4 == 0 && ldc % 4 == 0 && aligned16(a) && aligned16(b) &&
+                           aligned16(c);
+    if (p != Prec::fp32 && !tensor_ok) {
+        const cudaStream_t st = g.stream();
+        const int64_t mp = up4(m), np = up4(n), kp = up4(k);
+        DeviceBuffer<float> pa, pb, pc;
+        int64_t lda_p = 0, ldb_p = 0;
+        const float* a_p = tensor_operand(st, a, ta ? k : m, ta ? m : k, lda, ta ? kp : mp,
+                                          ta ? mp : kp, pa, lda_p);
+        const float* b_p = tensor_operand(st, b, tb ? n : k, tb ? k : n, ldb, tb ? np : kp,
+                                          tb ? kp : np, pb, ldb_p);
+        if (mp == m && np == n && ldc % 4 == 0 && aligned16(c)) {
+            gemm(g, ta, tb, m, n, k, alpha, a_p, lda_p, b_p, ldb_p, beta, c, ldc, p, exact);
+            return;
+        }
+        pc = DeviceBuffer<float>(mp * np, st);
+        gemm(g, ta, tb, mp, np, kp, 1.f, a_p, lda_p, b_p, ldb_p, 0.f, pc.get(), np, p, exact);
+        axpby_2d(st, c, ldc, beta, pc.get(), np, alpha, m, n);  // C = beta C + alpha (A B)
         return;
     }
     if (p != Prec::tf32x3) {
@@ -109,6 +163,26 @@ void gemv(const Gpu& g, bool ta, int64_t rows, int64_t cols, const float* a, con
     CUBLAS_CHECK(cublasSgemv(g.blas(), ta ? CUBLAS_OP_N : CUBLAS_OP_T, to_int(cols, "cols"),
                              to_int(rows, "rows"), &one, a, to_int(cols, "lda"), x, 1, &zero, y,
                              1));
+}
+
+void syrkx_solver(const Gpu& g, int64_t n, int64_t k, const float* a, const float* b, float* c) {
+    if (n == 0) return;
+    const float one = 1.f, zero = 0.f;
+    if (k == 0) {
+        CUDA_CHECK(cudaMemsetAsync(c, 0, static_cast<size_t>(n * n) * sizeof(float), g.stream()));
+        return;
+    }
+    // row-major A (n×k) is the column-major k×n matrix Aᵀ: op = T gives A
+    CUBLAS_CHECK(cublasSsyrkx(g.blas(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, to_int(n, "n"),
+                              to_int(k, "k"), &one, a, to_int(k, "lda"), b, to_int(k, "ldb"),
+                              &zero, c, to_int(n, "ldc")));
+}
+
+void symv_solver(const Gpu& g, const float* a, int64_t n, const float* x, float* y) {
+    if (n == 0) return;
+    const float one = 1.f, zero = 0.f;
+    CUBLAS_CHECK(cublasSsymv(g.blas(), CUBLAS_FILL_MODE_LOWER, to_int(n, "n"), &one, a,
+                             to_int(n, "lda"), x, 1, &zero, y, 1));
 }
 
 bool potrf_solver(const Gpu& g, float* a, int64_t n) {

@@ -93,6 +93,15 @@ __global__ void k_axpby(float* x, float a, const float* y, float b, int64_t n) {
     for (int64_t i = gtid(); i < n; i += gstride()) x[i] = a * x[i] + b * y[i];
 }
 
+__global__ void k_axpby_2d(float* x, int64_t ldx, float a, const float* y, int64_t ldy, float b,
+                           int64_t rows, int64_t cols) {
+    for (int64_t idx = gtid(); idx < rows * cols; idx += gstride()) {
+        const int64_t i = idx / cols, j = idx - i * cols;
+        const float by = b * y[i * ldy + j];
+        x[i * ldx + j] = a == 0.f ? by : a * x[i * ldx + j] + by;
+    }
+}
+
 __global__ void k_scal(float* x, float a, int64_t n) {
     for (int64_t i = gtid(); i < n; i += gstride()) x[i] *= a;
 }
@@ -355,6 +364,13 @@ void row_normalize(cudaStream_t st, float* x, int64_t rows, int64_t cols) {
 void axpby(cudaStream_t st, float* x, float a, const float* y, float b, int64_t n) {
     if (n == 0) return;
     k_axpby<<<grid_for(n), kThreads, 0, st>>>(x, a, y, b, n);
+    CUDA_LAUNCH_CHECK();
+}
+
+void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy,
+              float b, int64_t rows, int64_t cols) {
+    if (rows * cols == 0) return;
+    k_axpby_2d<<<grid_for(rows * cols), kThreads, 0, st>>>(x, ldx, a, y, ldy, b, rows, cols);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -43,6 +43,10 @@ void weighted_sign(cudaStream_t st, float* x, const float* w, int64_t rows, int6
 void row_normalize(cudaStream_t st, float* x, int64_t rows, int64_t cols);
 // x = a·x + b·y
 void axpby(cudaStream_t st, float* x, float a, const float* y, float b, int64_t n);
+// x(i,j) = a·x(i,j) + b·y(i,j) over rows × cols with leading dimensions;
+// a = 0 does not read x (it may hold NaN)
+void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy,
+              float b, int64_t rows, int64_t cols);
 // x *= a
 void scal(cudaStream_t st, float* x, float a, int64_t n);
 // a(i,j) *= h(i,j) over the whole n×n matrix
@@ -143,6 +147,12 @@ void split_tf32(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int
 // y = op(A) x, A rows×cols row-major
 void gemv(const Gpu& g, bool ta, int64_t rows, int64_t cols, const float* a, const float* x,
           float* y);
+// The solver's triangle (row-major upper) of C = A Bᵀ, A and B n×k row-major,
+// for products known to be symmetric (cublasSsyrkx: half the flops of a
+// gemm); the other triangle is left as it was.
+void syrkx_solver(const Gpu& g, int64_t n, int64_t k, const float* a, const float* b, float* c);
+// y = A x for a symmetric n×n A of which only the solver's triangle is read.
+void symv_solver(const Gpu& g, const float* a, int64_t n, const float* x, float* y);
 // In-place Cholesky of a symmetric n×n matrix (the solver's triangle: row-major
 // upper = column-major lower); false when it is not positive definite.
 bool potrf_solver(const Gpu& g, float* a, int64_t n);

@@ -60,6 +60,9 @@ struct Tuning {
     // ITQ in TF32 (r ≥ itq_tf32_min_rank) on r padded to a multiple of 32
     // (itq.cu: cuBLAS's faster TF32 kernels; the same polar factors).
     bool itq_pad_rank = true;
+    // ALS: g's n × n system S_V K S_Vᵀ as its solver triangle only (syrkx,
+    // half the flops); false: the full gemm, to compare.
+    bool als_g_syrk = true;
     // Stage 9 as before pack_signs.cu: the signs brought to the host as
     // matrices and packed there (to compare; the bytes are the same).
     bool host_pack = false;
