@@ -516,12 +516,14 @@ TEST(CudaGemm, PaddedTensorCoreProductsOnAwkwardShapes) {
     struct Shape {
         int64_t m, n, k;
     };
-    for (const Shape sh : {Shape{37, 53, 91}, Shape{64, 30, 129}, Shape{5, 7, 3}, Shape{64, 64, 64}})
+    // {64, 32, 45} with an aligned C: only k is padded, C written in place
+    for (const Shape sh : {Shape{37, 53, 91}, Shape{64, 30, 129}, Shape{5, 7, 3}, Shape{64, 64, 64},
+                           Shape{64, 32, 45}})
         for (const int t : {0, 1, 2, 3}) {
             const bool ta = t & 1, tb = t & 2;
             const int64_t ar = ta ? sh.k : sh.m, ac = ta ? sh.m : sh.k;
             const int64_t br = tb ? sh.n : sh.k, bc = tb ? sh.k : sh.n;
-            const int64_t ldc = sh.n + 3;
+            const int64_t ldc = sh.n + (t == 3 ? 3 : 4);
             MatD a(ar, ac), b(br, bc + 1), c0(sh.m, ldc);  // b: one extra column (ldb = bc + 1)
             for (auto* x : {&a, &b, &c0})
                 for (auto& v : x->vec()) v = rng.normal();

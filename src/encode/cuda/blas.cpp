@@ -93,7 +93,7 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
         const float* b_p = tensor_operand(st, b, tb ? n : k, tb ? k : n, ldb, tb ? np : kp,
                                           tb ? kp : np, pb, ldb_p);
         if (mp == m && np == n && ldc % 4 == 0 && aligned16(c)) {
-            gemm(g, ta, tb, m, n, k, alpha, a_p, lda_p, b_p, ldb_p, beta, c, ldc, p, exact);
+            gemm(g, ta, tb, m, n, kp, alpha, a_p, lda_p, b_p, ldb_p, beta, c, ldc, p, exact);
             return;
         }
         pc = DeviceBuffer<float>(mp * np, st);
