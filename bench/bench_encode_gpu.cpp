@@ -281,8 +281,8 @@ int main(int argc, char** argv) {
                 all[0].first = "default";
                 all[1].first = "itq-fp32";
                 all[1].second.itq_tf32_min_rank = INT_MAX;
-                all[2].first = "3xtf32";
-                all[2].second.x3_min_k = 1024;
+                all[2].first = "fp32-big";  // the large products in FP32 (not 3xTF32)
+                all[2].second.x3_min_k = INT64_MAX;
                 all[3].first = "batched";
                 all[3].second.gptq_kernel = cu::GptqKernel::batched;
                 all[4].first = "serial";

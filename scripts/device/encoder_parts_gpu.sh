@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Device call (issue 18): where the time of a 4096×11008 tensor goes, stage by
 # stage and by the parts of ITQ and ALS ("stage/part"), for tuning variants
-# side by side in one run (VARIANTS, default "default,3xtf32"), at column
+# side by side in one run (VARIANTS, default "default,fp32-big"), at column
 # groups G (default 64); LAYER=1 adds a 4096/11008 layer. With TESTS="test_cuda_encoder ..." those run first.
 # Logs in $OUT.
 set -u
@@ -16,7 +16,7 @@ for t in ${TESTS:-}; do
 done
 timeout ${BENCH_S:-400} .carry/gpu/bin/bench_encode_gpu --sizes "" --bpw 1.0 \
   --gptq-group ${G:-64} --variants ${SIZE:-4096x11008} \
-  --variant-names ${VARIANTS:-default,3xtf32} --profile-variants > $OUT/parts.log 2>&1
+  --variant-names ${VARIANTS:-default,fp32-big} --profile-variants > $OUT/parts.log 2>&1
 r=$?; [ $r -ne 0 ] && rc=1
 echo "bench rc=$r" >> $OUT/summary.log
 if [ -n "${LAYER:-}" ]; then  # LAYER=1: the seven tensors of a 4096/11008 layer (encode_many)

@@ -55,6 +55,10 @@ size_t estimate_bytes(int64_t m_, int64_t n_, const Options& o, bool with_contex
         floats += c1 + c2;
     else
         floats += std::max(c1, c2) + (r1 >= 1 && r2 >= 1 ? c2 / 2 : 0.0);  // the kept candidate
+    // 3xTF32 splits each operand into two copies (H, W·H: n × n and m × n), in
+    // each candidate stream at once
+    if (static_cast<double>(tuning.x3_min_k) <= std::max(m, n))
+        floats += (tuning.parallel_candidates ? 2 : 1) * 2 * (n * n + m * n);
     if (o.method == Method::rtn_sign) floats = 6 * m * n + n * n;
     double bytes = 4.0 * floats * 1.15 + 256.0 * (1 << 20);  // + library workspaces
     if (with_context) bytes += static_cast<double>(context_bytes(m_, n_));

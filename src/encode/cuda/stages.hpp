@@ -69,11 +69,12 @@ struct Tuning {
     // latents: the top r eigenpairs only (cusolverDnDsyevdx) instead of all (syevd).
     bool eig_partial = false;
     // Products with an inner dimension from this size run as 3xTF32 (see
-    // ops.hpp: FP32-like accuracy, 2.8e-7 vs 1.9e-7 relative on the H200, at
-    // about half the tensor-core time in theory); smaller ones in plain FP32.
-    // Off by default (INT64_MAX) until its speed is measured on its own; 1024
-    // turns it on for the large products.
-    int64_t x3_min_k = INT64_MAX;
+    // ops.hpp: FP32-like accuracy, 2.8e-7 vs 1.9e-7 relative on the H200);
+    // smaller ones in plain FP32; INT64_MAX: all in FP32. Slower than FP32
+    // while r = 2966 cost cuBLAS its fast kernels (8.47 against 8.10 s per
+    // 4096×11008 tensor); since gemm pads the operands to multiples of 4, 4.90
+    // against 5.85 s, the same held-out error (H200, session 19).
+    int64_t x3_min_k = 1024;
     GptqKernel gptq_kernel = GptqKernel::lazy;  // batched above the lazy kernel's rank (3584)
     // gptq_v (batched): threads per block, 0: automatic (512 from r = 257). Fewer
     // threads make a barrier cheaper but give each thread more of r per flip.
