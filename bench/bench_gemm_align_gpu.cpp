@@ -2,11 +2,15 @@
 // encoder's float32 products lose cuBLAS's fast kernels when the rank r makes
 // rows start off a 16-byte boundary (r = 2966: 2966 × 4 bytes)?
 //   bench_gemm_align_gpu [--ranks 2966,1475] [--rows 15104] [--reps 20]
+//                        [--solver 11008]
 // For each r, side by side in one run: the two products of a Newton–Schulz
 // step (XᵀX and X A, r×r×r) and ITQ's two products (X R and Xᵀ B, rows×r),
 // in TF32 and FP32, at r itself, at r with the leading dimension padded to a
 // multiple of 32, and at r rounded up to a multiple of 32. Milliseconds per
-// product (median of the repetitions, CUDA events) and TFLOP/s.
+// product (median of the repetitions, CUDA events) and TFLOP/s. --solver N:
+// the parts of ALS's g solve on an N × N SPD system (build by syrkx or gemm
+// at each rank, Cholesky, the preconditioner's triangular solves, symv, gemv,
+// and a dot read back to the host), in milliseconds.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -68,15 +72,73 @@ struct Case {
     int64_t m, n, k;  // C(m×n) = op(A) op(B), inner k
 };
 
+void solver_parts(const Gpu& g, int64_t n, const std::vector<int64_t>& ranks, int reps) {
+    const cudaStream_t st = g.stream();
+    fmt::print("| g solve part (n = {}) | ms |\n|---|---|\n", n);
+    DeviceBuffer<float> sys(n * n, st), work(n * n, st), x(n, st), y(n, st);
+    for (const int64_t r : ranks) {
+        DeviceBuffer<float> a(n * r, st), b(n * r, st);
+        cu::fill_normal(st, a.get(), n * r, 3, 0, 1.f);
+        cu::fill_normal(st, b.get(), n * r, 4, 0, 1.f);
+        fmt::print("| syrkx, k = {} | {:.3f} |\n", r, time_ms(g, reps, [&] {
+                       cu::syrkx_solver(g, n, r, a.get(), b.get(), sys.get());
+                   }));
+        fmt::print("| gemm FP32, k = {} | {:.3f} |\n", r, time_ms(g, reps, [&] {
+                       cu::gemm(g, false, true, n, n, r, 1.f, a.get(), r, b.get(), r, 0.f,
+                                sys.get(), n, cu::Prec::fp32);
+                   }));
+        fmt::print("| gemm 3xTF32 (B exact), k = {} | {:.3f} |\n", r, time_ms(g, reps, [&] {
+                       cu::gemm(g, false, true, n, n, r, 1.f, a.get(), r, b.get(), r, 0.f,
+                                sys.get(), n, cu::Prec::tf32x3, cu::kExactB);
+                   }));
+    }
+    // an SPD system: A Aᵀ + n I from a random n × n A
+    cu::fill_normal(st, work.get(), n * n, 5, 0, 1.f);
+    cu::gemm(g, false, true, n, n, n, 1.f, work.get(), n, work.get(), n, 0.f, sys.get(), n,
+             cu::Prec::fp32);
+    cu::add_diag(st, sys.get(), n, static_cast<float>(n));
+    cu::fill_normal(st, x.get(), n, 6, 0, 1.f);
+    bool ok = true;
+    fmt::print("| Cholesky (potrf) | {:.3f} |\n", time_ms(g, std::min(reps, 5), [&] {
+                   CUDA_CHECK(cudaMemcpyAsync(work.get(), sys.get(), n * n * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, st));
+                   ok = ok && cu::potrf_solver(g, work.get(), n);
+               }));
+    fmt::print("| (copy of the system inside the line above) | {:.3f} |\n",
+               time_ms(g, reps, [&] {
+                   CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), n * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, st));
+                   CUDA_CHECK(cudaMemcpyAsync(work.get() + n, sys.get(), n * n * sizeof(float) - n * sizeof(float),
+                                              cudaMemcpyDeviceToDevice, st));
+               }));
+    CUDA_CHECK(cudaMemcpyAsync(work.get(), sys.get(), n * n * sizeof(float),
+                               cudaMemcpyDeviceToDevice, st));
+    ok = ok && cu::potrf_solver(g, work.get(), n);
+    fmt::print("| potrs, one right-hand side (two triangular solves) | {:.3f} |\n",
+               time_ms(g, reps, [&] { cu::potrs_solver(g, work.get(), n, y.get()); }));
+    fmt::print("| symv (the solver's triangle) | {:.3f} |\n",
+               time_ms(g, reps, [&] { cu::symv_solver(g, sys.get(), n, x.get(), y.get()); }));
+    fmt::print("| gemv (the whole matrix) | {:.3f} |\n",
+               time_ms(g, reps, [&] { cu::gemv(g, false, n, n, sys.get(), x.get(), y.get()); }));
+    fmt::print("| dot read back to the host | {:.3f} |\n",
+               time_ms(g, reps, [&] { (void)cu::dot(st, x.get(), y.get(), n); }));
+    fmt::print("| inverse of the factor (trsm) | {:.3f} |\n", time_ms(g, std::min(reps, 3), [&] {
+                   cu::tri_inv_lower(g, work.get(), sys.get(), n);
+               }));
+    fmt::print("(Cholesky succeeded: {})\n\n", ok);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     std::string ranks = "2966,1475,2028", rows_s = "15104";
     int reps = 20;
+    int64_t solver = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--ranks")) ranks = argv[i + 1];
         else if (!std::strcmp(argv[i], "--rows")) rows_s = argv[i + 1];
         else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--solver")) solver = std::atoll(argv[i + 1]);
     }
     if (!gpu_available()) {
         std::puts("no GPU: nothing to measure");
@@ -84,6 +146,7 @@ int main(int argc, char** argv) {
     }
     const int64_t rows = std::stoll(rows_s);
     Gpu g;
+    if (solver > 0) solver_parts(g, solver, parse_list(ranks), reps);
     fmt::print("| product | r | layout | TF32 ms | TF32 TFLOP/s | FP32 ms | FP32 TFLOP/s |\n");
     fmt::print("|---|---|---|---|---|---|---|\n");
     for (const int64_t r0 : parse_list(ranks)) {
