@@ -19,11 +19,11 @@ d = json.load(open(os.path.join(docs, "encoder_speed.json")))
 prof = d["profile_4096x11008"]
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1.3, 1]})
 
-runs = [r for r in ["exact", "Q8", "G16", "G64"] if r in prof]
+runs = [r for r in ["exact", "Q8", "G16", "G64", "G64_s19"] if r in prof]
 stages = sorted(prof["exact"]["stages"], key=lambda s: -prof["exact"]["stages"][s])
 bottom = [0.0] * len(runs)
 for st in stages:
-    vals = [prof[r]["stages"][st] for r in runs]
+    vals = [prof[r]["stages"].get(st, 0.0) for r in runs]
     ax.bar(runs, vals, 0.5, bottom=bottom, label=st)
     bottom = [b + v for b, v in zip(bottom, vals)]
 for i, r in enumerate(runs):
@@ -32,8 +32,9 @@ for i, r in enumerate(runs):
 ax.axhline(d["targets"]["tensor_4096x11008_s"], color="red", lw=0.8, ls="--",
            label="target: 3 s per tensor (wall)")
 ax.set_xticks(range(len(runs)))
-ax.set_xticklabels({"exact": "exact scan (default)", "Q8": "--gptq-multi 8",
-                    "G16": "--gptq-group 16", "G64": "--gptq-group 64"}[r] for r in runs)
+labels = {"exact": "exact scan (default)", "Q8": "--gptq-multi 8", "G16": "--gptq-group 16",
+          "G64": "--gptq-group 64", "G64_s19": "G 64, session 19\n(padded TF32, 3xTF32)"}
+ax.set_xticklabels([labels[r] for r in runs], fontsize=7, rotation=15)
 ax.set_ylabel("seconds per stage, both candidate streams")
 ax.set_title("one 4096×11008 tensor, 1.0 bpw (H200)")
 ax.legend(fontsize=7, ncol=2)
