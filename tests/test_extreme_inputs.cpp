@@ -21,6 +21,7 @@
 #include "core/half.hpp"
 #include "core/rng.hpp"
 #include "encode/cpu/stages.hpp"
+#include "encode/gram_check.hpp"
 #include "encode/synthetic.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
@@ -274,6 +275,42 @@ void expect_stored_faithfully(const blr::Factors& md) {
 }
 
 }  // namespace
+
+// The Gram checks (tiled and parallel since session 19) find a bad entry
+// wherever it lies: in a diagonal tile, in a tile far from the diagonal, in the
+// last partial tile; a symmetric Gram passes.
+TEST(ExtremeGram, EveryBadEntryIsFoundWhereverItLies) {
+    const int64_t n = 200;  // tiles of 64: three full, one partial
+    MatD g(n, n);
+    Rng rng(2);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t j = 0; j <= i; ++j) g(i, j) = g(j, i) = rng.normal();
+    for (int64_t i = 0; i < n; ++i) g(i, i) = std::abs(g(i, i)) + 1.0;
+    EXPECT_NO_THROW(encode::check_gram(g, "layer", "fit"));
+    auto message = [&](const MatD& bad) {
+        try {
+            encode::check_gram(bad, "layer", "fit");
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    for (const auto [i, j] : {std::pair<int64_t, int64_t>{5, 3}, {150, 3}, {3, 150}, {199, 130}}) {
+        MatD asym = g;
+        asym(i, j) += 1e-3;
+        const std::string m = message(asym);
+        EXPECT_NE(m.find("not symmetric at (" + std::to_string(std::max(i, j)) + ", " +
+                         std::to_string(std::min(i, j)) + ")"),
+                  std::string::npos)
+            << m;
+        MatD nan = g;
+        nan(i, j) = std::nan("");
+        EXPECT_NE(message(nan).find("non-finite"), std::string::npos) << i << "," << j;
+    }
+    MatD neg = g;
+    neg(170, 170) = -1.0;
+    EXPECT_NE(message(neg).find("negative diagonal entry -1 at 170"), std::string::npos);
+}
 
 TEST(ExtremeScales, F16OverflowOfTheBalancedGaugeIsRescaled) {
     // One large output scale among small ones: the geometric-mean balance
