@@ -439,6 +439,24 @@ TEST(GptqV, ColumnGroupsDecideOnlyWhichFeedbackAColumnSees) {
     EXPECT_NE(some.sv.vec(), one.sv.vec());   // ... but not their own group's
 }
 
+// --gptq-group auto: the largest power of two up to n/64, between 1 and 64;
+// an explicit group passes through; and the whole encoder with auto equals the
+// encoder with that group spelled out, byte for byte.
+TEST(GptqV, AutoGroupFollowsTheInputWidth) {
+    const std::pair<int64_t, int> want[] = {{1, 1},    {127, 1},   {128, 2},   {255, 2},
+                                            {256, 4},  {768, 8},   {896, 8},   {1024, 16},
+                                            {4096, 64}, {11008, 64}, {1 << 20, 64}};
+    for (const auto& [n, g] : want) EXPECT_EQ(gptq_group_for(0, n), g) << n;
+    EXPECT_EQ(gptq_group_for(1, 4096), 1);
+    EXPECT_EQ(gptq_group_for(16, 100), 16);
+    Fixture f(48, 256, 41);
+    Options auto_o = small_options(), four = small_options();
+    auto_o.gptq_group = 0;
+    four.gptq_group = 4;  // 256 inputs: auto gives 4
+    EXPECT_EQ(encode_tensor(f.s.w, *f.input_ctx, auto_o).payload,
+              encode_tensor(f.s.w, *f.input_ctx, four).payload);
+}
+
 // The rounds of simultaneous flips (Options::gptq_multi) stop where the exact
 // scan stops: at signs no single flip improves (beyond the tolerance), with
 // g_j the best scale for them, and the signs stay ±1.

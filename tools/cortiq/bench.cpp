@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <map>
 #include <sstream>
 
 #include "commands.hpp"
@@ -100,8 +101,10 @@ void add_bench(CLI::App& app) {
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--gptq-group", args->gptq_group,
                     "input-side column search: groups of G columns without feedback among "
-                    "them (1: the exact order)")
-        ->check(CLI::Range(1, 1 << 20));
+                    "them (1: the exact order; auto: the largest power of two up to n/64, at "
+                    "most 64)")
+        ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
+        ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--device", args->device, "cpu or gpu");
     cmd->add_option("--paths", args->paths, "auto, 1 or 2");
     cmd->add_option("--methods", args->methods, "comma-separated: nvg,nvg-noknots,svid,rtn-sign");
