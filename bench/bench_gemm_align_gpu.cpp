@@ -104,11 +104,11 @@ void solver_parts(const Gpu& g, int64_t n, const std::vector<int64_t>& ranks, in
                                               cudaMemcpyDeviceToDevice, st));
                    ok = ok && cu::potrf_solver(g, work.get(), n);
                }));
-    fmt::print("| (copy of the system inside the line above) | {:.3f} |\n",
-               time_ms(g, reps, [&] {
+    fmt::print("| (copy of the system inside the line above) | {:.3f} |\n", time_ms(g, reps, [&] {
                    CUDA_CHECK(cudaMemcpyAsync(y.get(), x.get(), n * sizeof(float),
                                               cudaMemcpyDeviceToDevice, st));
-                   CUDA_CHECK(cudaMemcpyAsync(work.get() + n, sys.get(), n * n * sizeof(float) - n * sizeof(float),
+                   CUDA_CHECK(cudaMemcpyAsync(work.get() + n, sys.get(),
+                                              n * n * sizeof(float) - n * sizeof(float),
                                               cudaMemcpyDeviceToDevice, st));
                }));
     CUDA_CHECK(cudaMemcpyAsync(work.get(), sys.get(), n * n * sizeof(float),
@@ -135,10 +135,14 @@ int main(int argc, char** argv) {
     int reps = 20;
     int64_t solver = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!std::strcmp(argv[i], "--ranks")) ranks = argv[i + 1];
-        else if (!std::strcmp(argv[i], "--rows")) rows_s = argv[i + 1];
-        else if (!std::strcmp(argv[i], "--reps")) reps = std::atoi(argv[i + 1]);
-        else if (!std::strcmp(argv[i], "--solver")) solver = std::atoll(argv[i + 1]);
+        if (!std::strcmp(argv[i], "--ranks"))
+            ranks = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--rows"))
+            rows_s = argv[i + 1];
+        else if (!std::strcmp(argv[i], "--reps"))
+            reps = std::atoi(argv[i + 1]);
+        else if (!std::strcmp(argv[i], "--solver"))
+            solver = std::atoll(argv[i + 1]);
     }
     if (!gpu_available()) {
         std::puts("no GPU: nothing to measure");
@@ -177,8 +181,8 @@ int main(int argc, char** argv) {
                                  cc.get(), ldc, prec);
                     });
                 }
-                const double flop = 2.0 * static_cast<double>(m) * static_cast<double>(n) *
-                                    static_cast<double>(k);
+                const double flop =
+                    2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
                 static const char* names[] = {"as is", "ld padded to 32", "r rounded to 32"};
                 fmt::print("| {} | {} | {} | {:.3f} | {:.0f} | {:.3f} | {:.0f} |\n", c.what,
                            layout == 2 ? rp : r0, names[layout], ms[0], flop / ms[0] / 1e9, ms[1],

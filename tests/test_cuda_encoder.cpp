@@ -242,7 +242,8 @@ TEST(CudaItq, PaddedPolarIsThePolarOfTheBlock) {
     for (const bool tf32 : {false, true}) {
         cu::PolarOptions po;
         po.tf32 = tf32;
-        const MatD want = cu::download(cu::polar(gpu, cu::upload(mm, gpu.stream()), po), gpu.stream());
+        const MatD want =
+            cu::download(cu::polar(gpu, cu::upload(mm, gpu.stream()), po), gpu.stream());
         po.active = r;
         const MatD got =
             cu::download(cu::polar(gpu, cu::upload(padded, gpu.stream()), po), gpu.stream());
@@ -250,8 +251,10 @@ TEST(CudaItq, PaddedPolarIsThePolarOfTheBlock) {
         double pad_abs = 0;
         for (int64_t i = 0; i < rp; ++i)
             for (int64_t k = 0; k < rp; ++k) {
-                if (i < r && k < r) block(i, k) = got(i, k);
-                else pad_abs += std::abs(got(i, k));
+                if (i < r && k < r)
+                    block(i, k) = got(i, k);
+                else
+                    pad_abs += std::abs(got(i, k));
             }
         EXPECT_EQ(pad_abs, 0.0) << "tf32 " << tf32;
         EXPECT_LT(rel_diff(block, want), tf32 ? 1e-3 : 1e-4) << "tf32 " << tf32;
@@ -275,14 +278,15 @@ TEST(CudaItq, PaddedRankGivesTheSameItq) {
     auto [up, vp] = cpu::latents(fp.s.w, &fp.tc->wh, *fp.input_ctx, r);
     auto [wu, wv] = cpu::itq_weights(up, vp, *fp.input_ctx);
     auto run = [&](Fixture& f, int iters) {
-        return cu::itq(*f.c, cu::upload(up, f.gpu.stream()), cu::upload(vp, f.gpu.stream()), wu,
-                       wv, iters, true);
+        return cu::itq(*f.c, cu::upload(up, f.gpu.stream()), cu::upload(vp, f.gpu.stream()), wu, wv,
+                       iters, true);
     };
     const cu::ItqResult a1 = run(fp, 1), b1 = run(fu, 1);
     ASSERT_EQ(a1.rot.rows, r);
     ASSERT_EQ(a1.rot.cols, r);
-    EXPECT_LT(rel_diff(cu::download(a1.rot, fp.gpu.stream()), cu::download(b1.rot, fu.gpu.stream())),
-              1e-2);
+    EXPECT_LT(
+        rel_diff(cu::download(a1.rot, fp.gpu.stream()), cu::download(b1.rot, fu.gpu.stream())),
+        1e-2);
     const cu::ItqResult a = run(fp, 20), b = run(fu, 20);
     ASSERT_EQ(a.objective.size(), b.objective.size());
     EXPECT_NEAR(a.objective.front(), b.objective.front(), 1e-5 * b.objective.front());
@@ -543,7 +547,8 @@ TEST(CudaGemm, PaddedTensorCoreProductsOnAwkwardShapes) {
                 EXPECT_LT(rel_diff(got, want), p == cu::Prec::tf32 ? 2e-3 : 2e-6)
                     << sh.m << "x" << sh.n << "x" << sh.k << " t" << t;
                 for (int64_t i = 0; i < sh.m; ++i)  // the columns beyond n are untouched
-                    for (int64_t j = sh.n; j < ldc; ++j) ASSERT_EQ(got(i, j), static_cast<float>(c0(i, j)));
+                    for (int64_t j = sh.n; j < ldc; ++j)
+                        ASSERT_EQ(got(i, j), static_cast<float>(c0(i, j)));
             }
         }
 }

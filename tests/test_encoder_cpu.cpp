@@ -443,8 +443,8 @@ TEST(GptqV, ColumnGroupsDecideOnlyWhichFeedbackAColumnSees) {
 // an explicit group passes through; and the whole encoder with auto equals the
 // encoder with that group spelled out, byte for byte.
 TEST(GptqV, AutoGroupFollowsTheInputWidth) {
-    const std::pair<int64_t, int> want[] = {{1, 1},    {127, 1},   {128, 2},   {255, 2},
-                                            {256, 4},  {768, 8},   {896, 8},   {1024, 16},
+    const std::pair<int64_t, int> want[] = {{1, 1},     {127, 1},    {128, 2},     {255, 2},
+                                            {256, 4},   {768, 8},    {896, 8},     {1024, 16},
                                             {4096, 64}, {11008, 64}, {1 << 20, 64}};
     for (const auto& [n, g] : want) EXPECT_EQ(gptq_group_for(0, n), g) << n;
     EXPECT_EQ(gptq_group_for(1, 4096), 1);

@@ -130,8 +130,10 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     // the column search's variants, recorded when not the exact default (so a
     // resume cannot mix searches; files of the default keep their settings)
     if (o.enc.gptq_multi != 0) in.settings["gptq_multi"] = o.enc.gptq_multi;
-    if (o.enc.gptq_group == 0) in.settings["gptq_group"] = "auto";
-    else if (o.enc.gptq_group != 1) in.settings["gptq_group"] = o.enc.gptq_group;
+    if (o.enc.gptq_group == 0)
+        in.settings["gptq_group"] = "auto";
+    else if (o.enc.gptq_group != 1)
+        in.settings["gptq_group"] = o.enc.gptq_group;
     if (o.enc.itq_iters != encode::Options{}.itq_iters) in.settings["itq_iters"] = o.enc.itq_iters;
     if (o.tune_mode != "none")
         in.settings["tune"] = {{"mode", o.tune_mode},

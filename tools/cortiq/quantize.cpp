@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include <map>
 #include <fstream>
+#include <map>
 
 #include "commands.hpp"
 #include "core/parallel.hpp"

@@ -48,8 +48,8 @@ bool aligned16(const void* p) {
 // An operand as the tensor-core kernels want it: rows × cols (leading
 // dimension ld) in place when it already is prows × pcols with 16-byte rows,
 // else a copy in a zero-filled prows × pcols buffer (held by `keep`).
-const float* tensor_operand(cudaStream_t st, const float* x, int64_t rows, int64_t cols,
-                            int64_t ld, int64_t prows, int64_t pcols, DeviceBuffer<float>& keep,
+const float* tensor_operand(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int64_t ld,
+                            int64_t prows, int64_t pcols, DeviceBuffer<float>& keep,
                             int64_t& ld_out) {
     if (rows == prows && cols == pcols && ld % 4 == 0 && aligned16(x)) {
         ld_out = ld;
@@ -80,9 +80,8 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
     // leading dimensions alone did not help (bench_gemm_align_gpu). So TF32
     // and 3xTF32 products run on operands zero-padded to multiples of 4 (the
     // padding adds zeros to every sum) and C is taken from the padded result.
-    const bool tensor_ok = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && lda % 4 == 0 &&
-                           ldb % 4 == 0 && ldc % 4 == 0 && aligned16(a) && aligned16(b) &&
-                           aligned16(c);
+    const bool tensor_ok = m % 4 == 0 && n % 4 == 0 && k % 4 == 0 && lda % 4 == 0 && ldb % 4 == 0 &&
+                           ldc % 4 == 0 && aligned16(a) && aligned16(b) && aligned16(c);
     if (p != Prec::fp32 && !tensor_ok) {
         const cudaStream_t st = g.stream();
         const int64_t mp = up4(m), np = up4(n), kp = up4(k);
@@ -174,8 +173,8 @@ void syrkx_solver(const Gpu& g, int64_t n, int64_t k, const float* a, const floa
     }
     // row-major A (n×k) is the column-major k×n matrix Aᵀ: op = T gives A
     CUBLAS_CHECK(cublasSsyrkx(g.blas(), CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, to_int(n, "n"),
-                              to_int(k, "k"), &one, a, to_int(k, "lda"), b, to_int(k, "ldb"),
-                              &zero, c, to_int(n, "ldc")));
+                              to_int(k, "k"), &one, a, to_int(k, "lda"), b, to_int(k, "ldb"), &zero,
+                              c, to_int(n, "ldc")));
 }
 
 void symv_solver(const Gpu& g, const float* a, int64_t n, const float* x, float* y) {

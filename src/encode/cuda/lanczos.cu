@@ -65,8 +65,7 @@ __global__ void k_lanczos_step(int64_t r, int j, float* w, float* v, float* v_pr
 
 }  // namespace
 
-std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps,
-                                           int64_t active) {
+std::pair<double, double> lanczos_extremes(const Gpu& g, const DMat& m, int steps, int64_t active) {
     const cudaStream_t st = g.stream();
     const int64_t r = m.rows;
     if (active < 0) active = r;

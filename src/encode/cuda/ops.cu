@@ -367,8 +367,8 @@ void axpby(cudaStream_t st, float* x, float a, const float* y, float b, int64_t 
     CUDA_LAUNCH_CHECK();
 }
 
-void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy,
-              float b, int64_t rows, int64_t cols) {
+void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy, float b,
+              int64_t rows, int64_t cols) {
     if (rows * cols == 0) return;
     k_axpby_2d<<<grid_for(rows * cols), kThreads, 0, st>>>(x, ldx, a, y, ldy, b, rows, cols);
     CUDA_LAUNCH_CHECK();

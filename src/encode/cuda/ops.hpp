@@ -45,8 +45,8 @@ void row_normalize(cudaStream_t st, float* x, int64_t rows, int64_t cols);
 void axpby(cudaStream_t st, float* x, float a, const float* y, float b, int64_t n);
 // x(i,j) = a·x(i,j) + b·y(i,j) over rows × cols with leading dimensions;
 // a = 0 does not read x (it may hold NaN)
-void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy,
-              float b, int64_t rows, int64_t cols);
+void axpby_2d(cudaStream_t st, float* x, int64_t ldx, float a, const float* y, int64_t ldy, float b,
+              int64_t rows, int64_t cols);
 // x *= a
 void scal(cudaStream_t st, float* x, float a, int64_t n);
 // a(i,j) *= h(i,j) over the whole n×n matrix
