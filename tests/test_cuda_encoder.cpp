@@ -161,15 +161,30 @@ TEST(CudaItq, SignsAndPolarMatchCpu) {
     EXPECT_LT(rel_diff(got, want), 1e-4);
 }
 
+namespace {
+
+// A random r × r matrix, entries uniform in [−0.5, 0.5), plus shift + ramp·i
+// on the diagonal (well conditioned for shifts above about √r / 2).
+MatD random_shifted(int64_t r, uint64_t seed, double shift, double ramp = 0.0) {
+    Rng rng(seed);
+    MatD mm(r, r);
+    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
+    for (int64_t i = 0; i < r; ++i) mm(i, i) += shift + ramp * static_cast<double>(i);
+    return mm;
+}
+
+double orth_dev(const MatD& x) {
+    return la::identity_deviation(la::gemm(x, true, x, false));
+}
+
+}  // namespace
+
 // The device Lanczos (one kernel a step, one readback) against the float64
 // one from the same start: the extreme Ritz values of MᵀM agree to float32.
 TEST(CudaItq, LanczosMatchesCpu) {
     SKIP_WITHOUT_GPU();
-    Rng rng(8);
     const int64_t r = 300;
-    MatD mm(r, r);
-    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
-    for (int64_t i = 0; i < r; ++i) mm(i, i) += 1.0 + 0.01 * static_cast<double>(i);
+    const MatD mm = random_shifted(r, 8, 1.0, 0.01);
     cu::Gpu gpu;
     for (const int steps : {1, 8, 24}) {
         const auto [lo, hi] = la::lanczos_extremes(r, steps, [&](const VecD& v, VecD& out) {
@@ -181,30 +196,12 @@ TEST(CudaItq, LanczosMatchesCpu) {
     }
 }
 
-// The precisions of ITQ's polar factor at a rank where TF32 is used (r ≥ 512):
-// TF32 steps, then FP32 or 3xTF32 steps, agree with the float64 polar factor
-// (within the stopping tolerance, or TF32's rounding where TF32 steps ran),
-// and the result is orthogonal, with either hand-over rule. On a matrix with
-// singular values from 0.02 to 1 (a growth phase of several steps) the
-// hand-over rule keeps TF32 through the growth, the earlier rule did not, and
-// the scaled steps (the default) take fewer than the plain ones.
-namespace {
-
-double orth_dev(const MatD& x) {
-    return la::identity_deviation(la::gemm(x, true, x, false));
-}
-
-}  // namespace
-
 // Stale NaNs in the memory pool (a freed buffer of NaNs on the same stream)
 // must not reach the device Lanczos: its first step reads v_prev times β = 0.
 TEST(CudaItq, LanczosIgnoresStaleMemory) {
     SKIP_WITHOUT_GPU();
-    Rng rng(9);
     const int64_t r = 200;
-    MatD mm(r, r);
-    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
-    for (int64_t i = 0; i < r; ++i) mm(i, i) += 2.0;
+    const MatD mm = random_shifted(r, 9, 2.0);
     cu::Gpu gpu;
     const cu::DMat dm = cu::upload(mm, gpu.stream());
     for (int rep = 0; rep < 4; ++rep) {
@@ -226,11 +223,9 @@ TEST(CudaItq, LanczosIgnoresStaleMemory) {
 // Lanczos estimates see M only.
 TEST(CudaItq, PaddedPolarIsThePolarOfTheBlock) {
     SKIP_WITHOUT_GPU();
-    Rng rng(6);
     const int64_t r = 600, rp = 608;
-    MatD mm(r, r), padded(rp, rp);
-    for (auto& v : mm.vec()) v = rng.uniform() - 0.5;
-    for (int64_t i = 0; i < r; ++i) mm(i, i) += 2.0;
+    const MatD mm = random_shifted(r, 6, 2.0);
+    MatD padded(rp, rp);
     padded.vec().assign(padded.vec().size(), 0.0);
     for (int64_t i = 0; i < r; ++i)
         for (int64_t k = 0; k < r; ++k) padded(i, k) = mm(i, k);
@@ -293,6 +288,13 @@ TEST(CudaItq, PaddedRankGivesTheSameItq) {
     EXPECT_NEAR(a.objective.back(), b.objective.back(), 2e-2 * b.objective.back());
 }
 
+// The precisions of ITQ's polar factor at a rank where TF32 is used (r ≥ 512):
+// TF32 steps, then FP32 or 3xTF32 steps, agree with the float64 polar factor
+// (within the stopping tolerance, or TF32's rounding where TF32 steps ran),
+// and the result is orthogonal, with either hand-over rule. On a matrix with
+// singular values from 0.02 to 1 (a growth phase of several steps) the
+// hand-over rule keeps TF32 through the growth, the earlier rule did not, and
+// the scaled steps (the default) take fewer than the plain ones.
 TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
     SKIP_WITHOUT_GPU();
     Rng rng(5);
