@@ -439,22 +439,26 @@ TEST(GptqV, ColumnGroupsDecideOnlyWhichFeedbackAColumnSees) {
     EXPECT_NE(some.sv.vec(), one.sv.vec());   // ... but not their own group's
 }
 
-// --gptq-group auto: the largest power of two up to n/64, between 1 and 64;
+// --gptq-group auto: the largest power of two up to r/16, between 1 and 64;
 // an explicit group passes through; and the whole encoder with auto equals the
 // encoder with that group spelled out, byte for byte.
-TEST(GptqV, AutoGroupFollowsTheInputWidth) {
-    const std::pair<int64_t, int> want[] = {{1, 1},     {127, 1},    {128, 2},     {255, 2},
-                                            {256, 4},   {768, 8},    {896, 8},     {1024, 16},
-                                            {4096, 64}, {11008, 64}, {1 << 20, 64}};
-    for (const auto& [n, g] : want) EXPECT_EQ(gptq_group_for(0, n), g) << n;
+TEST(GptqV, AutoGroupFollowsTheRank) {
+    const std::pair<int64_t, int> want[] = {{1, 1},     {31, 1},    {32, 2},      {63, 2},
+                                            {64, 4},    {97, 4},    {128, 8},     {1006, 32},
+                                            {1024, 64}, {1475, 64}, {1 << 20, 64}};
+    for (const auto& [r, g] : want) EXPECT_EQ(gptq_group_for(0, r), g) << r;
     EXPECT_EQ(gptq_group_for(1, 4096), 1);
     EXPECT_EQ(gptq_group_for(16, 100), 16);
     Fixture f(48, 256, 41);
-    Options auto_o = small_options(), four = small_options();
+    Options auto_o = small_options();
     auto_o.gptq_group = 0;
-    four.gptq_group = 4;  // 256 inputs: auto gives 4
-    EXPECT_EQ(encode_tensor(f.s.w, *f.input_ctx, auto_o).payload,
-              encode_tensor(f.s.w, *f.input_ctx, four).payload);
+    auto_o.paths = PathsChoice::one;
+    auto_o.bpw = 2.0;
+    const Encoded a = encode_tensor(f.s.w, *f.input_ctx, auto_o);
+    ASSERT_GE(a.rank, 32) << a.line;  // so that auto's group is at least 2
+    Options spelled = auto_o;
+    spelled.gptq_group = gptq_group_for(0, a.rank);
+    EXPECT_EQ(a.payload, encode_tensor(f.s.w, *f.input_ctx, spelled).payload);
 }
 
 // The rounds of simultaneous flips (Options::gptq_multi) stop where the exact

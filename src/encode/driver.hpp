@@ -120,7 +120,7 @@ typename B::Factors refine(typename B::Factors f, const typename B::Context& c, 
                     flip_u(trial, c, p, o.flip_tol, o.flip_passes);
                 else
                     gptq_v(trial, c, p, o.flip_tol, o.gptq_passes, o.gptq_block, true, o.gptq_multi,
-                           gptq_group_for(o.gptq_group, f.n));
+                           gptq_group_for(o.gptq_group, f.r));
                 als(trial, c, o.als_knot_sweeps);
                 double e;
                 {

@@ -45,21 +45,22 @@ struct Options {
     // group's errors reach every later column: G columns that a parallel device
     // could search at once (the CUDA encoder launches one block per column).
     // Groups never cross a multiple of gptq_block. 0 (`--gptq-group auto`):
-    // per tensor, the largest power of two ≤ n/64, at most 64 (gptq_group_for).
+    // per search, the largest power of two ≤ r/16, at most 64 (gptq_group_for).
     int gptq_group = 1;
 };
 
-// The column group of a tensor with n inputs under Options::gptq_group = g:
-// g itself when g ≥ 1; for 0 (auto) the largest power of two ≤ n/64, at most
-// 64, at least 1. Why n/64: the groups raise a tensor's held-out error with
-// G/n (tiny-llama-6m and tiny-qwen3-6m, 756 tensors against G = 1: +0.14 % at
-// G/n = 0.021, +0.32 % at 0.062, +0.79 % at 0.083, +1.46 % at 0.25; a
-// synthetic 4096×11008 at G/n = 0.006: +0.07 %), so G ≤ n/64 keeps it near
-// 0.1 % while a 4096- or 11008-wide layer gets the GPU's G = 64.
-inline int gptq_group_for(int g, int64_t n) {
+// The column group of a search over r sign rows under Options::gptq_group = g:
+// g itself when g ≥ 1; for 0 (auto) the largest power of two ≤ r/16, at most
+// 64, at least 1. Why r/16: a group raises the tensor's held-out error with
+// G/r, the share of the rank searched without feedback (+0.07 % at G/r =
+// 0.04, a synthetic 4096×11008 at G = 64; +0.29 % at 0.16 and +0.93 % at
+// 0.66 on a synthetic 256×2048; +0.3 % and +1.4 % for G = 16 and 64 on the
+// tiny models), so G ≤ r/16 keeps it near 0.1 % while the ranks of a
+// 4096/11008 layer at 1 bpw (1006 to 2966) get G = 32 or 64.
+inline int gptq_group_for(int g, int64_t r) {
     if (g >= 1) return g;
     int group = 1;
-    while (group < 64 && static_cast<int64_t>(group) * 2 * 64 <= n) group *= 2;
+    while (group < 64 && static_cast<int64_t>(group) * 2 * 16 <= r) group *= 2;
     return group;
 }
 

@@ -101,7 +101,7 @@ void add_bench(CLI::App& app) {
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--gptq-group", args->gptq_group,
                     "input-side column search: groups of G columns without feedback among "
-                    "them (1: the exact order; auto: the largest power of two up to n/64, at "
+                    "them (1: the exact order; auto: the largest power of two up to rank/16, at "
                     "most 64)")
         ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
         ->check(CLI::Range(0, 1 << 20));
