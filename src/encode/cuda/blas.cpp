@@ -56,9 +56,7 @@ const float* tensor_operand(cudaStream_t st, const float* x, int64_t rows, int64
         return x;
     }
     keep = DeviceBuffer<float>(prows * pcols, st);
-    CUDA_CHECK(cudaMemsetAsync(keep.get(), 0, prows * pcols * sizeof(float), st));
-    CUDA_CHECK(cudaMemcpy2DAsync(keep.get(), pcols * sizeof(float), x, ld * sizeof(float),
-                                 cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, st));
+    copy_padded(st, x, rows, cols, ld, keep.get(), prows, pcols);
     ld_out = pcols;
     return keep.get();
 }

@@ -85,9 +85,7 @@ int64_t gptq_v(DeviceFactors& factors, const TensorContext& c, size_t p, double 
     DMat kpad;
     if (lazy) {
         kpad = DMat(rp, rp, st);
-        CUDA_CHECK(cudaMemsetAsync(kpad.data(), 0, kpad.size() * sizeof(float), st));
-        CUDA_CHECK(cudaMemcpy2DAsync(kpad.data(), rp * sizeof(float), k.data(), r * sizeof(float),
-                                     r * sizeof(float), r, cudaMemcpyDeviceToDevice, st));
+        copy_padded(st, k.data(), r, r, r, kpad.data(), rp, rp);
     }
     DMat e(n, r, st);
     DVec gv(n, st);

@@ -147,11 +147,8 @@ ItqResult itq(const TensorContext& c, const DMat& up, const DMat& vp, const VecD
     // [M 0; 0 0] is [Q 0; 0 0] step by step, Q = polar(M).
     const int64_t rp = fast && c.tuning.itq_pad_rank ? (r + 31) / 32 * 32 : r;
     DMat x(nn, rp, st);
-    if (rp != r) CUDA_CHECK(cudaMemsetAsync(x.data(), 0, x.size() * sizeof(float), st));
-    for (const auto& [src, row0] : {std::pair<const DMat*, int64_t>{&up, 0}, {&vp, m}})
-        CUDA_CHECK(cudaMemcpy2DAsync(x.row(row0), rp * sizeof(float), src->data(),
-                                     r * sizeof(float), r * sizeof(float), src->rows,
-                                     cudaMemcpyDeviceToDevice, st));
+    copy_padded(st, up.data(), m, r, r, x.data(), m, rp);
+    copy_padded(st, vp.data(), n, r, r, x.row(m), n, rp);
     row_normalize(st, x.data(), nn, rp);
     VecD w2(nn);
     double mean = 0;

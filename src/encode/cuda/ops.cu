@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
 #include "encode/cuda/ops.hpp"
 
 namespace cortiq::encode::cuda {
@@ -397,6 +398,17 @@ void add_diag(cudaStream_t st, float* a, int64_t n, float v) {
     if (n == 0) return;
     k_add_diag<<<grid_for(n), kThreads, 0, st>>>(a, n, v);
     CUDA_LAUNCH_CHECK();
+}
+
+void copy_padded(cudaStream_t st, const float* src, int64_t rows, int64_t cols, int64_t ld,
+                 float* dst, int64_t prows, int64_t pcols) {
+    CORTIQ_ASSERT(prows >= rows && pcols >= cols, "padding {}x{} into {}x{}", rows, cols, prows,
+                  pcols);
+    if (prows != rows || pcols != cols)
+        CUDA_CHECK(cudaMemsetAsync(dst, 0, prows * pcols * sizeof(float), st));
+    if (rows * cols == 0) return;
+    CUDA_CHECK(cudaMemcpy2DAsync(dst, pcols * sizeof(float), src, ld * sizeof(float),
+                                 cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, st));
 }
 
 void set_identity(cudaStream_t st, float* a, int64_t n) {

@@ -57,6 +57,11 @@ void hadamard_block(cudaStream_t st, float* dst, int64_t ld, const float* a, con
 // a(i,i) += v
 void add_diag(cudaStream_t st, float* a, int64_t n, float v);
 void set_identity(cudaStream_t st, float* a, int64_t n);
+// dst (prows × pcols, contiguous) = src (rows × cols, leading dimension ld) in
+// its leading block and zeros elsewhere (the padding the tensor-core and lazy
+// gptq_v kernels want); prows ≥ rows, pcols ≥ cols.
+void copy_padded(cudaStream_t st, const float* src, int64_t rows, int64_t cols, int64_t ld,
+                 float* dst, int64_t prows, int64_t pcols);
 // dst(j,:) = src(perm[j],:) (inverse = false) or dst(perm[j],:) = src(j,:)
 void permute_rows(cudaStream_t st, const float* src, float* dst, const int* perm, int64_t rows,
                   int64_t cols, bool inverse);
