@@ -220,6 +220,38 @@ TEST_F(Quantize, ProfileReportsEncoderStagesAndChangesNoByte) {
     for (const auto& e : prof.encode_stages.entries()) staged += e.seconds;
     EXPECT_GT(staged, 0.0);
     EXPECT_NE(prof.summary().find("encoder stages"), std::string::npos);
+    EXPECT_NE(prof.summary().find("calibration: "), std::string::npos);
+    fs::remove_all(d);
+}
+
+// The parts of the calibration time are sub-intervals of it, recorded with or
+// without --profile: each input's Grams, the original's cross Grams and the
+// drift targets (--match original, the default), every layer's advance but
+// the last, the start.
+TEST_F(Quantize, CalibrationPartsAddUpToAtMostItsSeconds) {
+    const fs::path d = tmp_dir("calib_parts");
+    auto o = base_options(d / "a.safetensors");
+    ASSERT_TRUE(o.match_original);
+    const auto rep = quant::quantize(o);
+    const auto j = rep.to_json();
+    ASSERT_TRUE(j.contains("calib_parts"));
+    double sum = 0;
+    for (const char* part : {"start", "grams", "cross_grams", "drift", "advance"}) {
+        ASSERT_TRUE(j["calib_parts"].contains(part)) << part;
+        const double s = j["calib_parts"][part].get<double>();
+        EXPECT_GE(s, 0.0) << part;
+        sum += s;
+    }
+    EXPECT_GT(sum, 0.0);
+    EXPECT_LE(sum, rep.calib_seconds * (1 + 1e-9) + 1e-9);
+    // one Gram (and cross Gram, and drift) per input of each layer, an advance
+    // per layer but the last
+    const int64_t layers = 5;
+    for (const auto& e : rep.calib_parts.entries()) {
+        if (e.stage == "advance") EXPECT_EQ(e.calls, layers - 1);
+        if (e.stage == "grams" || e.stage == "cross_grams" || e.stage == "drift")
+            EXPECT_EQ(e.calls, 4 * layers) << e.stage;
+    }
     fs::remove_all(d);
 }
 

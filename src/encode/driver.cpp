@@ -30,6 +30,9 @@ std::pair<size_t, std::string> select(const std::vector<CandidateScore>& scores,
         (s.paths == 2 ? out.err_p2_sel : out.err_p1_sel) = s.sel;
         if (s.paths == 1 && s.init_sel >= 0)  // CORTIQ_INIT_SEL (driver.hpp)
             notes += fmt::format("{}init1 {:.4f}", notes.empty() ? "" : " ", s.init_sel);
+        for (size_t k = 0; k < s.sweep_sel.size(); ++k)  // CORTIQ_SWEEP_SEL
+            notes += fmt::format("{}P{}s{} {:.4f}", notes.empty() ? "" : " ", s.paths, k + 1,
+                                 s.sweep_sel[k]);
         notes += fmt::format("{}P{} {:.4f}", notes.empty() ? "" : " ", s.paths, s.sel);
         if (i == 0 || s.sel < scores[best].sel) best = i;
     }

@@ -47,11 +47,13 @@ struct CandidateRanks {
 };
 CandidateRanks candidate_ranks(int64_t m, int64_t n, const Options& o);
 
-// One candidate's held-out errors (init_sel: P = 2 before the knots, -1 otherwise).
+// One candidate's held-out errors (init_sel: P = 2 before the knots, -1
+// otherwise; sweep_sel: after each refinement sweep, with CORTIQ_SWEEP_SEL).
 struct CandidateScore {
     int paths = 0;
     double sel = 0;
     double init_sel = -1;
+    std::vector<double> sweep_sel;
 };
 // Fills out's selection errors and returns the winner (the lower held-out
 // error; the first on a tie) and the report line's "sel:" notes.
@@ -104,9 +106,11 @@ typename B::Factors build_init(const typename B::Context& c, int64_t r, int path
 }
 
 // Stage 7: per path, flip_u and gptq_v, each followed by ALS and kept only
-// when err_H drops.
+// when err_H drops. sweep_sel (a diagnostic, or null): the held-out error
+// after each sweep.
 template <class B>
-typename B::Factors refine(typename B::Factors f, const typename B::Context& c, const Options& o) {
+typename B::Factors refine(typename B::Factors f, const typename B::Context& c, const Options& o,
+                           std::vector<double>* sweep_sel = nullptr) {
     double cur;
     {
         typename B::Stage st(c, "err");
@@ -133,6 +137,10 @@ typename B::Factors refine(typename B::Factors f, const typename B::Context& c, 
                 }
             }
         }
+        if (sweep_sel) {
+            typename B::Stage st(c, "select");
+            sweep_sel->push_back(rel_err(f, c, B::Metric::sel));
+        }
     }
     return f;
 }
@@ -147,12 +155,17 @@ Candidate<B> encode_candidate(const typename B::Context& c, int64_t r, int paths
     // CORTIQ_INIT_SEL=1 (a diagnostic): the P = 1 candidate's held-out error
     // before the knots too, to study whether the ranking of the candidates
     // before the knots predicts the pick.
+    // CORTIQ_SWEEP_SEL=1 (a diagnostic): both, and the held-out error after
+    // each refinement sweep, to study whether a candidate could be dropped
+    // before its last sweep.
     static const bool init_sel_all = std::getenv("CORTIQ_INIT_SEL") != nullptr;
-    if (paths == 2 || init_sel_all) {
+    static const bool sweep_sel = std::getenv("CORTIQ_SWEEP_SEL") != nullptr;
+    if (paths == 2 || init_sel_all || sweep_sel) {
         typename B::Stage st(c, "select");
         cd.score.init_sel = rel_err(cd.factors, c, B::Metric::sel);
     }
-    if (o.method == Method::nvg) cd.factors = refine<B>(std::move(cd.factors), c, o);
+    if (o.method == Method::nvg)
+        cd.factors = refine<B>(std::move(cd.factors), c, o, sweep_sel ? &cd.score.sweep_sel : nullptr);
     typename B::Stage st(c, "select");
     cd.score.sel = rel_err(cd.factors, c, B::Metric::sel);
     return cd;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "core/profile.hpp"
 #include "linalg/blas.hpp"
 #include "quantize/steps.hpp"
 
@@ -25,8 +26,13 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
     const auto t0 = std::chrono::steady_clock::now();
     auto [h_fit, h_sel] = run.states.grams(layer, input);
     InputGrams g{std::move(h_fit), std::move(h_sel), std::vector<double>(jobs.size(), -1.0)};
+    Profile& parts = run.report.calib_parts;
+    parts.add("grams", seconds_since(t0));
     if (run.o.match_original) {
+        const auto t_cross = std::chrono::steady_clock::now();
         const auto [cross_fit, cross_sel] = run.states.cross_grams(layer, input);
+        parts.add("cross_grams", seconds_since(t_cross));
+        ScopedStage drift_stage(&parts, "drift");
         // the encoder's damping c = ρ · mean diag(H_fit) (SPEC §2)
         const double c = run.o.enc.rho * la::trace(g.h_fit) / static_cast<double>(g.h_fit.rows());
         CORTIQ_CHECK(std::isfinite(c) && c >= 0,

@@ -147,6 +147,12 @@ struct QuantizeReport {
     // the tensors encoded in this run (tensors in flight together add up
     // past the wall time).
     Profile encode_stages;
+    // Where calib_seconds went, always recorded (seconds, not synchronising
+    // anything more): "start" (loading the original model, the first hidden
+    // states), "grams" and "cross_grams" (each input's Grams, on the host),
+    // "drift" (--match original: the corrected targets, float64 on the host),
+    // "advance" (each compressed layer's outputs), "head" (lm_head's Grams).
+    Profile calib_parts;
     // One entry per tuned block: layer, losses before/after, epoch kept, flips.
     nlohmann::json tuned_blocks = nlohmann::json::array();
     nlohmann::json distilled;  // --tune ...+kd: KL before/after, epoch kept, flips, seconds

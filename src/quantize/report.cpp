@@ -88,6 +88,9 @@ nlohmann::json QuantizeReport::to_json() const {
     j["encode_seconds"] = encode_seconds;
     j["calib_seconds"] = calib_seconds;
     j["tune_seconds"] = tune_seconds;
+    nlohmann::json cp = nlohmann::json::object();
+    for (const auto& e : calib_parts.entries()) cp[e.stage] = e.seconds;
+    j["calib_parts"] = cp;
     if (!encode_stages.entries().empty()) {
         nlohmann::json st = nlohmann::json::object();
         for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
@@ -137,7 +140,8 @@ std::string QuantizeReport::summary() const {
            kept_small_note() + tune_note +
            (encode_stages.entries().empty()
                 ? ""
-                : "\nencoder stages (summed over tensors): " + encode_stages.line());
+                : "\ncalibration: " + calib_parts.line() +
+                      "\nencoder stages (summed over tensors): " + encode_stages.line());
 }
 
 std::string QuantizeReport::kept_small_note() const {

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Writes a random model of the Llama-7B shape with numpy alone (no PyTorch),
+for the time of a whole quantize at that size (issue 18's projection,
+calibration and tuning included):
+
+  make_llama_7b_shape.py OUT_DIR [--layers 2]
+
+OUT_DIR/config.json (llama) and model.safetensors (BF16, untied head): hidden
+4096, SwiGLU 11008, 32 heads of 128 (no grouped KV), vocabulary 32,000, RoPE
+θ 1e4, context 4096; `--layers` decoder layers (the real model has 32; a
+quantize's time is its per-layer time times the layers, plus the head and
+the embedding). Linear weights N(0, 1/fan_in), embeddings N(0, 1), norms
+near 1. Its perplexities mean nothing; its shapes, and so its time, are the
+real model's. A tokenizer with ids below 32,000 (tiny-llama-6m's) is copied
+next to it by the device script.
+"""
+import json, os, struct, sys
+
+import numpy as np
+
+out = sys.argv[1]
+layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 2
+os.makedirs(out, exist_ok=True)
+H, F, V, HEADS, HD = 4096, 11008, 32000, 32, 128
+cfg = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "dtype": "bfloat16",
+    "torch_dtype": "bfloat16", "vocab_size": V, "hidden_size": H, "intermediate_size": F,
+    "num_hidden_layers": layers, "num_attention_heads": HEADS, "num_key_value_heads": HEADS,
+    "head_dim": HD, "hidden_act": "silu", "max_position_embeddings": 4096,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+    "tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False,
+    "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0}
+json.dump(cfg, open(os.path.join(out, "config.json"), "w"), indent=1)
+
+rng = np.random.default_rng(7)
+tensors = [("model.embed_tokens.weight", (V, H), "embed")]
+for l in range(layers):
+    p = f"model.layers.{l}."
+    tensors += [(p + "input_layernorm.weight", (H,), "norm"),
+                (p + "post_attention_layernorm.weight", (H,), "norm")]
+    a = p + "self_attn."
+    tensors += [(a + "q_proj.weight", (H, H), "linear"), (a + "k_proj.weight", (H, H), "linear"),
+                (a + "v_proj.weight", (H, H), "linear"), (a + "o_proj.weight", (H, H), "linear")]
+    m = p + "mlp."
+    tensors += [(m + "gate_proj.weight", (F, H), "linear"), (m + "up_proj.weight", (F, H), "linear"),
+                (m + "down_proj.weight", (H, F), "linear")]
+tensors += [("model.norm.weight", (H,), "norm"), ("lm_head.weight", (V, H), "linear")]
+
+
+def values(shape, kind):
+    n = int(np.prod(shape))
+    if kind == "linear":
+        return rng.standard_normal(n, dtype=np.float32) / np.sqrt(shape[1])
+    if kind == "embed":
+        return rng.standard_normal(n, dtype=np.float32)
+    return 1 + 0.1 * rng.standard_normal(n, dtype=np.float32)  # Llama's norms scale by w
+
+
+def bf16_bytes(x):  # round to nearest even, the top 16 bits of float32
+    u = x.astype(np.float32).view(np.uint32)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
+    return u.astype("<u2").tobytes()
+
+
+header, offset = {"__metadata__": {"format": "pt"}}, 0
+for name, shape, _ in tensors:
+    size = 2 * int(np.prod(shape))
+    header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
+    offset += size
+hb = json.dumps(header, separators=(",", ":")).encode()
+hb += b" " * ((8 - len(hb) % 8) % 8)
+path = os.path.join(out, "model.safetensors")
+with open(path + ".tmp", "wb") as f:
+    f.write(struct.pack("<Q", len(hb)))
+    f.write(hb)
+    for name, shape, kind in tensors:
+        f.write(bf16_bytes(values(shape, kind)))
+os.replace(path + ".tmp", path)
+print(f"{out}: {len(tensors)} tensors, {offset / 2 / 1e6:.1f} M params, {offset / 1e9:.2f} GB")
