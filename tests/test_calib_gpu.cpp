@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "calib/calib.hpp"
+#include "calib/gpu_drift.hpp"
 #include "calib/sequential.hpp"
 #include "core/rng.hpp"
 #include "forward_reference.hpp"
@@ -128,6 +129,90 @@ TEST(CalibGpu, ManyBatchesEqualOne) {
     // the batches of the original model and of this one pair up
     expect_same(gpu.cross_grams(1, "mlp.down_proj"), cpu.cross_grams(1, "mlp.down_proj"),
                 "stories260K down (cross)");
+    // block tuning's pairs: the states, and the original's block outputs (on
+    // the device for the GPU path), window by window across the batches
+    for (int set = 0; set < 2; ++set) {
+        const auto [gx, gy] = gpu.block_pairs(set, 1);
+        const auto [cx, cy] = cpu.block_pairs(set, 1);
+        ASSERT_EQ(gx.size(), cx.size());
+        ASSERT_EQ(gy.size(), cy.size());
+        ASSERT_EQ(gy.size(), set == 0 ? 40u : 2u);
+        double num = 0, den = 0, num_x = 0, den_x = 0, moved = 0;
+        for (size_t w = 0; w < gy.size(); ++w) {
+            ASSERT_EQ(gy[w].rows(), cy[w].rows());
+            ASSERT_EQ(gy[w].cols(), cy[w].cols());
+            for (int64_t i = 0; i < cy[w].size(); ++i) {
+                const double d = gy[w].data()[i] - cy[w].data()[i];
+                const double dx = gx[w].data()[i] - cx[w].data()[i];
+                num += d * d;
+                den += double{cy[w].data()[i]} * cy[w].data()[i];
+                num_x += dx * dx;
+                den_x += double{cx[w].data()[i]} * cx[w].data()[i];
+                // the block changes its input (y is not the state itself)
+                const double step = cy[w].data()[i] - cx[w].data()[i];
+                moved += step * step;
+            }
+        }
+        EXPECT_LT(std::sqrt(num / den), 1e-4) << "set " << set << ": block outputs";
+        EXPECT_LT(std::sqrt(num_x / den_x), 1e-4) << "set " << set << ": states";
+        EXPECT_GT(moved, 1e-6 * den) << "set " << set;
+    }
+}
+
+// The drift targets on the GPU (calib/gpu_drift.hpp) against the host's
+// float64 ones (quant::drift_target, drift_shrinkage) on random Grams of an
+// awkward width: SPD fit and held-out Grams, cross Grams that are not
+// symmetric, two weights of one input (the fit system factored once), one of
+// which the held-out Grams make worth no correction (alpha clamped to 0).
+TEST(CalibGpu, DriftOnTheGpuMatchesTheHost) {
+    REQUIRE_GPU();
+    const int64_t n = 203, t = 260;
+    Rng rng(5);
+    auto gaussian = [&](int64_t r, int64_t c) {
+        MatD m(r, c);
+        for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = rng.normal();
+        return m;
+    };
+    // Grams of activations x (t × n) and of a drifted copy x + e
+    const MatD x = gaussian(t, n), e = gaussian(t, n);
+    auto gram = [&](const MatD& a, const MatD& b) {
+        MatD g(n, n);
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+                double s = 0;
+                for (int64_t k = 0; k < t; ++k) s += a(k, i) * b(k, j);
+                g(i, j) = s / static_cast<double>(t);
+            }
+        return g;
+    };
+    MatD xe = x;
+    for (int64_t i = 0; i < xe.size(); ++i) xe.data()[i] += 0.3 * e.data()[i];
+    const MatD h_fit = gram(x, x), cross_fit = gram(xe, x);
+    MatD h_sel = gram(x, x), cross_sel = gram(xe, x);
+    for (int64_t i = 0; i < n; ++i) h_sel(i, i) *= 1.1;
+    const double damping = 0.01;
+    const MatD w1 = gaussian(77, n), w2 = gaussian(130, n);
+    // cross_sel = h_sel for the second call: no held-out signal, alpha = 0
+    for (int pass = 0; pass < 2; ++pass) {
+        const MatD& cs = pass == 0 ? cross_sel : h_sel;
+        const auto steps = calib::drift_steps_gpu({&w1, &w2}, cross_fit, h_fit, damping, cs, h_sel);
+        ASSERT_EQ(steps.size(), 2u);
+        for (int k = 0; k < 2; ++k) {
+            const MatD& w = k == 0 ? w1 : w2;
+            MatD d = quant::drift_target(w, cross_fit, h_fit, damping);
+            for (int64_t i = 0; i < d.size(); ++i) d.data()[i] -= w.data()[i];
+            const double alpha = quant::drift_shrinkage(w, d, cs, h_sel);
+            ASSERT_EQ(steps[k].d.rows(), w.rows());
+            ASSERT_EQ(steps[k].d.cols(), n);
+            EXPECT_LT(rel(steps[k].d, d), 1e-9) << "weight " << k << ", pass " << pass;
+            EXPECT_NEAR(steps[k].alpha, alpha, 1e-9) << "weight " << k << ", pass " << pass;
+            if (pass == 1) EXPECT_EQ(steps[k].alpha, 0.0);
+        }
+    }
+    // a Gram of the wrong width is refused
+    EXPECT_THROW(
+        calib::drift_steps_gpu({&w1}, cross_fit, MatD(n + 1, n + 1), damping, cross_sel, h_sel),
+        Error);
 }
 
 TEST(CalibGpu, QuantizeOnTheGpuProducesAValidFileWithGpuCalibration) {

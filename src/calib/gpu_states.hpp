@@ -40,6 +40,10 @@ class GpuStates {
     // The set's hidden states, copied to the host: one T × hidden matrix per
     // window (block tuning reads them on the host).
     std::vector<MatF> hidden(int set);
+    // The outputs of block `layer` on the set's hidden states, computed on
+    // the device and copied to the host like hidden(); the states stay as
+    // they are (block tuning's targets, when this is the original model).
+    std::vector<MatF> block_outputs(int set, int64_t layer);
     // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
     void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
 

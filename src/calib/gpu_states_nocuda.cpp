@@ -24,6 +24,9 @@ void GpuStates::advance(int, int64_t) {
 std::vector<MatF> GpuStates::hidden(int) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
+std::vector<MatF> GpuStates::block_outputs(int, int64_t) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
 void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }

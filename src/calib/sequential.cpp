@@ -1,6 +1,7 @@
 #include "calib/sequential.hpp"
 
 #include <optional>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "model/llama.hpp"
@@ -86,6 +87,50 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
     return {std::move(c[0]), std::move(c[1])};
 }
 
+SequentialCalib::GramSet SequentialCalib::grams_with_cross(int64_t layer, std::string_view input) {
+    CORTIQ_ASSERT(original_, "grams_with_cross needs the original model");
+    GramSet out;
+    if (gpu_) {
+        std::tie(out.h_fit, out.h_sel) = grams(layer, input);
+        std::tie(out.cross_fit, out.cross_sel) = cross_grams(layer, input);
+        return out;
+    }
+    for (size_t set = 0; set < 2; ++set) {
+        std::optional<GramAccumulator> acc;
+        std::optional<CrossGramAccumulator> cross;
+        MatF xo;  // the original model's input, one window
+        model::BlockActivations act;
+        for (size_t w = 0; w < xs_[set].size(); ++w) {
+            const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t cols) {
+                if (in != input) return;
+                xo = MatF(rows, cols);
+                std::copy(x, x + rows * cols, xo.data());
+            };
+            act.x = xo_[set][w];
+            original_->block(layer, 0, nullptr, act, &keep, input);
+            CORTIQ_CHECK(xo.rows() > 0, "block {} has no linear-layer input named '{}'", layer,
+                         input);
+            const model::LinearInputHook both = [&](int64_t, std::string_view in, const float* x,
+                                                    int64_t rows, int64_t cols) {
+                if (in != input) return;
+                CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape",
+                              in);
+                if (!acc) acc.emplace(cols);
+                if (!cross) cross.emplace(cols, cols);
+                acc->add(x, rows, cols);
+                cross->add(xo.data(), x, rows);
+            };
+            act.x = xs_[set][w];
+            m_.block(layer, 0, nullptr, act, &both, input);
+        }
+        CORTIQ_CHECK(acc && cross, "no windows in set {} for the Grams of '{}'", set, input);
+        (set == 0 ? out.h_fit : out.h_sel) = acc->mean();
+        (set == 0 ? out.cross_fit : out.cross_sel) = cross->mean();
+    }
+    return out;
+}
+
 std::pair<MatD, MatD> SequentialCalib::head_grams() {
     if (gpu_) return {gpu_->gram(0, 0, "lm_head"), gpu_->gram(1, 0, "lm_head")};
     const auto& cfg = m_.config();
@@ -110,7 +155,11 @@ std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int
     CORTIQ_ASSERT(original_, "block_pairs needs the original model");
     CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
     std::vector<MatF> x = gpu_ ? gpu_->hidden(set) : xs_[static_cast<size_t>(set)];
-    std::vector<MatF> y = gpu_ ? gpu_original_->hidden(set) : xo_[static_cast<size_t>(set)];
+    // The original's block on the original's states: on the device when the
+    // states live there (at the 7B shape, 26 TFLOP a layer for 128 windows of
+    // 512 tokens, which the host's cores took minutes for).
+    if (gpu_) return {std::move(x), gpu_original_->block_outputs(set, layer)};
+    std::vector<MatF> y = xo_[static_cast<size_t>(set)];
     model::BlockActivations act;
     for (auto& w : y) {  // the original's block on the original's states
         act.x = std::move(w);

@@ -43,6 +43,13 @@ class SequentialCalib {
     // input as the original model computes it, x_c as the compressed one does
     // (needs `original`).
     std::pair<MatD, MatD> cross_grams(int64_t layer, std::string_view input);
+    // Both at once: on the CPU in one pass, so that the compressed model's
+    // forward up to the input runs once, not twice (the same sums in the same
+    // order: the matrices of grams() and cross_grams() bit for bit).
+    struct GramSet {
+        MatD h_fit, h_sel, cross_fit, cross_sel;
+    };
+    GramSet grams_with_cross(int64_t layer, std::string_view input);
     // The same for the LM head's input (the final RMSNorm of the hidden states).
     std::pair<MatD, MatD> head_grams();
     // Block tuning's data for block `layer` over the fit (set 0) or held-out

@@ -165,7 +165,8 @@ Candidate<B> encode_candidate(const typename B::Context& c, int64_t r, int paths
         cd.score.init_sel = rel_err(cd.factors, c, B::Metric::sel);
     }
     if (o.method == Method::nvg)
-        cd.factors = refine<B>(std::move(cd.factors), c, o, sweep_sel ? &cd.score.sweep_sel : nullptr);
+        cd.factors =
+            refine<B>(std::move(cd.factors), c, o, sweep_sel ? &cd.score.sweep_sel : nullptr);
     typename B::Stage st(c, "select");
     cd.score.sel = rel_err(cd.factors, c, B::Metric::sel);
     return cd;

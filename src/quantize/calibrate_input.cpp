@@ -6,7 +6,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <tuple>
 
+#include "calib/gpu_drift.hpp"
 #include "core/profile.hpp"
 #include "linalg/blas.hpp"
 #include "quantize/steps.hpp"
@@ -21,28 +24,58 @@ void shrink_to_diagonal(MatD& h, double s) {
             if (i != j) h(i, j) *= 1 - s;
 }
 
+namespace {
+
+// The drift targets on the GPU (calib/gpu_drift.hpp) with --device gpu and
+// CORTIQ_DRIFT_GPU=1: opt-in until its test (CalibGpu.DriftOnTheGpuMatchesTheHost)
+// has run on a GPU; the host's float64 products otherwise.
+bool drift_on_gpu(const QuantizeOptions& o) {
+    static const bool wanted = std::getenv("CORTIQ_DRIFT_GPU") != nullptr;
+    return wanted && o.device == encode::Device::gpu;
+}
+
+}  // namespace
+
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
                            const std::string& what) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto [h_fit, h_sel] = run.states.grams(layer, input);
-    InputGrams g{std::move(h_fit), std::move(h_sel), std::vector<double>(jobs.size(), -1.0)};
+    InputGrams g{{}, {}, std::vector<double>(jobs.size(), -1.0)};
+    MatD cross_fit, cross_sel;
+    if (run.o.match_original) {
+        calib::SequentialCalib::GramSet all = run.states.grams_with_cross(layer, input);
+        g.h_fit = std::move(all.h_fit);
+        g.h_sel = std::move(all.h_sel);
+        cross_fit = std::move(all.cross_fit);
+        cross_sel = std::move(all.cross_sel);
+    } else {
+        std::tie(g.h_fit, g.h_sel) = run.states.grams(layer, input);
+    }
     Profile& parts = run.report.calib_parts;
     parts.add("grams", seconds_since(t0));
     if (run.o.match_original) {
-        const auto t_cross = std::chrono::steady_clock::now();
-        const auto [cross_fit, cross_sel] = run.states.cross_grams(layer, input);
-        parts.add("cross_grams", seconds_since(t_cross));
         ScopedStage drift_stage(&parts, "drift");
         // the encoder's damping c = ρ · mean diag(H_fit) (SPEC §2)
         const double c = run.o.enc.rho * la::trace(g.h_fit) / static_cast<double>(g.h_fit.rows());
         CORTIQ_CHECK(std::isfinite(c) && c >= 0,
                      "{}: the fit Gram's diagonal is not finite and non-negative", what);
-        for (size_t i = 0; i < jobs.size(); ++i) {
-            MatD d = drift_target(jobs[i].w, cross_fit, g.h_fit, c);
-            for (int64_t k = 0; k < d.size(); ++k) d.data()[k] -= jobs[i].w.data()[k];
-            g.drift_alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, g.h_sel);
-            for (int64_t k = 0; k < d.size(); ++k)
-                jobs[i].w.data()[k] += g.drift_alpha[i] * d.data()[k];
+        if (drift_on_gpu(run.o)) {
+            std::vector<const MatD*> ws;
+            for (const GroupJob& j : jobs) ws.push_back(&j.w);
+            const std::vector<calib::DriftStep> steps =
+                calib::drift_steps_gpu(ws, cross_fit, g.h_fit, c, cross_sel, g.h_sel);
+            for (size_t i = 0; i < jobs.size(); ++i) {
+                g.drift_alpha[i] = steps[i].alpha;
+                for (int64_t k = 0; k < steps[i].d.size(); ++k)
+                    jobs[i].w.data()[k] += steps[i].alpha * steps[i].d.data()[k];
+            }
+        } else {
+            for (size_t i = 0; i < jobs.size(); ++i) {
+                MatD d = drift_target(jobs[i].w, cross_fit, g.h_fit, c);
+                for (int64_t k = 0; k < d.size(); ++k) d.data()[k] -= jobs[i].w.data()[k];
+                g.drift_alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, g.h_sel);
+                for (int64_t k = 0; k < d.size(); ++k)
+                    jobs[i].w.data()[k] += g.drift_alpha[i] * d.data()[k];
+            }
         }
     }
     shrink_to_diagonal(g.h_fit, run.o.gram_shrink);

@@ -149,7 +149,8 @@ struct QuantizeReport {
     Profile encode_stages;
     // Where calib_seconds went, always recorded (seconds, not synchronising
     // anything more): "start" (loading the original model, the first hidden
-    // states), "grams" and "cross_grams" (each input's Grams, on the host),
+    // states), "grams" (each input's Grams, with --match original its cross
+    // Grams too, on the host),
     // "drift" (--match original: the corrected targets, float64 on the host),
     // "advance" (each compressed layer's outputs), "head" (lm_head's Grams).
     Profile calib_parts;

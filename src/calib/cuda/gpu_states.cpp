@@ -198,6 +198,32 @@ std::vector<MatF> GpuStates::hidden(int set) {
     return out;
 }
 
+std::vector<MatF> GpuStates::block_outputs(int set, int64_t layer) {
+    Impl& g = *impl_;
+    Impl::Set& cs = g.set(set);
+    const io::ModelConfig& c = g.model.config();
+    CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
+    CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
+    const int64_t H = c.hidden_size, T = cs.T, each = T * H, per = g.windows_per_batch(T);
+    const cudaStream_t st = g.stream();
+    std::vector<MatF> out;
+    out.reserve(static_cast<size_t>(cs.windows));
+    for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
+        const int64_t nw = std::min(per, cs.windows - w0), rows = nw * T;
+        // The block adds into its input: run it on a copy.
+        float* work = g.model.work_rows(rows);
+        CUDA_CHECK(cudaMemcpyAsync(work, cs.x.get() + w0 * each,
+                                   static_cast<size_t>(rows * H) * sizeof(float),
+                                   cudaMemcpyDeviceToDevice, st));
+        g.model.run_block(layer, nw, T, work);
+        const std::vector<float> batch = download_f(work, rows * H, st);  // synchronises
+        for (int64_t w = 0; w < nw; ++w)
+            out.emplace_back(
+                T, H, std::vector<float>(batch.begin() + w * each, batch.begin() + (w + 1) * each));
+    }
+    return out;
+}
+
 void GpuStates::set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w) {
     impl_->model.set_linear(layer, name, w);
 }
