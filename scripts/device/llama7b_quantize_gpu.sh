@@ -8,7 +8,9 @@
 # seconds are printed per run. tiny-llama-6m's tokenizer (ids below 32,000)
 # tokenizes the calibration text.
 #   bash scripts/device/llama7b_quantize_gpu.sh
-# Environment: LAYERS (2), QUANT_S (each run's time limit, 280), RUNS.
+# Environment: LAYERS (2), QUANT_S (each run's time limit, 280), RUNS: runs
+# separated by ';', each "name:flags" or "name:flags:VAR=value ..." (an
+# environment for that run, e.g. "drift-gpu::CORTIQ_DRIFT_GPU=1").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source .carry/gpu/env.sh
@@ -33,20 +35,23 @@ for line in sys.stdin.buffer:
 failed=0
 IFS=';' read -ra runs <<< "${RUNS:-default:;auto:--gptq-group auto}"
 for run in "${runs[@]}"; do
-  name=${run%%:*} flags=${run#*:}
+  IFS=':' read -r name flags envs <<< "$run"
   t1=$(date +%s)
-  timeout "${QUANT_S:-280}" "$BIN/cortiq" quantize "$W/model" --bpw 1.0 --calib "$CALIB" \
+  env ${envs:-} timeout "${QUANT_S:-280}" "$BIN/cortiq" quantize "$W/model" --bpw 1.0 --calib "$CALIB" \
     -o "$W/q_$name.safetensors" --device gpu --force --json "$LOG/quantize_$name.json" $flags \
     2>&1 | python3 -c "$stamp" > "$LOG/quantize_$name.log"
   rc=${PIPESTATUS[0]}
   [ $rc -ne 0 ] && failed=1
-  echo "quantize [$name] $flags: rc=$rc, $(( $(date +%s) - t1 )) s wall"
+  echo "quantize [$name] $flags ${envs:-}: rc=$rc, $(( $(date +%s) - t1 )) s wall"
   tail -n 14 "$LOG/quantize_$name.log" | cut -c1-200
   [ -f "$LOG/quantize_$name.json" ] && python3 -c "
 import json, sys
 j = json.load(open(sys.argv[1]))
 print({k: round(j[k], 1) for k in ('seconds', 'calib_seconds', 'encode_seconds', 'tune_seconds')},
-      'linear_bpw %.4f' % j['linear_bpw'])" "$LOG/quantize_$name.json"
+      'linear_bpw %.4f' % j['linear_bpw'])
+print('calibration parts:', {k: round(v, 1) for k, v in j.get('calib_parts', {}).items()})
+print('block tuning:', [round(b['seconds'], 1) for b in j.get('tuned_blocks', [])],
+      'distillation:', round(j['distilled']['seconds'], 1) if j.get('distilled') else None)" "$LOG/quantize_$name.json"
   rm -f "$W/q_$name.safetensors"
 done
 exit $failed
