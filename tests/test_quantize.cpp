@@ -844,19 +844,24 @@ TEST(DriftTarget, EncodingTheTargetMatchesTheOriginalOutputs) {
 // block by block, equals Σ x_o x_cᵀ / T from two whole forward passes (their
 // hooks), after a layer is replaced and the states advance through it; with
 // nothing replaced yet it is the Gram itself.
+// Four windows of 64 tokens of tinystories-calib, tokenized for kModel.
+static calib::CalibSet four_calib_windows() {
+    const io::Tokenizer tok = io::Tokenizer::load(kModel);
+    calib::CalibOptions co;
+    co.samples = 4;
+    co.seqlen = 64;
+    std::ifstream f(kCalib);
+    return calib::make_calib_set(tok, std::string(std::istreambuf_iterator<char>(f), {}), co,
+                                 "tinystories-calib");
+}
+
 // grams_with_cross runs the compressed model's forward once for both: the
 // same sums in the same order as grams() and cross_grams(), bit for bit, at
 // every input of a layer after a weight was replaced and the states moved.
 TEST_F(Quantize, GramsWithCrossEqualTheTwoPassesBitForBit) {
     model::Model m = model::Model::load(kModel);
     const model::Model orig = model::Model::load(kModel);
-    const io::Tokenizer tok = io::Tokenizer::load(kModel);
-    calib::CalibOptions co;
-    co.samples = 4;
-    co.seqlen = 64;
-    std::ifstream f(kCalib);
-    const calib::CalibSet cs = calib::make_calib_set(
-        tok, std::string(std::istreambuf_iterator<char>(f), {}), co, "tinystories-calib");
+    const calib::CalibSet cs = four_calib_windows();
     calib::SequentialCalib states(m, cs, model::Device::cpu, &orig);
     MatF w = m.linear(0, "mlp.up_proj").w->dense();
     for (int64_t i = 0; i < w.size(); ++i) w.data()[i] *= (i % 3) ? 0.7f : -0.4f;
@@ -883,13 +888,7 @@ TEST_F(Quantize, GramsWithCrossEqualTheTwoPassesBitForBit) {
 TEST_F(Quantize, CrossGramMatchesTwoForwardPasses) {
     model::Model m = model::Model::load(kModel);
     const model::Model orig = model::Model::load(kModel);
-    const io::Tokenizer tok = io::Tokenizer::load(kModel);
-    calib::CalibOptions co;
-    co.samples = 4;
-    co.seqlen = 64;
-    std::ifstream f(kCalib);
-    const calib::CalibSet cs = calib::make_calib_set(
-        tok, std::string(std::istreambuf_iterator<char>(f), {}), co, "tinystories-calib");
+    const calib::CalibSet cs = four_calib_windows();
     calib::SequentialCalib states(m, cs, model::Device::cpu, &orig);
     auto rel = [](const MatD& a, const MatD& b) {  // ‖a − b‖_F / ‖b‖_F
         double num = 0, den = 0;

@@ -15,9 +15,11 @@ linear weights N(0, 1/fan_in), embeddings N(0, 1), norms near their identity,
 decays A in [0.05, 1]. Perplexities of such a model mean nothing; its speed
 is the real model's.
 """
-import json, os, struct, sys
+import json, os, sys
 
 import numpy as np
+
+import safetensors_bf16
 
 out = sys.argv[1]
 layers = int(sys.argv[sys.argv.index("--layers") + 1]) if "--layers" in sys.argv else 24
@@ -89,24 +91,6 @@ def values(shape, kind):
     return 0.1 * rng.standard_normal(n, dtype=np.float32)  # (1 + w) norms
 
 
-def bf16_bytes(x):  # round to nearest even, the top 16 bits of float32
-    u = x.astype(np.float32).view(np.uint32)
-    u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
-    return u.astype("<u2").tobytes()
-
-
-header, offset = {"__metadata__": {"format": "pt"}}, 0
-for name, shape, _ in tensors:
-    size = 2 * int(np.prod(shape))
-    header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [offset, offset + size]}
-    offset += size
-hb = json.dumps(header, separators=(",", ":")).encode()
-hb += b" " * ((8 - len(hb) % 8) % 8)
 path = os.path.join(out, "model.safetensors")
-with open(path + ".tmp", "wb") as f:
-    f.write(struct.pack("<Q", len(hb)))
-    f.write(hb)
-    for name, shape, kind in tensors:
-        f.write(bf16_bytes(values(shape, kind)))
-os.replace(path + ".tmp", path)
+offset = safetensors_bf16.write(path, tensors, values)
 print(f"{out}: {len(tensors)} tensors, {offset / 2 / 1e6:.1f} M params, {offset / 1e9:.2f} GB")

@@ -54,9 +54,29 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
     if (gpu_)
         return {gpu_->cross_gram(0, layer, input, *gpu_original_),
                 gpu_->cross_gram(1, layer, input, *gpu_original_)};
-    std::array<MatD, 2> c;
+    GramSet g = cpu_pass_with_original(layer, input, /*with_gram=*/false);
+    return {std::move(g.cross_fit), std::move(g.cross_sel)};
+}
+
+SequentialCalib::GramSet SequentialCalib::grams_with_cross(int64_t layer, std::string_view input) {
+    CORTIQ_ASSERT(original_, "grams_with_cross needs the original model");
+    if (!gpu_) return cpu_pass_with_original(layer, input, /*with_gram=*/true);
+    GramSet out;
+    std::tie(out.h_fit, out.h_sel) = grams(layer, input);
+    std::tie(out.cross_fit, out.cross_sel) = cross_grams(layer, input);
+    return out;
+}
+
+// Per window: the original's input x_o, then the compressed model's x_c, both
+// up to `input`; Σ x_o x_cᵀ, and with with_gram Σ x_c x_cᵀ in the same pass
+// (the sums, in the same order, of grams()).
+SequentialCalib::GramSet SequentialCalib::cpu_pass_with_original(int64_t layer,
+                                                                 std::string_view input,
+                                                                 bool with_gram) {
+    GramSet out;
     for (size_t set = 0; set < 2; ++set) {
-        std::optional<CrossGramAccumulator> acc;
+        std::optional<GramAccumulator> acc;
+        std::optional<CrossGramAccumulator> cross;
         MatF xo;  // the original model's input, one window
         model::BlockActivations act;
         for (size_t w = 0; w < xs_[set].size(); ++w) {
@@ -75,58 +95,18 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
                 if (in != input) return;
                 CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape",
                               in);
-                if (!acc) acc.emplace(cols, cols);
-                acc->add(xo.data(), x, rows);
+                if (!cross) cross.emplace(cols, cols);
+                cross->add(xo.data(), x, rows);
+                if (!with_gram) return;
+                if (!acc) acc.emplace(cols);
+                acc->add(x, rows, cols);
             };
             act.x = xs_[set][w];
             m_.block(layer, 0, nullptr, act, &pair, input);
         }
-        CORTIQ_CHECK(acc, "no windows in set {} for the cross Gram of '{}'", set, input);
-        c[set] = acc->mean();
-    }
-    return {std::move(c[0]), std::move(c[1])};
-}
-
-SequentialCalib::GramSet SequentialCalib::grams_with_cross(int64_t layer, std::string_view input) {
-    CORTIQ_ASSERT(original_, "grams_with_cross needs the original model");
-    GramSet out;
-    if (gpu_) {
-        std::tie(out.h_fit, out.h_sel) = grams(layer, input);
-        std::tie(out.cross_fit, out.cross_sel) = cross_grams(layer, input);
-        return out;
-    }
-    for (size_t set = 0; set < 2; ++set) {
-        std::optional<GramAccumulator> acc;
-        std::optional<CrossGramAccumulator> cross;
-        MatF xo;  // the original model's input, one window
-        model::BlockActivations act;
-        for (size_t w = 0; w < xs_[set].size(); ++w) {
-            const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
-                                                    int64_t rows, int64_t cols) {
-                if (in != input) return;
-                xo = MatF(rows, cols);
-                std::copy(x, x + rows * cols, xo.data());
-            };
-            act.x = xo_[set][w];
-            original_->block(layer, 0, nullptr, act, &keep, input);
-            CORTIQ_CHECK(xo.rows() > 0, "block {} has no linear-layer input named '{}'", layer,
-                         input);
-            const model::LinearInputHook both = [&](int64_t, std::string_view in, const float* x,
-                                                    int64_t rows, int64_t cols) {
-                if (in != input) return;
-                CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape",
-                              in);
-                if (!acc) acc.emplace(cols);
-                if (!cross) cross.emplace(cols, cols);
-                acc->add(x, rows, cols);
-                cross->add(xo.data(), x, rows);
-            };
-            act.x = xs_[set][w];
-            m_.block(layer, 0, nullptr, act, &both, input);
-        }
-        CORTIQ_CHECK(acc && cross, "no windows in set {} for the Grams of '{}'", set, input);
-        (set == 0 ? out.h_fit : out.h_sel) = acc->mean();
+        CORTIQ_CHECK(cross, "no windows in set {} for the cross Gram of '{}'", set, input);
         (set == 0 ? out.cross_fit : out.cross_sel) = cross->mean();
+        if (with_gram) (set == 0 ? out.h_fit : out.h_sel) = acc->mean();
     }
     return out;
 }

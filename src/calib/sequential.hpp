@@ -63,6 +63,8 @@ class SequentialCalib {
     void advance(int64_t layer);
 
   private:
+    GramSet cpu_pass_with_original(int64_t layer, std::string_view input, bool with_gram);
+
     model::Model& m_;
     const model::Model* original_;
     std::array<std::vector<MatF>, 2> xs_;      // CPU: hidden states of fit, held-out windows
