@@ -160,7 +160,7 @@ TEST(CalibGpu, ManyBatchesEqualOne) {
 }
 
 // The drift targets on the GPU (calib/gpu_drift.hpp) against the host's
-// float64 ones (quant::drift_target, drift_shrinkage) on random Grams of an
+// float64 ones (quant::drift_step, drift_shrinkage) on random Grams of an
 // awkward width: SPD fit and held-out Grams, cross Grams that are not
 // symmetric, two weights of one input (the fit system factored once), one of
 // which the held-out Grams make worth no correction (alpha clamped to 0).
@@ -199,8 +199,7 @@ TEST(CalibGpu, DriftOnTheGpuMatchesTheHost) {
         ASSERT_EQ(steps.size(), 2u);
         for (int k = 0; k < 2; ++k) {
             const MatD& w = k == 0 ? w1 : w2;
-            MatD d = quant::drift_target(w, cross_fit, h_fit, damping);
-            for (int64_t i = 0; i < d.size(); ++i) d.data()[i] -= w.data()[i];
+            const MatD d = quant::drift_step(w, cross_fit, h_fit, damping);
             const double alpha = quant::drift_shrinkage(w, d, cs, h_sel);
             ASSERT_EQ(steps[k].d.rows(), w.rows());
             ASSERT_EQ(steps[k].d.cols(), n);

@@ -13,8 +13,8 @@
 namespace cortiq::calib {
 
 // W += alpha · d is the corrected target of a weight W (m × n):
-//   d = W_t − W,  W_t = W (C_fit + cI) (H_fit + cI)⁻¹   (drift_target, the
-//   solve with linalg's ridge: 1e-10 of the mean |diagonal|, ×10 per failure),
+//   d = W (C_fit − H_fit) (H_fit + cI)⁻¹   (drift_step, the solve with
+//   linalg's ridge: 1e-10 of the mean |diagonal|, ×10 per failure),
 //   alpha = clamp(⟨W (C_sel − H_sel), d⟩ / ⟨d H_sel, d⟩, 0, 1), 0 when the
 //   denominator is not positive (drift_shrinkage).
 struct DriftStep {

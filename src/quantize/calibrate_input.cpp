@@ -70,8 +70,7 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
             }
         } else {
             for (size_t i = 0; i < jobs.size(); ++i) {
-                MatD d = drift_target(jobs[i].w, cross_fit, g.h_fit, c);
-                for (int64_t k = 0; k < d.size(); ++k) d.data()[k] -= jobs[i].w.data()[k];
+                const MatD d = drift_step(jobs[i].w, cross_fit, g.h_fit, c);
                 g.drift_alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, g.h_sel);
                 for (int64_t k = 0; k < d.size(); ++k)
                     jobs[i].w.data()[k] += g.drift_alpha[i] * d.data()[k];

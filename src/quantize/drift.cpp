@@ -7,18 +7,22 @@
 
 namespace cortiq::quant {
 
-MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
+MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
     const int64_t n = w.cols();
-    CORTIQ_CHECK(cross.rows() == n && cross.cols() == n && h_fit.rows() == n,
+    CORTIQ_CHECK(cross.rows() == n && cross.cols() == n && h_fit.rows() == n && h_fit.cols() == n,
                  "drift target: weight of {} inputs, cross Gram {}x{}, Gram {}x{}", n, cross.rows(),
                  cross.cols(), h_fit.rows(), h_fit.cols());
-    MatD a = h_fit, c = cross;
-    for (int64_t i = 0; i < n; ++i) {
-        a(i, i) += damping;
-        c(i, i) += damping;
-    }
-    // W_tᵀ = A⁻¹ (W (C + cI))ᵀ, A symmetric
-    return la::solve_spd(a, la::gemm(w, false, c, false).transposed()).transposed();
+    MatD a = h_fit, diff = cross;
+    for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_fit.data()[i];
+    for (int64_t i = 0; i < n; ++i) a(i, i) += damping;
+    // Dᵀ = A⁻¹ (W (C − H))ᵀ, A symmetric
+    return la::solve_spd(a, la::gemm(w, false, diff, false).transposed()).transposed();
+}
+
+MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
+    MatD t = drift_step(w, cross, h_fit, damping);
+    for (int64_t i = 0; i < t.size(); ++i) t.data()[i] += w.data()[i];
+    return t;
 }
 
 double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel) {

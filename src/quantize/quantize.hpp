@@ -193,6 +193,11 @@ void resolve_tune_mode(QuantizeOptions& o);
 // minimises the error against the original outputs; without drift (C = H)
 // W_t = W.
 MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping);
+// The correction alone, D = W_t − W = W (C − H) A⁻¹, formed from C − H before
+// the products: exactly 0 where the inputs have not drifted (C = H bit for
+// bit, as at the first layer's first input), not the rounding of W_t − W,
+// which depended on the BLAS's thread count and set α at random there.
+MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damping);
 
 // How much of the correction D = W_t − W to keep: the α in [0, 1] that
 // minimises the same objective over the held-out windows,

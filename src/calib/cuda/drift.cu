@@ -1,8 +1,8 @@
 // calib/gpu_drift.hpp on the device: cuBLAS and cuSOLVER in float64. A
 // row-major m × n matrix is read as its column-major transpose (n × m, leading
 // dimension n), so every product below is the transpose of drift.cpp's:
-//   (W C')ᵀ = C'ᵀ Wᵀ, W_tᵀ = A⁻¹ (W C')ᵀ, (W Δ)ᵀ = Δᵀ Wᵀ, (D H)ᵀ = H Dᵀ,
-// where the column-major view of a row-major C' is C'ᵀ, and of a symmetric
+//   (W E)ᵀ = Eᵀ Wᵀ, Dᵀ = A⁻¹ (W E)ᵀ (E = C − H), (W Δ)ᵀ = Δᵀ Wᵀ, (D H)ᵀ = H Dᵀ,
+// where the column-major view of a row-major E is Eᵀ, and of a symmetric
 // A or H the matrix itself. Frobenius products do not care about the layout.
 #include <algorithm>
 #include <cmath>
@@ -89,8 +89,12 @@ std::vector<DriftStep> drift_steps_gpu(const std::vector<const MatD*>& weights,
     const int ni = static_cast<int>(n);
     const double one = 1, zero = 0, minus_one = -1;
     const DBuf a = factor_fit(g, h_fit, damping);
-    DBuf c = upload_mat(cross_fit, st);  // C' = C_fit + cI
-    add_diag(c, n, damping, st);
+    DBuf c = upload_mat(cross_fit, st);  // C_fit − H_fit (in place)
+    {
+        const DBuf hf = upload_mat(h_fit, st);
+        CUBLAS_CHECK(cublasDgeam(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, &one, c.get(), ni,
+                                 &minus_one, hf.get(), ni, c.get(), ni));
+    }
     DBuf delta = upload_mat(cross_sel, st);  // Δ = C_sel − H_sel (in place)
     const DBuf hs = upload_mat(h_sel, st);
     CUBLAS_CHECK(cublasDgeam(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, &one, delta.get(), ni,
@@ -102,13 +106,11 @@ std::vector<DriftStep> drift_steps_gpu(const std::vector<const MatD*>& weights,
         const int mi = static_cast<int>(m);
         const DBuf wt = upload_mat(*w, st);  // Wᵀ, n × m
         DBuf dt(n * m, st), p(n * m, st);
-        // (W C')ᵀ, then W_tᵀ = A⁻¹ (W C')ᵀ, then Dᵀ = W_tᵀ − Wᵀ
+        // (W (C − H))ᵀ, then Dᵀ = A⁻¹ (W (C − H))ᵀ (drift_step)
         CUBLAS_CHECK(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, mi, ni, &one, c.get(), ni,
                                  wt.get(), ni, &zero, dt.get(), ni));
         CUSOLVER_CHECK(cusolverDnDpotrs(g.solver(), CUBLAS_FILL_MODE_LOWER, ni, mi, a.get(), ni,
                                         dt.get(), ni, info.get()));
-        CUBLAS_CHECK(cublasDgeam(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, mi, &one, dt.get(), ni,
-                                 &minus_one, wt.get(), ni, dt.get(), ni));
         // drift_shrinkage: ⟨W Δ, D⟩ = ⟨Δᵀ Wᵀ, Dᵀ⟩ and ⟨D H, D⟩ = ⟨H Dᵀ, Dᵀ⟩
         CUBLAS_CHECK(cublasDgemm(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, mi, ni, &one, delta.get(), ni,
                                  wt.get(), ni, &zero, p.get(), ni));
