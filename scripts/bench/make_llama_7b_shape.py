@@ -51,12 +51,10 @@ tensors += [("model.norm.weight", (H,), "norm"), ("lm_head.weight", (V, H), "lin
 
 
 def values(shape, kind):
-    n = int(np.prod(shape))
-    if kind == "linear":
-        return rng.standard_normal(n, dtype=np.float32) / np.sqrt(shape[1])
-    if kind == "embed":
-        return rng.standard_normal(n, dtype=np.float32)
-    return 1 + 0.1 * rng.standard_normal(n, dtype=np.float32)  # Llama's norms scale by w
+    v = safetensors_bf16.linear_or_embed(rng, shape, kind)
+    if v is not None:
+        return v
+    return 1 + 0.1 * rng.standard_normal(int(np.prod(shape)), dtype=np.float32)  # norms scale by w
 
 
 path = os.path.join(out, "model.safetensors")

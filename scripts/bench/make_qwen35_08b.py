@@ -75,11 +75,10 @@ tensors.append(("model.norm.weight", (H,), "norm"))
 
 
 def values(shape, kind):
+    v = safetensors_bf16.linear_or_embed(rng, shape, kind)
+    if v is not None:
+        return v
     n = int(np.prod(shape))
-    if kind == "linear":
-        return rng.standard_normal(n, dtype=np.float32) / np.sqrt(shape[1])
-    if kind == "embed":
-        return rng.standard_normal(n, dtype=np.float32)
     if kind == "conv":
         return 0.5 * rng.standard_normal(n, dtype=np.float32)
     if kind == "a_log":

@@ -7,6 +7,16 @@ import json, os, struct
 import numpy as np
 
 
+def linear_or_embed(rng, shape, kind):
+    """Linear weights N(0, 1/fan_in), embeddings N(0, 1); None for other kinds."""
+    n = int(np.prod(shape))
+    if kind == "linear":
+        return rng.standard_normal(n, dtype=np.float32) / np.sqrt(shape[1])
+    if kind == "embed":
+        return rng.standard_normal(n, dtype=np.float32)
+    return None
+
+
 def bf16_bytes(x):  # round to nearest even, the top 16 bits of float32
     u = x.astype(np.float32).view(np.uint32)
     u = (u + 0x7FFF + ((u >> 16) & 1)) >> 16
