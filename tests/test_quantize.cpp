@@ -789,6 +789,18 @@ TEST_F(Quantize, OneThreadOrTwoGiveTheSameFile) {
     r = run_cli(tuned + " --threads 2 -o " + b);
     ASSERT_EQ(r.code, 0) << r.out;
     expect_same_compression(a, b);
+    // the bundled demo at the demo's settings: its files differed between 1
+    // and 2 threads while the Gram products and the drift targets ran on
+    // OpenBLAS's threads (layer 0's gate_proj picked P = 1 with one, P = 2
+    // with two)
+    const std::string demo = std::string(CORTIQ_SOURCE_DIR) + "/models/demo";
+    const std::string demo_args = "quantize " + demo + " --bpw 1 --samples 64 --seqlen 256 -q " +
+                                  "--calib " + demo + "/calib.txt --force";
+    r = run_cli(demo_args + " --threads 1 -o " + a);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_cli(demo_args + " --threads 2 -o " + b);
+    ASSERT_EQ(r.code, 0) << r.out;
+    expect_same_compression(a, b);
     fs::remove_all(d);
 }
 

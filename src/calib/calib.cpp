@@ -8,7 +8,9 @@
 #include <iterator>
 #include <random>
 
+#include "core/blas_threads.hpp"
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "io/tokenizer.hpp"
 
 namespace cortiq::calib {
@@ -133,14 +135,50 @@ CalibSet make_calib_set(const io::Tokenizer& tok, const std::vector<std::string>
     return make_calib_set(ids, o, what);
 }
 
+namespace {
+
+// The float32 products of a block of rows, by panels of kPanel output rows,
+// each one single-threaded BLAS call, run on the threads there are: every
+// element's rounding depends on its panel, which the shape fixes, never on
+// the thread count. (OpenBLAS's threaded SSYRK and SGEMM round differently
+// with 1 and 2 threads; the Grams, the drift targets and a close pick of the
+// encoder followed, and the demo's quantize wrote different files with
+// --threads 1 and 2.)
+constexpr int64_t kPanel = 64;
+
+// The upper triangle of xᵀ x (x: rows × cols), row-major into g (the lower
+// part of each diagonal panel is written too, and ignored).
+void gram_upper(const float* x, int64_t rows, int64_t cols, float* g) {
+    const OneBlasThread one;
+    parallel_for(0, (cols + kPanel - 1) / kPanel, [&](int64_t p) {
+        const int64_t i0 = p * kPanel, i1 = std::min(cols, i0 + kPanel);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(i1 - i0),
+                    static_cast<int>(cols - i0), static_cast<int>(rows), 1.0f, x + i0,
+                    static_cast<int>(cols), x + i0, static_cast<int>(cols), 0.0f,
+                    g + i0 * cols + i0, static_cast<int>(cols));
+    });
+}
+
+// aᵀ b (a: rows × na, b: rows × nb), row-major into g.
+void cross_product(const float* a, const float* b, int64_t rows, int64_t na, int64_t nb, float* g) {
+    const OneBlasThread one;
+    parallel_for(0, (na + kPanel - 1) / kPanel, [&](int64_t p) {
+        const int64_t i0 = p * kPanel, i1 = std::min(na, i0 + kPanel);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(i1 - i0),
+                    static_cast<int>(nb), static_cast<int>(rows), 1.0f, a + i0,
+                    static_cast<int>(na), b, static_cast<int>(nb), 0.0f, g + i0 * nb,
+                    static_cast<int>(nb));
+    });
+}
+
+}  // namespace
+
 void GramAccumulator::add(const float* x, int64_t rows, int64_t cols) {
     CORTIQ_ASSERT(cols == sum_.rows(), "Gram of width {} fed {} columns", sum_.rows(), cols);
     if (rows == 0) return;
     // float32 product per block (rows ≤ a few thousand), summed in float64.
     std::vector<float> g(static_cast<size_t>(cols * cols), 0.0f);
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(cols),
-                static_cast<int>(rows), 1.0f, x, static_cast<int>(cols), 0.0f, g.data(),
-                static_cast<int>(cols));
+    gram_upper(x, rows, cols, g.data());
     for (int64_t i = 0; i < cols; ++i)
         for (int64_t j = i; j < cols; ++j) sum_(i, j) += g[static_cast<size_t>(i * cols + j)];
     tokens_ += rows;
@@ -163,11 +201,9 @@ void CrossGramAccumulator::add(const float* a, const float* b, int64_t rows) {
         // Both models give this window the same input (nothing before it is
         // compressed yet): GramAccumulator's product, mirrored, so that C = H
         // bit for bit and the drift correction is exactly zero, not the
-        // difference of two roundings (SSYRK against SGEMM), which decided α
-        // at random and changed with the BLAS's threads.
-        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, static_cast<int>(na),
-                    static_cast<int>(rows), 1.0f, a, static_cast<int>(na), 0.0f, g.data(),
-                    static_cast<int>(na));
+        // difference of two roundings (of two products), which decided α at
+        // random and changed with the BLAS's threads.
+        gram_upper(a, rows, na, g.data());
         for (int64_t i = 0; i < na; ++i)
             for (int64_t j = i; j < na; ++j) {
                 sum_(i, j) += g[static_cast<size_t>(i * na + j)];
@@ -176,9 +212,7 @@ void CrossGramAccumulator::add(const float* a, const float* b, int64_t rows) {
         tokens_ += rows;
         return;
     }
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<int>(na), static_cast<int>(nb),
-                static_cast<int>(rows), 1.0f, a, static_cast<int>(na), b, static_cast<int>(nb),
-                0.0f, g.data(), static_cast<int>(nb));
+    cross_product(a, b, rows, na, nb, g.data());
     for (int64_t i = 0; i < na; ++i)
         for (int64_t j = 0; j < nb; ++j) sum_(i, j) += g[static_cast<size_t>(i * nb + j)];
     tokens_ += rows;

@@ -30,6 +30,17 @@ SingleThreadedBlas::~SingleThreadedBlas() {
     if (--g_single == 0 && g_saved != 1) openblas_set_num_threads(g_saved);
 }
 
+OneBlasThread::OneBlasThread() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    saved_ = openblas_get_num_threads();
+    if (saved_ != 1) openblas_set_num_threads(1);
+}
+
+OneBlasThread::~OneBlasThread() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (saved_ != 1) openblas_set_num_threads(saved_);
+}
+
 ThreadedBlas::ThreadedBlas() {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_single > 0 && g_saved != 1) {

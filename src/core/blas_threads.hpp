@@ -17,6 +17,21 @@ class SingleThreadedBlas {
     SingleThreadedBlas& operator=(const SingleThreadedBlas&) = delete;
 };
 
+// One OpenBLAS thread for this scope whatever the guards around it (inside a
+// ThreadedBlas too), the count it found restored at its end: for code that
+// runs single-threaded BLAS calls on fixed panels in parallel, so that every
+// element rounds the same way whatever the thread count.
+class OneBlasThread {
+  public:
+    OneBlasThread();
+    ~OneBlasThread();
+    OneBlasThread(const OneBlasThread&) = delete;
+    OneBlasThread& operator=(const OneBlasThread&) = delete;
+
+  private:
+    int saved_ = 1;
+};
+
 // Inside a SingleThreadedBlas scope: BLAS threaded as before until this guard
 // ends (for callbacks that do their own BLAS work, such as Gram accumulation).
 class ThreadedBlas {

@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "calib/gpu_drift.hpp"
+#include "core/blas_threads.hpp"
 #include "core/profile.hpp"
 #include "linalg/blas.hpp"
 #include "quantize/steps.hpp"
@@ -69,6 +70,10 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
                     jobs[i].w.data()[k] += steps[i].alpha * steps[i].d.data()[k];
             }
         } else {
+            // One BLAS thread: OpenBLAS's threaded products and Cholesky round
+            // differently with 1 and 2 threads (see calib.cpp's panels); the
+            // drift is a small part of the CPU's work at the sizes it serves.
+            const OneBlasThread one;
             for (size_t i = 0; i < jobs.size(); ++i) {
                 const MatD d = drift_step(jobs[i].w, cross_fit, g.h_fit, c);
                 g.drift_alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, g.h_sel);
