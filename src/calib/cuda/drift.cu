@@ -41,8 +41,9 @@ double dot(cublasHandle_t blas, const DBuf& a, const DBuf& b, int64_t count) {
 }
 
 // A = H_fit + cI + ridge·mean|diag(H_fit + cI)|·I, Cholesky-factored (lower),
-// with linalg's escalation (spd_factor): ridge 1e-10, ×10 per failure.
-DBuf factor_fit(const cortiq::cuda::Gpu& g, const MatD& h_fit, double damping) {
+// with linalg's escalation (spd_factor): ridge 1e-10, ×10 per failure. hf:
+// H_fit on the device (copied for each attempt).
+DBuf factor_fit(const cortiq::cuda::Gpu& g, const MatD& h_fit, const DBuf& hf, double damping) {
     const int64_t n = h_fit.rows();
     const cudaStream_t st = g.stream();
     double mean_diag = 0;
@@ -52,7 +53,9 @@ DBuf factor_fit(const cortiq::cuda::Gpu& g, const MatD& h_fit, double damping) {
     cortiq::cuda::DeviceBuffer<int> info(1, st);
     double ridge = 1e-10;
     for (int attempt = 0; attempt < 12; ++attempt) {
-        DBuf a = upload_mat(h_fit, st);
+        DBuf a(n * n, st);
+        CUDA_CHECK(cudaMemcpyAsync(a.get(), hf.get(), static_cast<size_t>(n * n) * sizeof(double),
+                                   cudaMemcpyDeviceToDevice, st));
         add_diag(a, n, damping + ridge * mean_diag, st);
         int lwork = 0;
         CUSOLVER_CHECK(cusolverDnDpotrf_bufferSize(g.solver(), CUBLAS_FILL_MODE_LOWER,
@@ -88,10 +91,11 @@ std::vector<DriftStep> drift_steps_gpu(const std::vector<const MatD*>& weights,
     const cublasHandle_t blas = g.blas();
     const int ni = static_cast<int>(n);
     const double one = 1, zero = 0, minus_one = -1;
-    const DBuf a = factor_fit(g, h_fit, damping);
     DBuf c = upload_mat(cross_fit, st);  // C_fit − H_fit (in place)
+    DBuf a;
     {
-        const DBuf hf = upload_mat(h_fit, st);
+        const DBuf hf = upload_mat(h_fit, st);  // once: the factor and C − H read it
+        a = factor_fit(g, h_fit, hf, damping);
         CUBLAS_CHECK(cublasDgeam(blas, CUBLAS_OP_N, CUBLAS_OP_N, ni, ni, &one, c.get(), ni,
                                  &minus_one, hf.get(), ni, c.get(), ni));
     }
