@@ -59,27 +59,26 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
         const double c = run.o.enc.rho * la::trace(g.h_fit) / static_cast<double>(g.h_fit.rows());
         CORTIQ_CHECK(std::isfinite(c) && c >= 0,
                      "{}: the fit Gram's diagonal is not finite and non-negative", what);
+        std::vector<calib::DriftStep> steps;
         if (drift_on_gpu(run.o)) {
             std::vector<const MatD*> ws;
             for (const GroupJob& j : jobs) ws.push_back(&j.w);
-            const std::vector<calib::DriftStep> steps =
-                calib::drift_steps_gpu(ws, cross_fit, g.h_fit, c, cross_sel, g.h_sel);
-            for (size_t i = 0; i < jobs.size(); ++i) {
-                g.drift_alpha[i] = steps[i].alpha;
-                for (int64_t k = 0; k < steps[i].d.size(); ++k)
-                    jobs[i].w.data()[k] += steps[i].alpha * steps[i].d.data()[k];
-            }
+            steps = calib::drift_steps_gpu(ws, cross_fit, g.h_fit, c, cross_sel, g.h_sel);
         } else {
             // One BLAS thread: OpenBLAS's threaded products and Cholesky round
             // differently with 1 and 2 threads (see calib.cpp's panels); the
             // drift is a small part of the CPU's work at the sizes it serves.
             const OneBlasThread one;
-            for (size_t i = 0; i < jobs.size(); ++i) {
-                const MatD d = drift_step(jobs[i].w, cross_fit, g.h_fit, c);
-                g.drift_alpha[i] = drift_shrinkage(jobs[i].w, d, cross_sel, g.h_sel);
-                for (int64_t k = 0; k < d.size(); ++k)
-                    jobs[i].w.data()[k] += g.drift_alpha[i] * d.data()[k];
+            for (const GroupJob& j : jobs) {
+                calib::DriftStep s{drift_step(j.w, cross_fit, g.h_fit, c), 0.0};
+                s.alpha = drift_shrinkage(j.w, s.d, cross_sel, g.h_sel);
+                steps.push_back(std::move(s));
             }
+        }
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            g.drift_alpha[i] = steps[i].alpha;
+            for (int64_t k = 0; k < steps[i].d.size(); ++k)
+                jobs[i].w.data()[k] += steps[i].alpha * steps[i].d.data()[k];
         }
     }
     shrink_to_diagonal(g.h_fit, run.o.gram_shrink);

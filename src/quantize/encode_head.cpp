@@ -32,9 +32,7 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
                  jobs[0].w.rows(), jobs[0].w.cols(), vocab, hidden);
     const auto calib_start = std::chrono::steady_clock::now();
     const auto [h_fit, h_sel] = run.states.head_grams();
-    const double head_seconds = seconds_since(calib_start);
-    run.report.calib_seconds += head_seconds;
-    run.report.calib_parts.add("head", head_seconds);
+    run.report.add_calib("head", seconds_since(calib_start));
     const auto encode_start = std::chrono::steady_clock::now();
     const auto enc = encode_group(
         jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile,

@@ -70,9 +70,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         in.model, in.calib,
         o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu,
         original ? &*original : nullptr);
-    const double start_seconds = seconds_since(calib_start);
-    rep.calib_seconds += start_seconds;
-    rep.calib_parts.add("start", start_seconds);
+    rep.add_calib("start", seconds_since(calib_start));
 
     Run run{o, in.model, states, bar, journal, rep, {}};
     for (int64_t l = 0; l < in.model.num_layers(); ++l) {
@@ -82,9 +80,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         if (l + 1 == in.model.num_layers() && !work.head_bpw) break;
         const auto advance_start = std::chrono::steady_clock::now();
         states.advance(l);
-        const double advance_seconds = seconds_since(advance_start);
-        rep.calib_seconds += advance_seconds;
-        rep.calib_parts.add("advance", advance_seconds);
+        rep.add_calib("advance", seconds_since(advance_start));
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
     if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);

@@ -154,6 +154,11 @@ struct QuantizeReport {
     // "drift" (--match original: the corrected targets, float64 on the host),
     // "advance" (each compressed layer's outputs), "head" (lm_head's Grams).
     Profile calib_parts;
+    // Adds to calib_seconds and to its part.
+    void add_calib(const char* part, double seconds) {
+        calib_seconds += seconds;
+        calib_parts.add(part, seconds);
+    }
     // One entry per tuned block: layer, losses before/after, epoch kept, flips.
     nlohmann::json tuned_blocks = nlohmann::json::array();
     nlohmann::json distilled;  // --tune ...+kd: KL before/after, epoch kept, flips, seconds
