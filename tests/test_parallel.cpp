@@ -1,12 +1,20 @@
 // core/parallel.hpp: the automatic thread count and its caps, explicit
-// counts, and parallel_for's exceptions.
+// counts, and parallel_for's exceptions; the float64 panel products of
+// linalg/panel_gemm.hpp, the same bits with one thread or two.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 
+#include "core/blas_threads.hpp"
 #include "core/parallel.hpp"
+#include "core/rng.hpp"
+#include "linalg/blas.hpp"
+#include "linalg/panel_gemm.hpp"
 
 namespace cortiq {
 namespace {
@@ -61,6 +69,41 @@ TEST_F(Threads, ParallelForRethrowsTheFirstException) {
                               }),
                  std::runtime_error);
     EXPECT_EQ(ran.load(), 100);  // every iteration still ran: no thread was left behind
+}
+
+MatD random_matrix(int64_t rows, int64_t cols, uint64_t seed) {
+    Rng rng(seed);
+    MatD a(rows, cols);
+    for (int64_t i = 0; i < a.size(); ++i) a.data()[i] = rng.normal();
+    return a;
+}
+
+// Awkward sizes: 150 rows are two full panels of 64 and one of 22.
+TEST_F(Threads, PanelProductsGiveTheSameBitsWithOneOrTwoThreadsAndSolve) {
+    const MatD w = random_matrix(150, 97, 1), x = random_matrix(300, 97, 2);
+    MatD h = la::gemm(x, true, x, false);  // SPD, 97 × 97
+    for (int64_t i = 0; i < 97; ++i) h(i, i) += 1.0;
+    // as calibrate_input runs them: the thread count set, then one BLAS thread
+    auto run = [&](int threads) {
+        set_num_threads(threads);
+        const OneBlasThread one;
+        return std::pair{la::panel_dgemm(w, h), la::panel_solve_spd_right(w, h)};
+    };
+    const auto [p1, s1] = run(1);
+    const auto [p2, s2] = run(2);
+    ASSERT_EQ(p1.size(), p2.size());
+    EXPECT_EQ(std::memcmp(p1.data(), p2.data(), sizeof(double) * p1.size()), 0);
+    EXPECT_EQ(std::memcmp(s1.data(), s2.data(), sizeof(double) * s1.size()), 0);
+    // the products are the plain ones, and X = W H⁻¹ solves X H = W
+    const MatD want = la::gemm(w, false, h, false);
+    double err = 0;
+    for (int64_t i = 0; i < want.size(); ++i) err += std::pow(p1.data()[i] - want.data()[i], 2);
+    EXPECT_LE(std::sqrt(err), 1e-12 * std::sqrt(la::frob2(want)));
+    const MatD back = la::gemm(s1, false, h, false);
+    err = 0;
+    for (int64_t i = 0; i < w.size(); ++i) err += std::pow(back.data()[i] - w.data()[i], 2);
+    EXPECT_LE(std::sqrt(err), 1e-9 * std::sqrt(la::frob2(w)));
+    EXPECT_THROW(la::panel_solve_spd_right(w, random_matrix(96, 96, 3)), std::exception);
 }
 
 }  // namespace

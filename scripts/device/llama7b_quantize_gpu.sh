@@ -10,7 +10,7 @@
 #   bash scripts/device/llama7b_quantize_gpu.sh
 # Environment: LAYERS (2), QUANT_S (each run's time limit, 280), RUNS: runs
 # separated by ';', each "name:flags" or "name:flags:VAR=value ..." (an
-# environment for that run, e.g. "drift-gpu::CORTIQ_DRIFT_GPU=1").
+# environment for that run, e.g. "drift-host::CORTIQ_DRIFT_HOST=1").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source .carry/gpu/env.sh

@@ -145,10 +145,6 @@ std::pair<VecD, MatD> sym_eig(const MatD& a) {
     return sym_eig_top(a, a.rows());
 }
 
-namespace {
-
-// The lower Cholesky factor of A + ridge · mean|diag| I, the ridge growing
-// from ridge_rel until the factorisation succeeds.
 MatD spd_factor(const MatD& a, double ridge_rel) {
     const int64_t n = a.rows();
     CORTIQ_ASSERT(a.cols() == n);
@@ -165,8 +161,6 @@ MatD spd_factor(const MatD& a, double ridge_rel) {
     }
     CORTIQ_FAIL("SPD solve failed: {}x{} system is not positive definite", n, n);
 }
-
-}  // namespace
 
 VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel) {
     const int64_t n = a.rows();

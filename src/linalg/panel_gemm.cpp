@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/parallel.hpp"
+#include "linalg/blas.hpp"
 
 namespace cortiq::la {
 
@@ -35,6 +36,54 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
         parallel_for(0, (N + step - 1) / step,
                      [&](int64_t i) { tile(0, T, i * step, std::min(N, (i + 1) * step)); });
     }
+}
+
+}  // namespace cortiq::la
+
+namespace cortiq::la {
+
+namespace {
+
+constexpr int64_t kRowPanel = 64;
+
+int64_t row_panels(int64_t rows) {
+    return (rows + kRowPanel - 1) / kRowPanel;
+}
+
+}  // namespace
+
+MatD panel_dgemm(const MatD& a, const MatD& b) {
+    CORTIQ_CHECK(a.cols() == b.rows(), "panel_dgemm: {}x{} times {}x{}", a.rows(), a.cols(),
+                 b.rows(), b.cols());
+    MatD c(a.rows(), b.cols());
+    if (c.empty() || a.cols() == 0) return c;
+    parallel_for(0, row_panels(a.rows()), [&](int64_t p) {
+        const int64_t r0 = p * kRowPanel, r1 = std::min(a.rows(), r0 + kRowPanel);
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(r1 - r0),
+                    static_cast<int>(b.cols()), static_cast<int>(a.cols()), 1.0,
+                    a.data() + r0 * a.cols(), static_cast<int>(a.cols()), b.data(),
+                    static_cast<int>(b.cols()), 0.0, c.data() + r0 * c.cols(),
+                    static_cast<int>(c.cols()));
+    });
+    return c;
+}
+
+MatD panel_solve_spd_right(const MatD& b, const MatD& a, double ridge_rel) {
+    const int64_t n = a.rows();
+    CORTIQ_CHECK(a.cols() == n && b.cols() == n, "panel_solve_spd_right: {}x{} by a {}x{} system",
+                 b.rows(), b.cols(), a.rows(), a.cols());
+    const MatD l = spd_factor(a, ridge_rel);
+    MatD x = b;
+    if (x.empty()) return x;
+    // X L Lᵀ = B: Y = B L⁻ᵀ, then X = Y L⁻¹, each row of X on its own
+    parallel_for(0, row_panels(x.rows()), [&](int64_t p) {
+        const int64_t r0 = p * kRowPanel, r1 = std::min(x.rows(), r0 + kRowPanel);
+        for (const CBLAS_TRANSPOSE t : {CblasTrans, CblasNoTrans})
+            cblas_dtrsm(CblasRowMajor, CblasRight, CblasLower, t, CblasNonUnit,
+                        static_cast<int>(r1 - r0), static_cast<int>(n), 1.0, l.data(),
+                        static_cast<int>(n), x.data() + r0 * n, static_cast<int>(n));
+    });
+    return x;
 }
 
 }  // namespace cortiq::la

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "linalg/blas.hpp"
+#include "linalg/panel_gemm.hpp"
 #include "quantize/quantize.hpp"
 
 namespace cortiq::quant {
@@ -15,8 +16,9 @@ MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damp
     MatD a = h_fit, diff = cross;
     for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_fit.data()[i];
     for (int64_t i = 0; i < n; ++i) a(i, i) += damping;
-    // Dᵀ = A⁻¹ (W (C − H))ᵀ, A symmetric
-    return la::solve_spd(a, la::gemm(w, false, diff, false).transposed()).transposed();
+    // D = W (C − H) A⁻¹, by fixed row panels: on the OpenMP threads and the same
+    // bits with any number of them (calibrate_input runs BLAS on one thread)
+    return la::panel_solve_spd_right(la::panel_dgemm(w, diff), a);
 }
 
 MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
@@ -28,8 +30,8 @@ MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double da
 double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, const MatD& h_sel) {
     MatD diff = cross_sel;
     for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_sel.data()[i];
-    const double num = la::frob_dot(la::gemm(w, false, diff, false), d);
-    const double den = la::frob_dot(la::gemm(d, false, h_sel, false), d);
+    const double num = la::frob_dot(la::panel_dgemm(w, diff), d);
+    const double den = la::frob_dot(la::panel_dgemm(d, h_sel), d);
     if (!(den > 0)) return 0.0;  // no correction (D = 0) or no held-out signal
     return std::clamp(num / den, 0.0, 1.0);
 }

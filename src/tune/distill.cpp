@@ -6,20 +6,27 @@
 #include <numeric>
 
 #include "core/error.hpp"
+#include "core/parallel.hpp"
 #include "tune/adam.hpp"
 #include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
 void log_softmax_rows(MatF& l) {
-    for (int64_t i = 0; i < l.rows(); ++i) {
-        float* r = l.data() + i * l.cols();
-        const float mx = *std::max_element(r, r + l.cols());
-        double s = 0;
-        for (int64_t j = 0; j < l.cols(); ++j) s += std::exp(static_cast<double>(r[j] - mx));
-        const float lse = mx + static_cast<float>(std::log(s));
-        for (int64_t j = 0; j < l.cols(); ++j) r[j] -= lse;
-    }
+    // rows on the threads (each row's sum in its own order: the same bits with
+    // any thread count); a 512-token window of a 32,000-word vocabulary is
+    // 16 M exponentials, about 0.1 s on one core, for each teacher window
+    parallel_for(
+        0, l.rows(),
+        [&](int64_t i) {
+            float* r = l.data() + i * l.cols();
+            const float mx = *std::max_element(r, r + l.cols());
+            double s = 0;
+            for (int64_t j = 0; j < l.cols(); ++j) s += std::exp(static_cast<double>(r[j] - mx));
+            const float lse = mx + static_cast<float>(std::log(s));
+            for (int64_t j = 0; j < l.cols(); ++j) r[j] -= lse;
+        },
+        16);
 }
 
 namespace {
