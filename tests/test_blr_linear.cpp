@@ -87,6 +87,21 @@ TEST(BlrLinear, PackedEqualsDequantisedOnAwkwardShapes) {
     }
 }
 
+// The batched products expand S in tiles of whole rows, about 2^20 floats
+// each: at r = 700, t = S_Vᵀ x (rows of 1600 bits) takes two tiles (655 and
+// 45 rows) and y = S_U t (rows of 3000 bits) three (349, 349, 2): the
+// boundaries must neither drop nor repeat a row.
+TEST(BlrLinear, BatchedProductsAcrossSeveralTiles) {
+    const int64_t m = 3000, n = 1600, r = 700;
+    const auto bytes = blr::pack(random_model(m, n, r, 1, 5));
+    const MatF w = blr::dequant_any(bytes);
+    const model::BlrLinear lin(blr::PackedWeight::from_payload(bytes, "tiles"));
+    const MatF x = random_x(5, n, 9);
+    MatF y(5, m, 123.0f);
+    lin.apply(x.data(), 5, y.data());
+    EXPECT_LE(rel_err_of_apply(w, x, y), 1e-5);
+}
+
 TEST(BlrLinear, SignPayloadsRunPacked) {
     for (auto [m, n] : {std::pair{37, 70}, {65, 129}, {1, 200}}) {
         Rng rng(m);

@@ -23,14 +23,22 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
     // call may round an element differently depending on the block it sits in
     // (edge kernels, small-matrix paths), so panels that followed the threads
     // made the runtime's outputs — and a quantize's bytes — depend on the
-    // cores that happened to be free (issue 17). Panels of 32 rows for a batch
-    // of rows, of 128 columns for a few rows; parallel_for runs them on the
-    // threads there are (serially on one).
+    // cores that happened to be free (issue 17). Tiles of 128 rows by 2048
+    // columns for a batch of rows, panels of 128 columns for a few rows;
+    // parallel_for runs them on the threads there are (serially on one).
+    // Each call packs its part of B again: with panels of 32 rows, the
+    // packed layer's 512-token prefill took 344 ms at 4096×11008 and 1 bpw
+    // on this project's 2-core machine, with tiles of 128 rows 295 ms
+    // (bench_blr_cpu, one run each way); 2048 columns keep enough tiles for
+    // many cores (24 at 512 × 11008) at the same speed.
     if (T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
     if (T >= 512) {
-        constexpr int64_t step = 32;
-        parallel_for(0, (T + step - 1) / step,
-                     [&](int64_t i) { tile(i * step, std::min(T, (i + 1) * step), 0, N); });
+        constexpr int64_t rstep = 128, cstep = 2048;
+        const int64_t cols = (N + cstep - 1) / cstep;
+        parallel_for(0, (T + rstep - 1) / rstep * cols, [&](int64_t i) {
+            const int64_t r0 = i / cols * rstep, c0 = i % cols * cstep;
+            tile(r0, std::min(T, r0 + rstep), c0, std::min(N, c0 + cstep));
+        });
     } else {
         constexpr int64_t step = 128;
         parallel_for(0, (N + step - 1) / step,

@@ -1,6 +1,6 @@
 // Float32 GEMM for the runtime, threaded by OpenMP over panels with
-// single-threaded BLAS inside (see core/blas_threads.hpp): row panels for a
-// batch of rows, column panels for a few rows.
+// single-threaded BLAS inside (see core/blas_threads.hpp): tiles of 128 rows
+// by 2048 columns for a batch of rows, column panels for a few rows.
 #pragma once
 
 #include <cstdint>
