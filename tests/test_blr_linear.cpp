@@ -88,9 +88,9 @@ TEST(BlrLinear, PackedEqualsDequantisedOnAwkwardShapes) {
 }
 
 // The batched products expand S in tiles of whole rows, about 2^20 floats
-// each: at r = 700, t = S_Vᵀ x (rows of 1600 bits) takes two tiles (655 and
-// 45 rows) and y = S_U t (rows of 3000 bits) three (349, 349, 2): the
-// boundaries must neither drop nor repeat a row.
+// and at least 512 rows each: at r = 700, t = S_Vᵀ x (rows of 1600 bits)
+// takes two tiles (655 and 45 rows) and y = S_U t (rows of 3000 bits) two
+// (512 and 188): the boundaries must neither drop nor repeat a row.
 TEST(BlrLinear, BatchedProductsAcrossSeveralTiles) {
     const int64_t m = 3000, n = 1600, r = 700;
     const auto bytes = blr::pack(random_model(m, n, r, 1, 5));

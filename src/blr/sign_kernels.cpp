@@ -264,9 +264,14 @@ void sign_axpy(const SignRows& s, const float* c, float* out) {
 
 namespace {
 
-// Rows of S per tile: about 4 MB of ±1.0f, at least 32 rows.
+// Rows of S per tile: about 4 MB of ±1.0f, and at least 512 rows: each tile
+// is one product over the whole input (T × cols), which BLAS packs again for
+// every tile, so wide rows need tall tiles. With at least 32 rows, 4096×11008
+// at 1 bpw (95 rows a tile, 32 tiles) took 315 ms for 512 tokens on this
+// project's 2-core machine, with at least 512 (22 MB, 6 tiles) 261 ms
+// (bench_blr_cpu, two runs each; OpenBLAS sgemm 240 ms).
 int64_t tile_rows(const SignRows& s) {
-    return std::min(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 32),
+    return std::min(std::max<int64_t>((int64_t{1} << 20) / std::max<int64_t>(s.cols, 1), 512),
                     s.rows);
 }
 
