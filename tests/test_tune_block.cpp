@@ -238,7 +238,8 @@ TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
 
 // quantize --tune kd with random-token windows (QuantizeOptions::kd_random):
 // as many as the fit windows at 1.0, none at 0; they change the result (the
-// loss sees them), and a run is reproducible (fixed seed).
+// loss sees them), and a run is reproducible (fixed seed). The report's
+// teacher seconds are a part of the distillation's.
 TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
     if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
     const fs::path d = test::scratch_dir("cortiq_tune_", "rnd");
@@ -257,6 +258,11 @@ TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
     EXPECT_EQ(one.distilled.at("random_windows").get<int64_t>(),
               one.distilled.at("fit_windows").get<int64_t>());
     EXPECT_EQ(test::slurp(d / "b.safetensors"), test::slurp(d / "c.safetensors"));
+    for (const auto* r : {&none, &one}) {
+        const auto teacher = r->distilled.at("teacher_seconds").get<double>();
+        EXPECT_GT(teacher, 0.0);  // the original's forward of every window, at least once
+        EXPECT_LE(teacher, r->distilled.at("seconds").get<double>());
+    }
     if (one.distilled.at("best_epoch").get<int>() > 0 ||
         none.distilled.at("best_epoch").get<int>() > 0)
         EXPECT_NE(test::slurp(d / "a.safetensors"), test::slurp(d / "b.safetensors"));
