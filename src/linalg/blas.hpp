@@ -43,7 +43,7 @@ VecD solve_spd(const MatD& a, const VecD& b, double ridge_rel = 1e-10);
 MatD solve_spd(const MatD& a, const MatD& b, double ridge_rel = 1e-10);
 // The lower Cholesky factor of A + ridge · mean|diag| I, the ridge growing
 // tenfold from ridge_rel until the factorisation succeeds (the solves above).
-MatD spd_factor(const MatD& a, double ridge_rel);
+MatD spd_factor(const MatD& a, double ridge_rel = 1e-10);
 
 // ‖A − I‖_F of a square matrix (the Newton–Schulz stopping measure on XᵀX).
 double identity_deviation(const MatD& a);

@@ -46,10 +46,6 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
     }
 }
 
-}  // namespace cortiq::la
-
-namespace cortiq::la {
-
 namespace {
 
 constexpr int64_t kRowPanel = 64;
@@ -77,10 +73,17 @@ MatD panel_dgemm(const MatD& a, const MatD& b) {
 }
 
 MatD panel_solve_spd_right(const MatD& b, const MatD& a, double ridge_rel) {
-    const int64_t n = a.rows();
-    CORTIQ_CHECK(a.cols() == n && b.cols() == n, "panel_solve_spd_right: {}x{} by a {}x{} system",
-                 b.rows(), b.cols(), a.rows(), a.cols());
-    const MatD l = spd_factor(a, ridge_rel);
+    CORTIQ_CHECK(a.cols() == a.rows() && b.cols() == a.rows(),
+                 "panel_solve_spd_right: {}x{} by a {}x{} system", b.rows(), b.cols(), a.rows(),
+                 a.cols());
+    return panel_solve_cholesky_right(b, spd_factor(a, ridge_rel));
+}
+
+MatD panel_solve_cholesky_right(const MatD& b, const MatD& l) {
+    const int64_t n = l.rows();
+    CORTIQ_CHECK(l.cols() == n && b.cols() == n,
+                 "panel_solve_cholesky_right: {}x{} by a {}x{} factor", b.rows(), b.cols(),
+                 l.rows(), l.cols());
     MatD x = b;
     if (x.empty()) return x;
     // X L Lᵀ = B: Y = B L⁻ᵀ, then X = Y L⁻¹, each row of X on its own

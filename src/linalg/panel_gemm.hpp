@@ -24,5 +24,8 @@ MatD panel_dgemm(const MatD& a, const MatD& b);
 // panels of 64 rows of B, two triangular solves each, on the OpenMP threads;
 // deterministic under the same condition as panel_dgemm.
 MatD panel_solve_spd_right(const MatD& b, const MatD& a, double ridge_rel = 1e-10);
+// The same from the factor: X = B (L Lᵀ)⁻¹, L lower triangular (spd_factor),
+// for several right-hand sides of one system.
+MatD panel_solve_cholesky_right(const MatD& b, const MatD& l);
 
 }  // namespace cortiq::la

@@ -72,8 +72,9 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
             // panels); drift_step and drift_shrinkage spread fixed row panels
             // over the OpenMP threads instead.
             const OneBlasThread one;
+            const DriftFit fit = drift_fit(cross_fit, g.h_fit, c);  // once for every weight
             for (const GroupJob& j : jobs) {
-                calib::DriftStep s{drift_step(j.w, cross_fit, g.h_fit, c), 0.0};
+                calib::DriftStep s{drift_step(j.w, fit), 0.0};
                 s.alpha = drift_shrinkage(j.w, s.d, cross_sel, g.h_sel);
                 steps.push_back(std::move(s));
             }

@@ -8,17 +8,27 @@
 
 namespace cortiq::quant {
 
-MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
-    const int64_t n = w.cols();
-    CORTIQ_CHECK(cross.rows() == n && cross.cols() == n && h_fit.rows() == n && h_fit.cols() == n,
-                 "drift target: weight of {} inputs, cross Gram {}x{}, Gram {}x{}", n, cross.rows(),
-                 cross.cols(), h_fit.rows(), h_fit.cols());
+DriftFit drift_fit(const MatD& cross, const MatD& h_fit, double damping) {
+    const int64_t n = h_fit.rows();
+    CORTIQ_CHECK(h_fit.cols() == n && cross.rows() == n && cross.cols() == n,
+                 "drift target: cross Gram {}x{}, Gram {}x{}", cross.rows(), cross.cols(),
+                 h_fit.rows(), h_fit.cols());
     MatD a = h_fit, diff = cross;
     for (int64_t i = 0; i < diff.size(); ++i) diff.data()[i] -= h_fit.data()[i];
     for (int64_t i = 0; i < n; ++i) a(i, i) += damping;
+    return {std::move(diff), la::spd_factor(a)};
+}
+
+MatD drift_step(const MatD& w, const DriftFit& fit) {
+    CORTIQ_CHECK(w.cols() == fit.diff.rows(), "drift target: weight of {} inputs, Gram {}x{}",
+                 w.cols(), fit.diff.rows(), fit.diff.cols());
     // D = W (C − H) A⁻¹, by fixed row panels: on the OpenMP threads and the same
     // bits with any number of them (calibrate_input runs BLAS on one thread)
-    return la::panel_solve_spd_right(la::panel_dgemm(w, diff), a);
+    return la::panel_solve_cholesky_right(la::panel_dgemm(w, fit.diff), fit.factor);
+}
+
+MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {
+    return drift_step(w, drift_fit(cross, h_fit, damping));
 }
 
 MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double damping) {

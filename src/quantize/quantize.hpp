@@ -151,7 +151,8 @@ struct QuantizeReport {
     // anything more): "start" (loading the original model, the first hidden
     // states), "grams" (each input's Grams, with --match original its cross
     // Grams too, on the host),
-    // "drift" (--match original: the corrected targets, float64 on the host),
+    // "drift" (--match original: the corrected targets, float64, on the GPU
+    // with --device gpu),
     // "advance" (each compressed layer's outputs), "head" (lm_head's Grams).
     Profile calib_parts;
     // Adds to calib_seconds and to its part.
@@ -203,6 +204,14 @@ MatD drift_target(const MatD& w, const MatD& cross, const MatD& h_fit, double da
 // bit, as at the first layer's first input), not the rounding of W_t − W,
 // which depended on the BLAS's thread count and set α at random there.
 MatD drift_step(const MatD& w, const MatD& cross, const MatD& h_fit, double damping);
+// What drift_step needs of one input, shared by every weight that reads it:
+// C − H and the Cholesky factor of A = H + c·I (la::spd_factor), made once.
+struct DriftFit {
+    MatD diff, factor;
+};
+DriftFit drift_fit(const MatD& cross, const MatD& h_fit, double damping);
+// drift_step from an input's DriftFit: the same bits as the form above.
+MatD drift_step(const MatD& w, const DriftFit& fit);
 
 // How much of the correction D = W_t − W to keep: the α in [0, 1] that
 // minimises the same objective over the held-out windows,
