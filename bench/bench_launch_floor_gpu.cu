@@ -11,7 +11,7 @@
 //   - one kernel streaming both products' bytes, and the same bytes as two
 //     chained kernels;
 //   - one persistent kernel (a block per SM slot, all resident) with one and
-//     two grid barriers (an arrival counter and a generation word), empty
+//     two grid barriers (core/cuda/grid_barrier.cuh), empty
 //     and streaming the bytes on either side of its barriers.
 // The ratio that matters is the fp16 GEMV's time (bench_blr_gpu) to these.
 #include <cuda_runtime.h>
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/cuda/device.hpp"
+#include "core/cuda/grid_barrier.cuh"
 #include "core/error.hpp"
 
 namespace {
@@ -69,36 +70,11 @@ __global__ void stream_kernel(const uint4* p, int64_t count, uint32_t* sink) {
     if (acc == 0x9e3779b9u) sink[1] = acc;
 }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// All blocks resident: thread 0 of each arrives on bar[0]; the last to
-// arrive resets it and bumps the generation bar[1], which the others poll.
-__device__ void grid_barrier(unsigned* bar) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned gen = load_acquire(bar + 1);
-        __threadfence();
-        if (atomicAdd(bar, 1u) == gridDim.x - 1) {
-            bar[0] = 0;
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
-        } else {
-            while (load_acquire(bar + 1) == gen) {
-            }
-        }
-    }
-    __syncthreads();
-}
-
 // `barriers` grid barriers; the bytes a before the first, b after the last.
 __global__ void persistent_kernel(const uint4* a, int64_t na, const uint4* b, int64_t nb,
                                   int barriers, unsigned* bar, uint32_t* sink) {
     uint32_t acc = stream_share(a, na, blockIdx.x, gridDim.x);
-    for (int i = 0; i < barriers; ++i) grid_barrier(bar);
+    for (int i = 0; i < barriers; ++i) cortiq::cuda::grid_barrier(bar);
     acc ^= stream_share(b, nb, blockIdx.x, gridDim.x);
     if (acc == 0x9e3779b9u) sink[1] = acc;
 }
@@ -116,7 +92,7 @@ __global__ void persistent_prefetch_kernel(const uint4* a, int64_t na, const uin
         ahead[u] = i < hi ? load_stream(b + i) : make_uint4(0, 0, 0, 0);
     }
     uint32_t acc = stream_share(a, na, blockIdx.x, gridDim.x);
-    for (int i = 0; i < barriers; ++i) grid_barrier(bar);
+    for (int i = 0; i < barriers; ++i) cortiq::cuda::grid_barrier(bar);
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) acc ^= ahead[u].x ^ ahead[u].y ^ ahead[u].z ^ ahead[u].w;
     for (int64_t i = lo + threadIdx.x + int64_t{kAhead} * kThreads; i < hi; i += kThreads) {
