@@ -154,15 +154,13 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     const cudaStream_t st = gpu.stream();
     fmt::print(
         "| m×n | bpw | P | rank | true bpw | fp16 decode µs | packed decode µs (planes, default) | "
-        "speed-up | fused µs | fused speed-up | rows µs | spans µs | planes vs rows | fp16 GB/s (% "
-        "peak) | packed GB/s (% peak) | "
+        "speed-up | rows µs | spans µs | planes vs rows | fp16 GB/s (% peak) | packed GB/s (% "
+        "peak) | "
         "fp16 {} tok µs | packed {} tok µs | ratio |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
         tokens, tokens);
-    mc::PackedScratch ws, ws_fused, ws_rows, ws_spans;
-    ws.decode = ws_fused.decode = mc::Decode::planes;
-    ws.fused = false;
-    ws_fused.fused = true;
+    mc::PackedScratch ws, ws_rows, ws_spans;
+    ws.decode = mc::Decode::planes;
     ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
     std::string prefill;
@@ -196,8 +194,7 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                                           y.get(), 0.0f, nullptr);
                     });
                 };
-                const double tp = decode_ms(ws), tf = decode_ms(ws_fused), tr = decode_ms(ws_rows),
-                             ts = decode_ms(ws_spans);
+                const double tp = decode_ms(ws), tr = decode_ms(ws_rows), ts = decode_ms(ws_spans);
                 const double tpb = time_ms(st, std::max(5, reps / 10), [&] {
                     mc::packed_linear(gpu.blas(), st, dev, ws, x.get(), tokens, y.get(), 0.0f,
                                       nullptr);
@@ -209,13 +206,11 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
                 const double b16 = 2.0 * m * n / (t16 * 1e-3), bp = dev.bytes() / (tp * 1e-3);
                 fmt::print(
                     "| {}×{} | {:.2f} | {} | {} | {:.3f} | {:.1f} | {:.1f} | {:.2f}× | {:.1f} | "
-                    "{:.2f}× | {:.1f} | "
                     "{:.1f} | {:.2f}× | {:.0f} ({:.0f} %) | {:.0f} ({:.0f} %) | {:.0f} | {:.0f} | "
                     "{:.2f}× |\n",
                     m, n, bpw, paths, pw.r, 8 * payload / (m * n), 1e3 * t16, 1e3 * tp, t16 / tp,
-                    1e3 * tf, t16 / tf, 1e3 * tr, 1e3 * ts, tr / tp, b16 / 1e9,
-                    100 * b16 / kPeakBytesPerS, bp / 1e9, 100 * bp / kPeakBytesPerS, 1e3 * t16b,
-                    1e3 * tpb, t16b / tpb);
+                    1e3 * tr, 1e3 * ts, tr / tp, b16 / 1e9, 100 * b16 / kPeakBytesPerS, bp / 1e9,
+                    100 * bp / kPeakBytesPerS, 1e3 * t16b, 1e3 * tpb, t16b / tpb);
                 std::fflush(stdout);
             }
     }
@@ -258,10 +253,8 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     for (int i = 0; i < 5; ++i) ys.push_back(fill_float(F, st));
     const auto x16 = fill_half(F, st);
     auto y16 = fill_half(F, st);
-    mc::PackedScratch ws, ws_fused, ws_rows, ws_spans;
-    ws.decode = ws_fused.decode = mc::Decode::planes;
-    ws.fused = false;
-    ws_fused.fused = true;
+    mc::PackedScratch ws, ws_rows, ws_spans;
+    ws.decode = mc::Decode::planes;
     ws_rows.decode = mc::Decode::rows;
     ws_spans.decode = mc::Decode::spans;
     constexpr int kOut[7] = {0, 1, 2, 3, 3, 4, 3};  // q k v o gate up down
@@ -297,8 +290,6 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     const double tg = graph_ms(st, reps, 1, [&](int) { grouped(ws_rows); });
     const double tp = graph_ms(st, reps, 1, [&](int) { one_by_one(ws); });
     const double tpg = graph_ms(st, reps, 1, [&](int) { grouped(ws); });
-    const double tfo = graph_ms(st, reps, 1, [&](int) { one_by_one(ws_fused); });
-    const double tfg = graph_ms(st, reps, 1, [&](int) { grouped(ws_fused); });
     const double tde = time_ms(st, std::max(3, reps / 10), run_dense);
     const double tge = time_ms(st, std::max(3, reps / 10), [&] { grouped(ws); });
     fmt::print(
@@ -316,9 +307,7 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
     row("packed, row kernels, layer by layer", tr);
     row("packed, row kernels, q/k/v and gate/up grouped", tg);
     row("packed, planes (binary tensor cores), layer by layer", tp);
-    row("packed, planes, q/k/v and gate/up grouped (three launches a group)", tpg);
-    row("packed, planes fused (one launch a layer), layer by layer", tfo);
-    row("packed, planes fused (one launch a group), q/k/v and gate/up grouped", tfg);
+    row("packed, planes, q/k/v and gate/up grouped (the runtime)", tpg);
     fmt::print(
         "launched one by one (no graph): fp16 {:.3f} ms, packed grouped {:.3f} ms ({:.2f}×)\n", tde,
         tge, tde / tge);

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -216,100 +215,6 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
                     << "layer " << l << " rows " << rows << " variant " << variant;
             }
         }
-#endif
-}
-
-// The fused decode (one persistent launch a group, CORTIQ_DECODE_FUSED=1)
-// gives the three launches' bits: every layer's y and t, for 1 and 2 rows,
-// groups with P = 1 and 2, β, a bias and a sign payload; a phase with more
-// blocks than are resident at once (the grid-stride loop: r = 51000 for t,
-// m = 60000 for y); and a group too large for one launch (it falls back).
-TEST(BlrLinearGpu, FusedDecodeGivesTheThreeLaunchesBitForBit) {
-    REQUIRE_GPU();
-#ifdef CORTIQ_HAVE_CUDA
-    namespace mc = model::cuda;
-    Rng rng(23);
-    auto payload = [&](int64_t m, int64_t n, int64_t r, int p) {
-        return blr::PackedWeight::from_payload(blr::pack(random_model(m, n, r, p, 31 * m + r)),
-                                               "fused");
-    };
-    std::vector<std::vector<blr::PackedWeight>> groups;
-    {
-        std::vector<blr::PackedWeight> g;
-        for (auto [m, r, p] : {std::tuple{700, 300, 2}, {37, 13, 1}, {5, 1, 2}})
-            g.push_back(payload(m, 1500, r, p));
-        MatD s(129, 1500);
-        for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
-        g.push_back(blr::PackedWeight::from_payload(
-            blr::pack_sign(s, VecD(129, 0.1), VecD(1500, 0.7)), "s"));
-        groups.push_back(std::move(g));
-    }
-    groups.push_back({payload(20, 200, 51000, 1)});  // t: 400 blocks
-    groups.push_back({payload(60000, 300, 40, 1)});  // y: 469 blocks
-    groups.push_back({payload(1024, 11008, 700, 2)});
-    {  // 10 products in the first phase: more than one launch takes
-        std::vector<blr::PackedWeight> g;
-        for (int l = 0; l < 5; ++l) g.push_back(payload(300 + l, 600, 50 + l, 2));
-        groups.push_back(std::move(g));
-    }
-    ec::Gpu gpu;
-    const cudaStream_t st = gpu.stream();
-    for (size_t gi = 0; gi < groups.size(); ++gi) {
-        const auto& pws = groups[gi];
-        const int64_t n = pws[0].n;
-        std::vector<mc::DevicePacked> devs;
-        for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
-        for (int rows : {1, 2}) {
-            std::vector<float> x(static_cast<size_t>(rows * n));
-            for (auto& v : x) v = static_cast<float>(rng.normal());
-            const auto dx = ec::upload_f(x, st);
-            std::vector<std::vector<float>> y0s, biases;
-            for (const auto& pw : pws) {
-                std::vector<float> y0(static_cast<size_t>(rows * pw.m)),
-                    b(static_cast<size_t>(pw.m));
-                for (auto& v : y0) v = static_cast<float>(rng.normal());
-                for (auto& v : b) v = static_cast<float>(rng.normal());
-                y0s.push_back(std::move(y0));
-                biases.push_back(std::move(b));
-            }
-            std::vector<std::vector<float>> got[2], t[2];
-            for (int fused : {0, 1}) {
-                mc::PackedScratch ws;
-                ws.decode = mc::Decode::planes;
-                ws.t_wide = true;
-                ws.fused = fused == 1;
-                std::vector<ec::DVec> ys, bs;
-                std::vector<mc::PackedOut> outs;
-                for (size_t l = 0; l < pws.size(); ++l) {
-                    ys.push_back(ec::upload_f(y0s[l], st));
-                    bs.push_back(ec::upload_f(biases[l], st));
-                    outs.push_back({&devs[l], ys.back().get(), l % 2 ? 1.0f : 0.0f,
-                                    l % 3 == 1 ? nullptr : bs.back().get()});
-                }
-                // twice: the barrier's words are reusable
-                for (int rep = 0; rep < 2; ++rep) {
-                    for (size_t l = 0; l < pws.size(); ++l)
-                        CUDA_CHECK(cudaMemcpyAsync(ys[l].get(), y0s[l].data(),
-                                                   sizeof(float) * y0s[l].size(),
-                                                   cudaMemcpyHostToDevice, st));
-                    mc::packed_linear_group(gpu.blas(), st, outs.data(),
-                                            static_cast<int>(outs.size()), ws, dx.get(), rows);
-                }
-                for (size_t l = 0; l < pws.size(); ++l)
-                    got[fused].push_back(ec::download_f(ys[l].get(), ys[l].size(), st));
-                t[fused].push_back(ec::download_f(ws.t.get(), ws.t.size(), st));
-            }
-            for (size_t l = 0; l < pws.size(); ++l) {
-                ASSERT_EQ(got[0][l].size(), got[1][l].size());
-                EXPECT_EQ(0, std::memcmp(got[0][l].data(), got[1][l].data(),
-                                         sizeof(float) * got[0][l].size()))
-                    << "group " << gi << " layer " << l << " rows " << rows;
-                EXPECT_TRUE(std::all_of(got[1][l].begin(), got[1][l].end(),
-                                        [](float v) { return std::isfinite(v); }));
-            }
-            EXPECT_EQ(t[0], t[1]) << "group " << gi << " rows " << rows;
-        }
-    }
 #endif
 }
 

@@ -197,16 +197,6 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         }
         (w.sign ? first : second).push_back(out);
     }
-    if (ws.fused && ws.t_wide) {
-        if (ws.barrier.size() < 2) {
-            ws.barrier = ec::DeviceBuffer<unsigned>(2, stream);
-            CUDA_CHECK(cudaMemsetAsync(ws.barrier.get(), 0, 2 * sizeof(unsigned), stream));
-        }
-        if (sign_decode_fused(jobs_x.data(), static_cast<int>(jobs_x.size()), first.data(),
-                              static_cast<int>(first.size()), second.data(),
-                              static_cast<int>(second.size()), rows, ws.barrier.get(), stream))
-            return;
-    }
     sign_planes(jobs_x.data(), static_cast<int>(jobs_x.size()), rows, stream);
     sign_mma(first.data(), static_cast<int>(first.size()), rows, stream);
     if (second.empty()) return;
@@ -331,18 +321,6 @@ bool t_wide_from_env() {
     const std::string v = d;
     CORTIQ_ASSERT(v == "wide" || v == "launch", "CORTIQ_T_PLANES={}: wide or launch", v);
     return v == "wide";
-}
-
-// Measured on the H200 side by side (bench_blr_gpu, one token): see
-// docs/decode_gpu.json.
-constexpr bool kFusedDefault = false;
-
-bool fused_from_env() {
-    const char* d = std::getenv("CORTIQ_DECODE_FUSED");
-    if (!d) return kFusedDefault;
-    const std::string v = d;
-    CORTIQ_ASSERT(v == "1" || v == "0", "CORTIQ_DECODE_FUSED={}: 1 or 0", v);
-    return v == "1";
 }
 
 Decode decode_from_env() {

@@ -84,7 +84,6 @@ BatchOptions batch_options_from_env();
 // Decode::planes, or CORTIQ_BLR_DECODE=planes|rows|spans.
 Decode decode_from_env();
 bool t_wide_from_env();
-bool fused_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
 struct PackedScratch {
@@ -103,11 +102,6 @@ struct PackedScratch {
     // cut into planes by a sign_planes launch of its own (the earlier four
     // launches a group, kept to compare; CORTIQ_T_PLANES=wide|launch)
     bool t_wide = t_wide_from_env();
-    // Decode::planes with t_wide: a group's three launches as one persistent
-    // launch with grid barriers (sign_decode_fused; CORTIQ_DECODE_FUSED=1|0),
-    // and the barrier's two words
-    bool fused = fused_from_env();
-    cortiq::cuda::DeviceBuffer<unsigned> barrier;
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +

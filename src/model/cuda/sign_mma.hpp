@@ -142,16 +142,4 @@ constexpr int64_t kMmaTailWords = 16;
 void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stream);
 void sign_mma_wide(const MmaProduct* products, int count, int rows, cudaStream_t stream);
 
-// The three launches of a decode group as one (sign_decode.cu): the planes
-// of the inputs (jobs), then the products that write t's wide planes
-// (first), then the products that read them (second), the phases meeting at
-// grid barriers over a grid that is resident at once (barrier: two words,
-// zero before the first use, left reusable). The same arithmetic, so the same
-// bits, as sign_planes, sign_mma and sign_mma_wide one after the other.
-// False, and nothing launched, when the group needs more than one launch of
-// any of them (more than kMaxMmaProducts products a phase, 16 jobs).
-bool sign_decode_fused(const PlaneJob* jobs, int job_count, const MmaProduct* first,
-                       int first_count, const MmaProduct* second, int second_count, int rows,
-                       unsigned* barrier, cudaStream_t stream);
-
 }  // namespace cortiq::model::cuda
