@@ -29,40 +29,19 @@
 #include <cuda_fp16.h>
 
 #include "bench_common.hpp"
+#include "bench_gpu_timing.hpp"
 #include "core/cuda/device.hpp"
 #include "model/cuda/blr_linear.hpp"
 
 using namespace cortiq;
+using bench::graph_ms;
+using bench::time_ms;
 namespace ec = cortiq::cuda;
 namespace mc = cortiq::model::cuda;
 
 namespace {
 
 constexpr double kPeakBytesPerS = 4.8e12;  // H200 HBM3e
-
-// Median milliseconds of `reps` runs of f on the stream, after a warm-up.
-template <class F>
-double time_ms(cudaStream_t st, int reps, F&& f) {
-    f();
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    std::vector<float> t;
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < reps; ++i) {
-        CUDA_CHECK(cudaEventRecord(a, st));
-        f();
-        CUDA_CHECK(cudaEventRecord(b, st));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-}
 
 // y (rows × m, fp16) = x (rows × n, fp16) · Wᵀ with W (m × n, fp16) through cuBLAS.
 void fp16_linear(cublasHandle_t blas, const __half* w, const __half* x, __half* y, int64_t m,
@@ -84,26 +63,6 @@ ec::DVec fill_float(int64_t n, cudaStream_t st) {
     ec::DVec b(n, st);
     CUDA_CHECK(cudaMemsetAsync(b.get(), 0x3c, sizeof(float) * static_cast<size_t>(n), st));
     return b;
-}
-
-// Median milliseconds of one run of f when `batch` runs are captured in a
-// CUDA graph and launched together: the GPU's time, without the host's
-// launch latency between kernels.
-// f(i) runs the i-th of the batch (e.g. on its own copy of the weights).
-template <class F>
-double graph_ms(cudaStream_t st, int reps, int batch, F&& f) {
-    f(0);  // buffers before capture
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < batch; ++i) f(i);
-    CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    cudaGraphDestroy(g);
-    const double ms = time_ms(st, reps, [&] { CUDA_CHECK(cudaGraphLaunch(e, st)); }) / batch;
-    cudaGraphExecDestroy(e);
-    return ms;
 }
 
 // Copies of a weight of `bytes` that a decode cycles through so that the

@@ -11,7 +11,7 @@
 //   - one kernel streaming both products' bytes, and the same bytes as two
 //     chained kernels;
 //   - one persistent kernel (a block per SM slot, all resident) with one and
-//     two grid barriers (core/cuda/grid_barrier.cuh), empty
+//     two grid barriers (an arrival counter and a generation word), empty
 //     and streaming the bytes on either side of its barriers.
 // The ratio that matters is the fp16 GEMV's time (bench_blr_gpu) to these.
 #include <cuda_runtime.h>
@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_gpu_timing.hpp"
 #include "core/cuda/device.hpp"
-#include "core/cuda/grid_barrier.cuh"
 #include "core/error.hpp"
 
 namespace {
@@ -70,11 +70,42 @@ __global__ void stream_kernel(const uint4* p, int64_t count, uint32_t* sink) {
     if (acc == 0x9e3779b9u) sink[1] = acc;
 }
 
+// A barrier over every block of a launch whose blocks are all resident at
+// once (the persistent grid below). Two words in global memory, zero at
+// first: the arrivals and a generation. Thread 0 of each block reads the
+// generation, then arrives; the last to arrive resets the arrivals and bumps
+// the generation, which the others poll (acquire). Both words are reusable
+// after each barrier. A block that polls for ~2^31 rounds traps instead of
+// hanging (a grid that was not resident).
+__device__ __forceinline__ unsigned load_acquire_gpu(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ inline void grid_barrier(unsigned* words) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned gen = load_acquire_gpu(words + 1);
+        __threadfence();  // this block's writes before its arrival
+        if (atomicAdd(words, 1u) == gridDim.x * gridDim.y * gridDim.z - 1) {
+            words[0] = 0;
+            __threadfence();
+            atomicAdd(words + 1, 1u);
+        } else {
+            for (uint32_t spins = 0; load_acquire_gpu(words + 1) == gen; ++spins)
+                if (spins == 0x80000000u) __trap();
+        }
+        __threadfence();
+    }
+    __syncthreads();
+}
+
 // `barriers` grid barriers; the bytes a before the first, b after the last.
 __global__ void persistent_kernel(const uint4* a, int64_t na, const uint4* b, int64_t nb,
                                   int barriers, unsigned* bar, uint32_t* sink) {
     uint32_t acc = stream_share(a, na, blockIdx.x, gridDim.x);
-    for (int i = 0; i < barriers; ++i) cortiq::cuda::grid_barrier(bar);
+    for (int i = 0; i < barriers; ++i) grid_barrier(bar);
     acc ^= stream_share(b, nb, blockIdx.x, gridDim.x);
     if (acc == 0x9e3779b9u) sink[1] = acc;
 }
@@ -92,7 +123,7 @@ __global__ void persistent_prefetch_kernel(const uint4* a, int64_t na, const uin
         ahead[u] = i < hi ? load_stream(b + i) : make_uint4(0, 0, 0, 0);
     }
     uint32_t acc = stream_share(a, na, blockIdx.x, gridDim.x);
-    for (int i = 0; i < barriers; ++i) cortiq::cuda::grid_barrier(bar);
+    for (int i = 0; i < barriers; ++i) grid_barrier(bar);
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) acc ^= ahead[u].x ^ ahead[u].y ^ ahead[u].z ^ ahead[u].w;
     for (int64_t i = lo + threadIdx.x + int64_t{kAhead} * kThreads; i < hi; i += kThreads) {
@@ -114,38 +145,6 @@ void launch(void (*kernel)(Args...), int blocks, bool pdl, cudaStream_t st, Args
     cfg.attrs = attr;
     cfg.numAttrs = 1;
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, args...));
-}
-
-// Median µs of one call when `batch` calls are captured in a graph.
-template <class F>
-double graph_us(cudaStream_t st, int reps, int batch, F&& f) {
-    f(0);
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    cudaGraph_t g;
-    cudaGraphExec_t e;
-    CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < batch; ++i) f(i);
-    CUDA_CHECK(cudaStreamEndCapture(st, &g));
-    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-    cudaGraphDestroy(g);
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    std::vector<float> t;
-    for (int r = 0; r < reps; ++r) {
-        CUDA_CHECK(cudaEventRecord(a, st));
-        CUDA_CHECK(cudaGraphLaunch(e, st));
-        CUDA_CHECK(cudaEventRecord(b, st));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    cudaGraphExecDestroy(e);
-    std::sort(t.begin(), t.end());
-    return 1e3 * t[t.size() / 2] / batch;
 }
 
 }  // namespace
@@ -202,7 +201,7 @@ int main(int argc, char** argv) try {
     std::vector<Row> rows;
     auto add = [&](std::string name, auto&& f) {
         const bool reads = name.find("empty") == std::string::npos;
-        rows.push_back({name, graph_us(st, reps, batch, f), reads});
+        rows.push_back({name, 1e3 * cortiq::bench::graph_ms(st, reps, batch, f), reads});
     };
     add("empty kernel ×1 (PDL)", [&](int) { launch(empty_kernel, resident, true, st, s); });
     add("empty kernels ×3 chained (PDL)", [&](int) {
