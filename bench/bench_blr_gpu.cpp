@@ -2,7 +2,7 @@
 // (prints tables; not a timed unit test):
 //   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
 //                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,64,16]
-//                 [--paths 1,2]
+//                 [--paths 1,2] [--ctx 256]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
 // packed layer its bits and f16 scales. Prefill: --tokens rows, cuBLAS fp16
 // tensor-core GEMM against the packed layer's batch path, side by side: the
@@ -13,7 +13,10 @@
 // the weights (≥ 256 MB in all, past the L2), prefill times per call. Whole model: the
 // 224 linear layers of a 32-layer 4096/11008 Llama at 1.0 bpw, one token
 // through all of them, captured in a CUDA graph (kernel time, not launch
-// time), against the same layers in fp16. Times are medians of CUDA events.
+// time), against the same layers in fp16; and a whole decode step of that
+// model with every op between the linear layers (norms, RoPE, attention over
+// --ctx cached positions, SwiGLU, the fp16 head; --ctx 0: not run). Times are
+// medians of CUDA events.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -31,7 +34,9 @@
 #include "bench_common.hpp"
 #include "bench_gpu_timing.hpp"
 #include "core/cuda/device.hpp"
+#include "model/cuda/blr_batch.hpp"
 #include "model/cuda/blr_linear.hpp"
+#include "model/cuda/kernels.hpp"
 
 using namespace cortiq;
 using bench::graph_ms;
@@ -186,32 +191,44 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     fmt::print("\n{}", prefill);
 }
 
+// The linear layers of a Llama-shaped model, packed at 1.0 bpw and in fp16.
+struct LlamaWeights {
+    static constexpr int64_t H = 4096, F = 11008;
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{H, H}, {H, H}, {H, H}, {H, H},
+                                                       {F, H}, {F, H}, {H, F}};
+    std::vector<mc::DevicePacked> packed;  // q k v o gate up down, layer by layer
+    std::vector<ec::DeviceBuffer<__half>> dense;
+    int64_t packed_bytes = 0, dense_bytes = 0;
+
+    LlamaWeights(int64_t layers, int paths, cudaStream_t st) {
+        for (int64_t l = 0; l < layers; ++l)
+            for (auto [m, n] : shapes) {
+                packed.push_back(
+                    mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l, paths), st));
+                packed_bytes += packed.back().bytes();
+                dense.push_back(fill_half(m * n, st));
+                dense_bytes += 2 * m * n;
+            }
+    }
+};
+
 // One token through every linear layer of a Llama-shaped model, as a CUDA
 // graph: fp16 cuBLAS; the packed layers one by one with the span kernels
 // (Decode::spans) and with the row kernels (Decode::rows); and with the row
 // kernels, the layers that read the same input (q, k, v; gate, up) grouped
 // into one pair of launches, as the runtime runs them.
-void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
+void whole_model(ec::Gpu& gpu, const LlamaWeights& lw, int reps, int paths) {
     const cudaStream_t st = gpu.stream();
-    const int64_t H = 4096, F = 11008;
-    const std::vector<std::pair<int64_t, int64_t>> shapes = {{H, H}, {H, H}, {H, H}, {H, H},
-                                                             {F, H}, {F, H}, {H, F}};
-    std::vector<mc::DevicePacked> packed;
-    std::vector<ec::DeviceBuffer<__half>> dense;
-    int64_t packed_bytes = 0, dense_bytes = 0;
-    for (int64_t l = 0; l < layers; ++l)
-        for (auto [m, n] : shapes) {
-            packed.push_back(mc::upload_packed(bench::random_packed(m, n, 1.0, 11 + l, paths), st));
-            packed_bytes += packed.back().bytes();
-            dense.push_back(fill_half(m * n, st));
-            dense_bytes += 2 * m * n;
-        }
+    const auto& packed = lw.packed;
+    const auto& dense = lw.dense;
+    const auto& shapes = lw.shapes;
+    const int64_t layers = static_cast<int64_t>(packed.size() / 7);
     // q, k, v and gate, up write separate outputs (as in a model); o and down one.
-    auto x = fill_float(F, st);
+    auto x = fill_float(LlamaWeights::F, st);
     std::vector<ec::DVec> ys;
-    for (int i = 0; i < 5; ++i) ys.push_back(fill_float(F, st));
-    const auto x16 = fill_half(F, st);
-    auto y16 = fill_half(F, st);
+    for (int i = 0; i < 5; ++i) ys.push_back(fill_float(LlamaWeights::F, st));
+    const auto x16 = fill_half(LlamaWeights::F, st);
+    auto y16 = fill_half(LlamaWeights::F, st);
     mc::PackedScratch ws, ws_rows, ws_spans;
     ws.decode = mc::Decode::planes;
     ws_rows.decode = mc::Decode::rows;
@@ -256,11 +273,11 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
         layers, paths);
     fmt::print("| weights | bytes | ms/token (graph) | tokens/s (graph) | speed-up |\n");
     fmt::print("|---|---|---|---|---|\n");
-    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", dense_bytes / 1e9, td,
+    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", lw.dense_bytes / 1e9, td,
                1e3 / td);
     auto row = [&](const char* name, double t) {
-        fmt::print("| {} | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n", name, packed_bytes / 1e9, t,
-                   1e3 / t, td / t);
+        fmt::print("| {} | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n", name, lw.packed_bytes / 1e9,
+                   t, 1e3 / t, td / t);
     };
     row("packed, span kernels, layer by layer", ts);
     row("packed, row kernels, layer by layer", tr);
@@ -272,12 +289,141 @@ void whole_model(ec::Gpu& gpu, int64_t layers, int reps, int paths) {
         tge, tde / tge);
 }
 
+// y (fp32, m values) = beta·y + W x with W (m × n) and x in fp16 through cuBLAS.
+void fp16_linear_f32(cublasHandle_t blas, const __half* w, const __half* x, float* y, int64_t m,
+                     int64_t n, float beta) {
+    const float one = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), 1,
+                              static_cast<int>(n), &one, w, CUDA_R_16F, static_cast<int>(n), x,
+                              CUDA_R_16F, static_cast<int>(n), &beta, y, CUDA_R_32F,
+                              static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// The state of one decode step of the Llama-shaped model: the residual
+// stream, the activations between the linear layers, a KV cache of ctx
+// positions per layer (the new token's k and v written at the last one) and
+// the rotary tables.
+struct DecodeState {
+    static constexpr int64_t kHeads = 32, kHeadDim = 128, kVocab = 32000;
+    int64_t ctx;
+    ec::DVec x, xn, q, att, gate, up, ones, cos, sin, logits;
+    std::vector<ec::DVec> kc, vc;           // per layer: ctx × 4096
+    ec::DeviceBuffer<__half> xh, head, vec;  // fp16 input of a linear layer; the head; g
+    ec::DVec inv;                           // rows_to_f16's scale (unused: timing)
+    DecodeState(int64_t layers, int64_t ctx_, cudaStream_t st)
+        : ctx(ctx_), x(fill_float(LlamaWeights::H, st)), xn(fill_float(LlamaWeights::H, st)),
+          q(fill_float(LlamaWeights::H, st)), att(fill_float(LlamaWeights::H, st)),
+          gate(fill_float(LlamaWeights::F, st)), up(fill_float(LlamaWeights::F, st)),
+          ones(fill_float(LlamaWeights::H, st)), cos(fill_float(ctx_ * kHeadDim / 2, st)),
+          sin(fill_float(ctx_ * kHeadDim / 2, st)), logits(fill_float(kVocab, st)),
+          xh(fill_half(LlamaWeights::F, st)), head(fill_half(kVocab * LlamaWeights::H, st)),
+          vec(fill_half(LlamaWeights::F, st)), inv(fill_float(1, st)) {
+        for (int64_t l = 0; l < layers; ++l) {
+            kc.push_back(fill_float(ctx * LlamaWeights::H, st));
+            vc.push_back(fill_float(ctx * LlamaWeights::H, st));
+        }
+    }
+    float* k_row(int64_t l) { return kc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
+    float* v_row(int64_t l) { return vc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
+    // The ops between the linear layers, the same for both weights.
+    void norm(const float* in, float* out, cudaStream_t st) {
+        mc::rmsnorm(in, 1, LlamaWeights::H, ones.get(), 1e-5f, out, st);
+    }
+    void rope_attend(int64_t l, cudaStream_t st) {
+        const int64_t half = kHeadDim / 2;
+        mc::rope(q.get(), 1, 1, kHeads, kHeadDim, half, cos.get(), sin.get(), ctx - 1, st);
+        mc::rope(k_row(l), 1, 1, kHeads, kHeadDim, half, cos.get(), sin.get(), ctx - 1, st);
+        mc::attention(q.get(), kc[static_cast<size_t>(l)].get(), vc[static_cast<size_t>(l)].get(),
+                      att.get(), 1, 1, ctx, kHeads, kHeads, kHeadDim, ctx - 1, 0, st);
+    }
+    void to_half(const float* in, int64_t n, cudaStream_t st) {
+        mc::rows_to_f16(in, n, vec.get(), nullptr, 1, n, xh.get(), n, inv.get(), st);
+    }
+    // The final norm and the fp16 head (the same in both models).
+    void finish(cublasHandle_t blas, cudaStream_t st) {
+        norm(x.get(), xn.get(), st);
+        to_half(xn.get(), LlamaWeights::H, st);
+        fp16_linear_f32(blas, head.get(), xh.get(), logits.get(), kVocab, LlamaWeights::H, 0.0f);
+    }
+};
+
+// A whole decode step of the model, every op: per layer RMSNorm, q/k/v,
+// RoPE, attention over ctx positions, o into the residual, RMSNorm,
+// gate/up, SwiGLU, down into the residual; then the final norm and the
+// vocabulary head (fp16 in both). The fp16 model turns each linear layer's
+// input into fp16 (rows_to_f16, one launch per input) for cuBLAS; the packed
+// model reads float inputs. Both share the runtime's kernels for the rest.
+void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
+    const cudaStream_t st = gpu.stream();
+    const auto& p = lw.packed;
+    const auto& d = lw.dense;
+    const int64_t layers = static_cast<int64_t>(p.size() / 7), H = LlamaWeights::H,
+                  F = LlamaWeights::F;
+    DecodeState s(layers, ctx, st);
+    mc::PackedScratch ws;
+    ws.decode = mc::Decode::planes;
+    auto run_dense = [&] {
+        for (int64_t l = 0; l < layers; ++l) {
+            const size_t b = static_cast<size_t>(7 * l);
+            s.norm(s.x.get(), s.xn.get(), st);
+            s.to_half(s.xn.get(), H, st);
+            fp16_linear_f32(gpu.blas(), d[b].get(), s.xh.get(), s.q.get(), H, H, 0.0f);
+            fp16_linear_f32(gpu.blas(), d[b + 1].get(), s.xh.get(), s.k_row(l), H, H, 0.0f);
+            fp16_linear_f32(gpu.blas(), d[b + 2].get(), s.xh.get(), s.v_row(l), H, H, 0.0f);
+            s.rope_attend(l, st);
+            s.to_half(s.att.get(), H, st);
+            fp16_linear_f32(gpu.blas(), d[b + 3].get(), s.xh.get(), s.x.get(), H, H, 1.0f);
+            s.norm(s.x.get(), s.xn.get(), st);
+            s.to_half(s.xn.get(), H, st);
+            fp16_linear_f32(gpu.blas(), d[b + 4].get(), s.xh.get(), s.gate.get(), F, H, 0.0f);
+            fp16_linear_f32(gpu.blas(), d[b + 5].get(), s.xh.get(), s.up.get(), F, H, 0.0f);
+            mc::swiglu(s.gate.get(), s.up.get(), F, st);
+            s.to_half(s.gate.get(), F, st);
+            fp16_linear_f32(gpu.blas(), d[b + 6].get(), s.xh.get(), s.x.get(), H, F, 1.0f);
+        }
+        s.finish(gpu.blas(), st);
+    };
+    auto run_packed = [&] {
+        for (int64_t l = 0; l < layers; ++l) {
+            const size_t b = static_cast<size_t>(7 * l);
+            s.norm(s.x.get(), s.xn.get(), st);
+            const mc::PackedOut qkv[3] = {
+                {&p[b], s.q.get()}, {&p[b + 1], s.k_row(l)}, {&p[b + 2], s.v_row(l)}};
+            mc::packed_linear_group(gpu.blas(), st, qkv, 3, ws, s.xn.get(), 1);
+            s.rope_attend(l, st);
+            mc::packed_linear(gpu.blas(), st, p[b + 3], ws, s.att.get(), 1, s.x.get(), 1.0f,
+                              nullptr);
+            s.norm(s.x.get(), s.xn.get(), st);
+            const mc::PackedOut gate_up[2] = {{&p[b + 4], s.gate.get()}, {&p[b + 5], s.up.get()}};
+            mc::packed_linear_group(gpu.blas(), st, gate_up, 2, ws, s.xn.get(), 1);
+            mc::swiglu(s.gate.get(), s.up.get(), F, st);
+            mc::packed_linear(gpu.blas(), st, p[b + 6], ws, s.gate.get(), 1, s.x.get(), 1.0f,
+                              nullptr);
+        }
+        s.finish(gpu.blas(), st);
+    };
+    const double td = graph_ms(st, reps, 1, [&](int) { run_dense(); });
+    const double tp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
+    const int64_t head_bytes = 2 * DecodeState::kVocab * H;
+    fmt::print(
+        "\nWhole-model decode step, every op ({} layers, 4096/11008, 32 heads, context {}, "
+        "fp16 head of 32,000 in both; CUDA graph):\n",
+        layers, ctx);
+    fmt::print("| model | linear weights | ms/token | tokens/s | speed-up |\n|---|---|---|---|---|\n");
+    fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", lw.dense_bytes / 1e9, td,
+               1e3 / td);
+    fmt::print("| packed 1.0 bpw, planes, grouped | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× |\n",
+               lw.packed_bytes / 1e9, tp, 1e3 / tp, td / tp);
+    fmt::print("(in both: the fp16 head, {:.2f} GB; the float32 KV cache, {:.2f} GB)\n", head_bytes / 1e9,
+               2.0 * 4 * static_cast<double>(layers * ctx * H) / 1e9);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
     std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
     std::string tile_list = "1024,64,16", path_list = "1,2";
-    int64_t tokens = 512, layers = 32;
+    int64_t tokens = 512, layers = 32, ctx = 256;
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
@@ -289,6 +435,8 @@ int main(int argc, char** argv) try {
             tokens = std::stoll(v);
         else if (k == "--layers")
             layers = std::stoll(v);
+        else if (k == "--ctx")
+            ctx = std::stoll(v);
         else if (k == "--tiles")
             tile_list = v;
         else if (k == "--paths")
@@ -310,7 +458,11 @@ int main(int argc, char** argv) try {
     ec::Gpu gpu;
     layer_table(gpu, shapes, bpws, path_counts, tokens, reps, tiles);
     if (layers > 0)
-        for (int paths : path_counts) whole_model(gpu, layers, reps / 4, paths);
+        for (int paths : path_counts) {
+            const LlamaWeights lw(layers, paths, gpu.stream());
+            whole_model(gpu, lw, reps / 4, paths);
+            if (ctx > 0) decode_step(gpu, lw, ctx, reps / 4);
+        }
     return 0;
 } catch (const std::exception& e) {
     fmt::print(stderr, "bench_blr_gpu: {}\n", e.what());

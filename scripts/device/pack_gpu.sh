@@ -12,7 +12,7 @@ bins=(build/tools/cortiq/cortiq build/tests/test_cuda_encoder build/tests/test_f
       build/tests/test_calib_gpu build/tests/test_blr_linear_gpu build/tests/test_tune_grad_gpu
       build/tests/test_qwen35_gpu build/bench/bench_blr_gpu
       build/bench/bench_blr_cpu build/bench/bench_encode_gpu build/bench/bench_gemm_align_gpu
-      build/bench/bench_launch_floor_gpu)
+      build/bench/bench_launch_floor_gpu build/tests/test_kernels_gpu)
 bash ../shared/tools/device-pack.sh .carry/gpu "${bins[@]}" > /dev/null
 # the binaries travel compressed too (the tree that travels is capped at 64 MiB)
 tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu bin && rm -rf .carry/gpu/bin

@@ -1,9 +1,19 @@
-// Causal grouped-query attention with an optional sliding window, one warp
-// per (query row, head), online softmax over chunks of 32 keys: lane t
-// scores key j0 + t (a whole dot product per lane, no shuffles per key),
-// then every lane accumulates its own output dimensions. Nothing of size
-// T × T is stored, so long contexts cost no memory. Simple rather than
-// flash-fast: these models are small and the GEMMs dominate.
+// Causal grouped-query attention with an optional sliding window, online
+// softmax, nothing of size T × T stored (long contexts cost no memory).
+// Two kernels:
+//   - many query rows (prefill, scoring): one warp per (query row, head) and
+//     chunks of 32 keys: lane t scores key j0 + t (a whole dot product per
+//     lane, no shuffles per key), then every lane accumulates its own output
+//     dimensions;
+//   - a few query rows (decoding): one block of 16 warps per (query row,
+//     head), the visible keys dealt out to the warps four at a time; a warp
+//     reads each key and value row whole (lane t holds dimensions t + 32c:
+//     coalesced), keeps its own running max, sum and output, and the warps'
+//     partial softmaxes are merged at the end (m = max_w m_w, l = Σ_w l_w
+//     e^{m_w − m}, out = Σ_w acc_w e^{m_w − m} / l). The first kernel gave a
+//     decoded token of a 32-layer, 32-head model 10 ms of attention at 256
+//     cached positions (32 warps in all, each reading 32 rows at a stride of
+//     a row per lane).
 #include <algorithm>
 #include <cmath>
 
@@ -92,6 +102,96 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
     }
 }
 
+constexpr int kDecodeWarps = 16;
+constexpr int kDecodeKeys = 4;  // keys a warp takes at once (their loads in flight together)
+constexpr int kDecodeMaxRows = 4;
+
+// kDims: dimensions per lane, hd ≤ 32·kDims.
+template <int kDims>
+__global__ void __launch_bounds__(32 * kDecodeWarps)
+    attention_decode_kernel(const float* q, const float* k, const float* v, float* out, int64_t T,
+                            int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
+                            int64_t window, float scale) {
+    __shared__ float part_m[kDecodeWarps], part_l[kDecodeWarps];
+    __shared__ float part_acc[kDecodeWarps][kMaxHeadDim];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t i = blockIdx.x, b = blockIdx.z;
+    const int h = blockIdx.y, g = h / (heads / kv_heads);
+    const int64_t q_dim = static_cast<int64_t>(heads) * hd;
+    const int64_t kv_dim = static_cast<int64_t>(kv_heads) * hd;
+    const float* qrow = q + (b * T + i) * q_dim + static_cast<int64_t>(h) * hd;
+    float qv[kDims], acc[kDims];
+#pragma unroll
+    for (int c = 0; c < kDims; ++c) {
+        const int d = lane + 32 * c;
+        qv[c] = d < hd ? qrow[d] * scale : 0.0f;
+        acc[c] = 0.0f;
+    }
+    const int64_t p = pos0 + i;  // keys lo..p are visible
+    const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
+    const float* kb = k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
+    const float* vb = v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j0 = lo + int64_t{warp} * kDecodeKeys; j0 <= p;
+         j0 += int64_t{kDecodeWarps} * kDecodeKeys) {
+        float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
+#pragma unroll
+        for (int u = 0; u < kDecodeKeys; ++u)
+#pragma unroll
+            for (int c = 0; c < kDims; ++c) {
+                const int d = lane + 32 * c;
+                const bool in = j0 + u <= p && d < hd;
+                kv[u][c] = in ? __ldg(kb + (j0 + u) * kv_dim + d) : 0.0f;
+                vv[u][c] = in ? __ldg(vb + (j0 + u) * kv_dim + d) : 0.0f;
+            }
+        float s[kDecodeKeys];
+#pragma unroll
+        for (int u = 0; u < kDecodeKeys; ++u) {
+            float part = 0.0f;
+#pragma unroll
+            for (int c = 0; c < kDims; ++c) part += qv[c] * kv[u][c];
+            s[u] = j0 + u <= p ? warp_sum(part) : -INFINITY;
+        }
+        float m_new = m;
+#pragma unroll
+        for (int u = 0; u < kDecodeKeys; ++u) m_new = fmaxf(m_new, s[u]);  // finite: key j0
+        const float corr = expf(m - m_new);                                 // 0 at first
+        l *= corr;
+#pragma unroll
+        for (int c = 0; c < kDims; ++c) acc[c] *= corr;
+#pragma unroll
+        for (int u = 0; u < kDecodeKeys; ++u) {
+            const float pu = expf(s[u] - m_new);  // 0 past p
+            l += pu;
+#pragma unroll
+            for (int c = 0; c < kDims; ++c) acc[c] += pu * vv[u][c];
+        }
+        m = m_new;
+    }
+    if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+    }
+#pragma unroll
+    for (int c = 0; c < kDims; ++c) {
+        const int d = lane + 32 * c;
+        if (d < hd) part_acc[warp][d] = acc[c];
+    }
+    __syncthreads();
+    // a warp that saw no key holds m = −∞, l = 0: its weight e^{−∞} is 0
+    float mm = part_m[0];
+    for (int w = 1; w < kDecodeWarps; ++w) mm = fmaxf(mm, part_m[w]);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f, den = 0.0f;
+        for (int w = 0; w < kDecodeWarps; ++w) {
+            const float e = expf(part_m[w] - mm);
+            num += part_acc[w][d] * e;
+            den += part_l[w] * e;
+        }
+        out[(b * T + i) * q_dim + static_cast<int64_t>(h) * hd + d] = num / den;
+    }
+}
+
 }  // namespace
 
 void attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t T,
@@ -102,10 +202,22 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
     CORTIQ_ASSERT(kv_heads > 0 && heads % kv_heads == 0 && batch <= 65535 && heads <= 65535);
     CORTIQ_ASSERT(kv_rows >= pos0 + T, "{} key rows for positions up to {}", kv_rows, pos0 + T);
     if (batch == 0 || T == 0) return;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    if (T <= kDecodeMaxRows) {
+        const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(heads),
+                        static_cast<unsigned>(batch));
+        auto* kernel = head_dim <= 64    ? attention_decode_kernel<2>
+                       : head_dim <= 128 ? attention_decode_kernel<4>
+                                         : attention_decode_kernel<8>;
+        kernel<<<grid, 32 * kDecodeWarps, 0, stream>>>(
+            q, k, v, out, T, kv_rows, static_cast<int>(heads), static_cast<int>(kv_heads),
+            static_cast<int>(head_dim), pos0, window, scale);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
                     static_cast<unsigned>(batch));
     const size_t smem = sizeof(float) * kWarps * static_cast<size_t>(head_dim);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     attention_kernel<<<grid, 32 * kWarps, smem, stream>>>(
         q, k, v, out, T, kv_rows, static_cast<int>(heads), static_cast<int>(kv_heads),
         static_cast<int>(head_dim), pos0, window, scale);

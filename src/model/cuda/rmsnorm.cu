@@ -1,5 +1,7 @@
-// RMSNorm, one warp per row: the sum of squares in float64 as on the CPU
-// (model::rmsnorm), so the norm itself adds no rounding difference.
+// RMSNorm: the sum of squares in float64 as on the CPU (model::rmsnorm), so
+// the norm itself adds no rounding difference. One warp per row for many
+// rows; one block of 256 threads per row for a few (decoding: a lone warp
+// walking a 4096-wide row took several µs a call).
 #include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/reduce.cuh"
@@ -25,11 +27,31 @@ __global__ void rmsnorm_kernel(const float* x, int64_t rows, int64_t n, const fl
     for (int64_t j = lane; j < n; j += 32) yr[j] = w[j] * (xr[j] * inv);
 }
 
+constexpr int kFewRows = 64;  // at most this many rows: a block per row
+constexpr int kRowThreads = 256;
+
+__global__ void __launch_bounds__(kRowThreads)
+    rmsnorm_row_kernel(const float* x, int64_t n, const float* w, float eps, float* y) {
+    __shared__ double scratch[32];
+    const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
+    float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
+    double ss = 0;
+    for (int64_t j = threadIdx.x; j < n; j += kRowThreads) ss += static_cast<double>(xr[j]) * xr[j];
+    ss = block_sum(ss, scratch);
+    const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
+    for (int64_t j = threadIdx.x; j < n; j += kRowThreads) yr[j] = w[j] * (xr[j] * inv);
+}
+
 }  // namespace
 
 void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
              cudaStream_t stream) {
     if (rows == 0) return;
+    if (rows <= kFewRows && n >= 1024) {
+        rmsnorm_row_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, n, w, eps, y);
+        CUDA_LAUNCH_CHECK();
+        return;
+    }
     const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
     rmsnorm_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, stream>>>(x, rows, n, w,
                                                                                      eps, y);

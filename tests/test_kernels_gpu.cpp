@@ -1,0 +1,119 @@
+// The forward pass's CUDA kernels against their CPU twins (model/ops.hpp) on
+// shapes the model tests do not reach: decoding attention (a few query rows
+// against a long key cache, with grouped heads, a sliding window, head sizes
+// that are not multiples of 32, several sequences) and RMSNorm on a few wide
+// rows (the block-per-row kernel) and on many. Every test skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "gpu_skip.hpp"
+#include "model/ops.hpp"
+
+#ifdef CORTIQ_HAVE_CUDA
+#include "core/cuda/device.hpp"
+#include "model/cuda/kernels.hpp"
+#endif
+
+using namespace cortiq;
+
+namespace {
+
+// Kernels against the CPU in float32: rounding only (other summation orders,
+// expf against the CPU's polynomial exp, ~2e-7). A wrong mask, head or
+// window moves outputs by whole units of their scale.
+constexpr double kKernelTol = 1e-5;
+
+[[maybe_unused]] std::vector<float> randn(int64_t n, double scale, Rng& rng) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = static_cast<float>(scale * rng.normal());
+    return v;
+}
+
+// max |a − b| / max |b|
+[[maybe_unused]] double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < b.size(); ++i) {
+        worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+        scale = std::max(scale, std::abs(static_cast<double>(b[i])));
+    }
+    return scale > 0 ? worst / scale : worst;
+}
+
+struct AttentionCase {
+    int64_t batch, T, pos0, heads, kv_heads, hd, window;
+};
+
+}  // namespace
+
+#ifdef CORTIQ_HAVE_CUDA
+namespace cu = cortiq::cuda;
+
+TEST(KernelsGpu, DecodingAttentionMatchesTheCpu) {
+    REQUIRE_GPU();
+    // T ≤ 4 takes the decoding kernel; T = 9 the many-rows kernel, as a check
+    // that both agree with the CPU on the same cache.
+    const AttentionCase cases[] = {
+        {1, 1, 0, 4, 4, 64, 0},      // the first token: one key
+        {1, 1, 999, 8, 2, 128, 0},   // a long cache, grouped heads
+        {1, 2, 700, 6, 3, 80, 0},    // head size not a multiple of 32
+        {2, 3, 257, 4, 1, 256, 0},   // two sequences, the widest heads
+        {1, 1, 1500, 4, 4, 64, 100}, // a sliding window
+        {1, 4, 63, 2, 2, 96, 17},    // window and rows together
+        {1, 9, 300, 4, 2, 128, 0},   // many rows: the other kernel
+    };
+    cu::Gpu gpu;
+    const cudaStream_t s = gpu.stream();
+    Rng rng(7);
+    for (const auto& c : cases) {
+        const int64_t kv_rows = c.pos0 + c.T + 3;  // rows past the last visible one
+        const int64_t q_dim = c.heads * c.hd, kv_dim = c.kv_heads * c.hd;
+        const auto q = randn(c.batch * c.T * q_dim, 1.0, rng);
+        const auto k = randn(c.batch * kv_rows * kv_dim, 1.0, rng);
+        const auto v = randn(c.batch * kv_rows * kv_dim, 1.0, rng);
+        std::vector<float> want(q.size());
+        for (int64_t b = 0; b < c.batch; ++b)
+            model::attention(q.data() + b * c.T * q_dim, c.T, q_dim,
+                             k.data() + b * kv_rows * kv_dim, v.data() + b * kv_rows * kv_dim,
+                             kv_dim, c.heads, c.kv_heads, c.hd, c.pos0, c.window,
+                             want.data() + b * c.T * q_dim, q_dim);
+        const cu::DVec dq = cu::upload_f(q, s), dk = cu::upload_f(k, s), dv = cu::upload_f(v, s);
+        cu::DVec dout(static_cast<int64_t>(q.size()), s);
+        model::cuda::attention(dq.get(), dk.get(), dv.get(), dout.get(), c.batch, c.T, kv_rows,
+                               c.heads, c.kv_heads, c.hd, c.pos0, c.window, s);
+        const auto got = cu::download_f(dout.get(), static_cast<int64_t>(q.size()), s);
+        EXPECT_LT(rel_err(got, want), kKernelTol)
+            << "batch " << c.batch << " T " << c.T << " pos0 " << c.pos0 << " heads " << c.heads
+            << "/" << c.kv_heads << " hd " << c.hd << " window " << c.window;
+    }
+}
+
+TEST(KernelsGpu, RmsNormMatchesTheCpuOnFewWideRowsAndOnMany) {
+    REQUIRE_GPU();
+    cu::Gpu gpu;
+    const cudaStream_t s = gpu.stream();
+    Rng rng(8);
+    // (rows, n): one and a few wide rows (a block per row), many rows (a
+    // warp per row), narrow rows (a warp per row even when few); in place too.
+    const std::pair<int64_t, int64_t> shapes[] = {{1, 4096}, {3, 11008}, {64, 1027},
+                                                  {65, 2048}, {2, 128}};
+    for (auto [rows, n] : shapes) {
+        const auto x = randn(rows * n, 3.0, rng), w = randn(n, 1.0, rng);
+        std::vector<float> want(x.size());
+        model::rmsnorm(x.data(), rows, n, w.data(), 1e-6f, want.data());
+        cu::DVec dx = cu::upload_f(x, s);
+        const cu::DVec dw = cu::upload_f(w, s);
+        cu::DVec dy(rows * n, s);
+        model::cuda::rmsnorm(dx.get(), rows, n, dw.get(), 1e-6f, dy.get(), s);
+        EXPECT_LT(rel_err(cu::download_f(dy.get(), rows * n, s), want), kKernelTol)
+            << rows << " × " << n;
+        model::cuda::rmsnorm(dx.get(), rows, n, dw.get(), 1e-6f, dx.get(), s);
+        EXPECT_LT(rel_err(cu::download_f(dx.get(), rows * n, s), want), kKernelTol)
+            << rows << " × " << n << " in place";
+    }
+}
+#endif
