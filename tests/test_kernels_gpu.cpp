@@ -1,13 +1,15 @@
 // The forward pass's CUDA kernels against their CPU twins (model/ops.hpp) on
 // shapes the model tests do not reach: decoding attention (a few query rows
 // against a long key cache, with grouped heads, a sliding window, head sizes
-// that are not multiples of 32, several sequences) and RMSNorm on a few wide
-// rows (the block-per-row kernel) and on many. Every test skips without a GPU.
+// that are not multiples of 32, several sequences), RMSNorm on a few wide
+// rows (the block-per-row kernel) and on many, and RoPE on q and k in one
+// launch. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.hpp"
@@ -114,6 +116,35 @@ TEST(KernelsGpu, RmsNormMatchesTheCpuOnFewWideRowsAndOnMany) {
         model::cuda::rmsnorm(dx.get(), rows, n, dw.get(), 1e-6f, dx.get(), s);
         EXPECT_LT(rel_err(cu::download_f(dx.get(), rows * n, s), want), kKernelTol)
             << rows << " × " << n << " in place";
+    }
+}
+
+TEST(KernelsGpu, RopeOnQueriesAndKeysInOneLaunchMatchesTheCpu) {
+    REQUIRE_GPU();
+    cu::Gpu gpu;
+    const cudaStream_t s = gpu.stream();
+    Rng rng(9);
+    std::vector<float> inv_freq(24);
+    for (size_t j = 0; j < inv_freq.size(); ++j)
+        inv_freq[j] = static_cast<float>(std::pow(10000.0, -2.0 * j / 64.0));
+    // head_dim 64 with a rotary size of 48 (partial), 8 query and 2 key
+    // heads; 2 sequences of T = 3 rows at positions 5..7; then one decoded row
+    const int64_t hd = 64, qh = 8, kh = 2, half = 24, positions = 16;
+    const model::RopeTable all = model::rope_table(inv_freq, 0, positions);
+    const cu::DVec cos = cu::upload_f(all.cos, s), sin = cu::upload_f(all.sin, s);
+    for (auto [rows, T, pos0] : {std::tuple<int64_t, int64_t, int64_t>{6, 3, 5}, {1, 1, 12}}) {
+        const auto q = randn(rows * qh * hd, 1.0, rng), k = randn(rows * kh * hd, 1.0, rng);
+        std::vector<float> want_q = q, want_k = k;
+        for (int64_t b = 0; b < rows / T; ++b) {
+            const model::RopeTable t = model::rope_table(inv_freq, pos0, T);
+            model::rope(want_q.data() + b * T * qh * hd, T, qh * hd, qh, hd, t);
+            model::rope(want_k.data() + b * T * kh * hd, T, kh * hd, kh, hd, t);
+        }
+        cu::DVec dq = cu::upload_f(q, s), dk = cu::upload_f(k, s);
+        model::cuda::rope_qk(dq.get(), qh, dk.get(), kh, rows, T, hd, half, cos.get(), sin.get(),
+                             pos0, s);
+        EXPECT_LT(rel_err(cu::download_f(dq.get(), rows * qh * hd, s), want_q), kKernelTol);
+        EXPECT_LT(rel_err(cu::download_f(dk.get(), rows * kh * hd, s), want_k), kKernelTol);
     }
 }
 #endif

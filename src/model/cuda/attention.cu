@@ -20,6 +20,7 @@
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/cuda/pdl.cuh"
 #include "model/cuda/reduce.cuh"
 
 namespace cortiq::model::cuda {
@@ -49,6 +50,7 @@ __device__ __forceinline__ float dot(const float* q, const float* k, int d) {
 __global__ void attention_kernel(const float* q, const float* k, const float* v, float* out,
                                  int64_t T, int64_t kv_rows, int heads, int kv_heads, int hd,
                                  int64_t pos0, int64_t window, float scale) {
+    pdl_start();
     extern __shared__ float4 smem4[];  // kWarps rows of hd floats (float4: 16-byte aligned)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
@@ -114,6 +116,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
                             int64_t window, float scale) {
     __shared__ float part_m[kDecodeWarps], part_l[kDecodeWarps];
     __shared__ float part_acc[kDecodeWarps][kMaxHeadDim];
+    pdl_start();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t i = blockIdx.x, b = blockIdx.z;
     const int h = blockIdx.y, g = h / (heads / kv_heads);
@@ -209,19 +212,17 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
         auto* kernel = head_dim <= 64    ? attention_decode_kernel<2>
                        : head_dim <= 128 ? attention_decode_kernel<4>
                                          : attention_decode_kernel<8>;
-        kernel<<<grid, 32 * kDecodeWarps, 0, stream>>>(
-            q, k, v, out, T, kv_rows, static_cast<int>(heads), static_cast<int>(kv_heads),
-            static_cast<int>(head_dim), pos0, window, scale);
-        CUDA_LAUNCH_CHECK();
+        launch_pdl(kernel, grid, 32 * kDecodeWarps, 0, stream, q, k, v, out, T, kv_rows,
+                   static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
+                   pos0, window, scale);
         return;
     }
     const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
                     static_cast<unsigned>(batch));
     const size_t smem = sizeof(float) * kWarps * static_cast<size_t>(head_dim);
-    attention_kernel<<<grid, 32 * kWarps, smem, stream>>>(
-        q, k, v, out, T, kv_rows, static_cast<int>(heads), static_cast<int>(kv_heads),
-        static_cast<int>(head_dim), pos0, window, scale);
-    CUDA_LAUNCH_CHECK();
+    launch_pdl(attention_kernel, grid, 32 * kWarps, smem, stream, q, k, v, out, T, kv_rows,
+               static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
+               pos0, window, scale);
 }
 
 }  // namespace cortiq::model::cuda

@@ -195,8 +195,8 @@ struct GpuModel::Impl {
             cuda::rmsnorm(q, R * c.num_heads, hd, L.q_norm.get(), eps, q, st);
             cuda::rmsnorm(k, R * c.num_kv_heads, hd, L.k_norm.get(), eps, k, st);
         }
-        cuda::rope(q, R, T, c.num_heads, hd, half, rope_cos.get(), rope_sin.get(), pos0, st);
-        cuda::rope(k, R, T, c.num_kv_heads, hd, half, rope_cos.get(), rope_sin.get(), pos0, st);
+        cuda::rope_qk(q, c.num_heads, k, c.num_kv_heads, R, T, hd, half, rope_cos.get(),
+                      rope_sin.get(), pos0, st);
         const float* keys = cached ? cache.k[l].get() : ws.k.get();
         const float* vals = cached ? cache.v[l].get() : ws.v.get();
         cuda::attention(q, keys, vals, ws.attn.get(), batch, T, cached ? cache.capacity : T,

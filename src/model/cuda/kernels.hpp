@@ -2,7 +2,9 @@
 // .cu file, each the device twin of a function in model/ops.hpp. Activations
 // are row-major float32 on the device, one row per token; a batch holds
 // `batch` sequences of T rows back to back. Every launcher enqueues on
-// `stream` and checks the launch.
+// `stream` and checks the launch. The kernels of the decode chain (RMSNorm,
+// RoPE, attention, SwiGLU, bias) are launched with programmatic dependent
+// launch (pdl.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,11 +22,13 @@ void embed(const int32_t* tokens, const float* table, int64_t rows, int64_t d, f
 void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y,
              cudaStream_t stream);
 
-// In place, rotate_half convention (model::rope): row r is at position
+// In place, rotate_half convention (model::rope), on q (rows of q_heads
+// heads) and k (rows of k_heads heads) in one launch: row r is at position
 // pos0 + r mod T; cos/sin hold rows of `half` values for positions 0.. ;
 // 2·half ≤ head_dim dims of each head turn (partial rotary: the rest stay).
-void rope(float* x, int64_t rows, int64_t T, int64_t heads, int64_t head_dim, int64_t half,
-          const float* cos, const float* sin, int64_t pos0, cudaStream_t stream);
+void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t rows, int64_t T,
+             int64_t head_dim, int64_t half, const float* cos, const float* sin, int64_t pos0,
+             cudaStream_t stream);
 
 // Causal grouped-query attention (model::attention). Sequence b's query row
 // i (position pos0 + i) of head h attends key rows j ≤ pos0 + i (and

@@ -4,6 +4,7 @@
 // walking a 4096-wide row took several µs a call).
 #include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/cuda/pdl.cuh"
 #include "model/cuda/reduce.cuh"
 
 namespace cortiq::model::cuda {
@@ -14,6 +15,7 @@ constexpr int kRowsPerBlock = 4;  // warps per block
 
 __global__ void rmsnorm_kernel(const float* x, int64_t rows, int64_t n, const float* w, float eps,
                                float* y) {
+    pdl_start();
     const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (r >= rows) return;  // whole warps leave; no block-wide sync below
@@ -33,6 +35,7 @@ constexpr int kRowThreads = 256;
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_row_kernel(const float* x, int64_t n, const float* w, float eps, float* y) {
     __shared__ double scratch[32];
+    pdl_start();
     const float* xr = x + static_cast<int64_t>(blockIdx.x) * n;
     float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
     double ss = 0;
@@ -48,14 +51,13 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps,
              cudaStream_t stream) {
     if (rows == 0) return;
     if (rows <= kFewRows && n >= 1024) {
-        rmsnorm_row_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(x, n, w, eps, y);
-        CUDA_LAUNCH_CHECK();
+        launch_pdl(rmsnorm_row_kernel, dim3(static_cast<unsigned>(rows)), kRowThreads, 0, stream, x,
+                   n, w, eps, y);
         return;
     }
     const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    rmsnorm_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, stream>>>(x, rows, n, w,
-                                                                                     eps, y);
-    CUDA_LAUNCH_CHECK();
+    launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(blocks)), 32 * kRowsPerBlock, 0, stream, x,
+               rows, n, w, eps, y);
 }
 
 }  // namespace cortiq::model::cuda

@@ -1,8 +1,8 @@
 // What the two decode kernels of sign products share (sign_gemv.cu,
 // sign_rows.cu; included by CUDA sources only): a warp's sum, a word copied
 // to shared memory with cp.async, the knobs a benchmark sets from the
-// environment, the SM count, and the launch with programmatic dependent
-// launch (the next product copies its bits while this one finishes).
+// environment and the SM count; the launch with programmatic dependent
+// launch is pdl.cuh's.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 
 #include "core/cuda/device.hpp"
+#include "model/cuda/pdl.cuh"
 
 namespace cortiq::model::cuda::sign_detail {
 
@@ -61,27 +62,10 @@ inline int64_t ceil_div(int64_t a, int64_t b) {
     return (a + b - 1) / b;
 }
 
-// kernel<<<grid, 256, smem, stream>>>(p) with programmatic dependent launch
-// allowed (CORTIQ_GEMV_PDL=0: off). On by default since the bits come
-// through shared memory: on the H200 at 1 bpw, 4096×11008 16.3 → 14.3 µs and
-// a 32-layer model's linears 3.017 → 2.608 ms per token with sign_gemv. With
-// loads into registers it had been slower (29.6 against 17.1 µs), the
-// waiting blocks holding their SMs.
-template <class P>
-void launch_pdl(void (*kernel)(P), dim3 grid, int threads, size_t smem, cudaStream_t stream,
-                const P& p) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = dim3(threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    static const int pdl = knob("CORTIQ_GEMV_PDL", 1, 0, 1);
-    attr[0].val.programmaticStreamSerializationAllowed = pdl;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-}
+// Programmatic dependent launch (pdl.cuh: launch_pdl) is on by default since
+// the bits come through shared memory: on the H200 at 1 bpw, 4096×11008
+// 16.3 → 14.3 µs and a 32-layer model's linears 3.017 → 2.608 ms per token
+// with sign_gemv. With loads into registers it had been slower (29.6 against
+// 17.1 µs), the waiting blocks holding their SMs.
 
 }  // namespace cortiq::model::cuda::sign_detail

@@ -4,12 +4,14 @@
 
 #include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/cuda/pdl.cuh"
 
 namespace cortiq::model::cuda {
 
 namespace {
 
 __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
+    pdl_start();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         // sigmoid through e = exp(−|z|), which never overflows (as model::swiglu).
@@ -25,8 +27,7 @@ __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream) {
     if (n == 0) return;
     const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65536);
-    swiglu_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(gate, up, n);
-    CUDA_LAUNCH_CHECK();
+    launch_pdl(swiglu_kernel, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, gate, up, n);
 }
 
 }  // namespace cortiq::model::cuda
