@@ -326,14 +326,20 @@ struct DecodeState {
     float* k_row(int64_t l) { return kc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
     float* v_row(int64_t l) { return vc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
     // The ops between the linear layers, the same for both weights.
+    // What the packed step leaves out in the breakdown rows (the results are
+    // then wrong, the time of the rest is right): bits of kSkip*.
+    int skip = 0;
+    static constexpr int kSkipRope = 1, kSkipAttention = 2, kSkipSwiglu = 4;
     void norm(const float* in, float* out, cudaStream_t st) {
         mc::rmsnorm(in, 1, LlamaWeights::H, ones.get(), 1e-5f, out, st);
     }
     void rope_attend(int64_t l, cudaStream_t st) {
         const int64_t half = kHeadDim / 2;
-        mc::rope_qk(q.get(), kHeads, k_row(l), kHeads, 1, 1, kHeadDim, half, cos.get(), sin.get(),
+        if (!(skip & kSkipRope))
+            mc::rope_qk(q.get(), kHeads, k_row(l), kHeads, 1, 1, kHeadDim, half, cos.get(), sin.get(),
                     ctx - 1, st);
-        mc::attention(q.get(), kc[static_cast<size_t>(l)].get(), vc[static_cast<size_t>(l)].get(),
+        if (!(skip & kSkipAttention))
+            mc::attention(q.get(), kc[static_cast<size_t>(l)].get(), vc[static_cast<size_t>(l)].get(),
                       att.get(), 1, 1, ctx, kHeads, kHeads, kHeadDim, ctx - 1, 0, st);
     }
     void to_half(const float* in, int64_t n, cudaStream_t st) {
@@ -389,20 +395,31 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
         }
         s.finish(gpu.blas(), st);
     };
+    // As the runtime runs it: the norms inside the planes launches of q/k/v
+    // and gate/up (packed_linear_group_normed); norm_launch: by launches of
+    // their own, as before.
+    bool norm_launch = false;
+    auto normed_group = [&](const mc::PackedOut* outs, int count) {
+        if (norm_launch) {
+            s.norm(s.x.get(), s.xn.get(), st);
+            mc::packed_linear_group(gpu.blas(), st, outs, count, ws, s.xn.get(), 1);
+        } else {
+            mc::packed_linear_group_normed(gpu.blas(), st, outs, count, ws, s.x.get(),
+                                           {s.ones.get(), 1e-5f}, 1);
+        }
+    };
     auto run_packed = [&] {
         for (int64_t l = 0; l < layers; ++l) {
             const size_t b = static_cast<size_t>(7 * l);
-            s.norm(s.x.get(), s.xn.get(), st);
             const mc::PackedOut qkv[3] = {
                 {&p[b], s.q.get()}, {&p[b + 1], s.k_row(l)}, {&p[b + 2], s.v_row(l)}};
-            mc::packed_linear_group(gpu.blas(), st, qkv, 3, ws, s.xn.get(), 1);
+            normed_group(qkv, 3);
             s.rope_attend(l, st);
             mc::packed_linear(gpu.blas(), st, p[b + 3], ws, s.att.get(), 1, s.x.get(), 1.0f,
                               nullptr);
-            s.norm(s.x.get(), s.xn.get(), st);
             const mc::PackedOut gate_up[2] = {{&p[b + 4], s.gate.get()}, {&p[b + 5], s.up.get()}};
-            mc::packed_linear_group(gpu.blas(), st, gate_up, 2, ws, s.xn.get(), 1);
-            mc::swiglu(s.gate.get(), s.up.get(), F, st);
+            normed_group(gate_up, 2);
+            if (!(s.skip & DecodeState::kSkipSwiglu)) mc::swiglu(s.gate.get(), s.up.get(), F, st);
             mc::packed_linear(gpu.blas(), st, p[b + 6], ws, s.gate.get(), 1, s.x.get(), 1.0f,
                               nullptr);
         }
@@ -412,6 +429,18 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
     convert = false;
     const double td_floor = graph_ms(st, reps, 1, [&](int) { run_dense(); });
     const double tp = graph_ms(st, reps, 1, [&](int) { run_packed(); });
+    norm_launch = true;
+    const double tp_norms = graph_ms(st, reps, 1, [&](int) { run_packed(); });
+    norm_launch = false;
+    // the packed step with one kind of op left out, for where its time goes
+    std::vector<std::pair<const char*, double>> without;
+    for (auto [name, bit] : {std::pair{"RoPE", DecodeState::kSkipRope},
+                             {"attention", DecodeState::kSkipAttention},
+                             {"SwiGLU", DecodeState::kSkipSwiglu}}) {
+        s.skip = bit;
+        without.emplace_back(name, graph_ms(st, reps, 1, [&](int) { run_packed(); }));
+    }
+    s.skip = 0;
     const int64_t head_bytes = 2 * DecodeState::kVocab * H;
     fmt::print(
         "\nWhole-model decode step, every op ({} layers, 4096/11008, 32 heads, context {}, "
@@ -428,6 +457,10 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
                lw.packed_bytes / 1e9, tp, 1e3 / tp, td / tp, td_floor / tp);
     fmt::print("(in both: the fp16 head, {:.2f} GB; the float32 KV cache, {:.2f} GB)\n", head_bytes / 1e9,
                2.0 * 4 * static_cast<double>(layers * ctx * H) / 1e9);
+    fmt::print("packed step with the norms by launches of their own: {:.3f} ms\n", tp_norms);
+    fmt::print("packed step without each kind of op (ms, saving):");
+    for (auto [name, t] : without) fmt::print(" {} {:.3f} ({:.3f})", name, t, tp - t);
+    fmt::print("\n");
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 
 #ifdef CORTIQ_HAVE_CUDA
 #include "model/cuda/blr_linear.hpp"
+#include "model/cuda/kernels.hpp"
 #endif
 
 using namespace cortiq;
@@ -247,6 +248,67 @@ TEST(BlrLinearGpu, BatchPathInChunksTf32AndWideRanges) {
 
 // A compressed model scores on the GPU, packed, what it scores on the CPU, and
 // holds its payloads there instead of float32 weights.
+// The plane decode of RMSNorm(x) with the norm inside its first launch
+// (packed_linear_group_normed) gives what the norm kernel followed by the
+// decode gives: the same float arithmetic (the row's sum of squares in
+// float64 either way), so equal to float32 rounding of the sum's last bit at
+// most; for P = 1 and 2, a sign payload, 1 and 2 rows, wide and narrow rows.
+TEST(BlrLinearGpu, NormedDecodeEqualsTheNormThenTheDecode) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    Rng rng(12);
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    for (int64_t n : {1500, 4096}) {
+        std::vector<blr::PackedWeight> pws;
+        for (auto [m, r, p] : {std::tuple{700, 300, 2}, {37, 13, 1}, {1200, 90, 1}})
+            pws.push_back(blr::PackedWeight::from_payload(
+                blr::pack(random_model(m, n, r, p, 5 * m + n)), "normed"));
+        MatD s(129, n);
+        for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+        pws.push_back(
+            blr::PackedWeight::from_payload(blr::pack_sign(s, VecD(129, 0.1), VecD(n, 0.7)), "s"));
+        std::vector<mc::DevicePacked> devs;
+        for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
+        std::vector<float> w(static_cast<size_t>(n));
+        for (auto& v : w) v = static_cast<float>(1.0 + 0.3 * rng.normal());
+        const auto dw = ec::upload_f(w, st);
+        for (int rows : {1, 2}) {
+            mc::PackedScratch ws;
+            ASSERT_TRUE(mc::decode_norms_input(ws, rows));
+            std::vector<float> x(static_cast<size_t>(rows * n));
+            for (auto& v : x) v = static_cast<float>(3.0 * rng.normal());
+            const auto dx = ec::upload_f(x, st);
+            ec::DVec normed(rows * n, st);
+            mc::rmsnorm(dx.get(), rows, n, dw.get(), 1e-5f, normed.get(), st);
+            std::vector<ec::DVec> a, b;
+            std::vector<mc::PackedOut> outs_a, outs_b;
+            for (size_t l = 0; l < pws.size(); ++l) {
+                a.emplace_back(rows * pws[l].m, st);
+                b.emplace_back(rows * pws[l].m, st);
+                outs_a.push_back({&devs[l], a.back().get()});
+                outs_b.push_back({&devs[l], b.back().get()});
+            }
+            const int count = static_cast<int>(pws.size());
+            mc::packed_linear_group(gpu.blas(), st, outs_a.data(), count, ws, normed.get(), rows);
+            mc::packed_linear_group_normed(gpu.blas(), st, outs_b.data(), count, ws, dx.get(),
+                                           {dw.get(), 1e-5f}, rows);
+            for (size_t l = 0; l < pws.size(); ++l)
+                EXPECT_LE(rel_diff(ec::download_f(b[l].get(), b[l].size(), st),
+                                   ec::download_f(a[l].get(), a[l].size(), st)),
+                          1e-6)
+                    << "n " << n << " layer " << l << " rows " << rows;
+        }
+    }
+    // only the plane decode norms its input
+    mc::PackedScratch rows_ws;
+    rows_ws.decode = mc::Decode::rows;
+    EXPECT_FALSE(mc::decode_norms_input(rows_ws, 1));
+    EXPECT_FALSE(mc::decode_norms_input(mc::PackedScratch{}, 3));
+#endif
+}
+
 TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     REQUIRE_GPU();
     REQUIRE_DATA();

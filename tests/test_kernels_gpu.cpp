@@ -57,10 +57,12 @@ namespace cu = cortiq::cuda;
 
 TEST(KernelsGpu, DecodingAttentionMatchesTheCpu) {
     REQUIRE_GPU();
-    // T ≤ 4 takes the decoding kernel; T = 9 the many-rows kernel, as a check
-    // that both agree with the CPU on the same cache.
+    // T ≤ 4 takes the decoding kernel (a cluster of one block per 128
+    // visible keys, up to 8: 1, 2, 3 and 8 blocks below); T = 9 the
+    // many-rows kernel, as a check that both agree with the CPU.
     const AttentionCase cases[] = {
         {1, 1, 0, 4, 4, 64, 0},      // the first token: one key
+        {1, 1, 200, 4, 4, 64, 0},    // two blocks of a cluster
         {1, 1, 999, 8, 2, 128, 0},   // a long cache, grouped heads
         {1, 2, 700, 6, 3, 80, 0},    // head size not a multiple of 32
         {2, 3, 257, 4, 1, 256, 0},   // two sequences, the widest heads

@@ -5,17 +5,21 @@
 //     chunks of 32 keys: lane t scores key j0 + t (a whole dot product per
 //     lane, no shuffles per key), then every lane accumulates its own output
 //     dimensions;
-//   - a few query rows (decoding): one block of 16 warps per (query row,
-//     head), the visible keys dealt out to the warps four at a time; a warp
-//     reads each key and value row whole (lane t holds dimensions t + 32c:
-//     coalesced), keeps its own running max, sum and output, and the warps'
-//     partial softmaxes are merged at the end (m = max_w m_w, l = Σ_w l_w
-//     e^{m_w − m}, out = Σ_w acc_w e^{m_w − m} / l). The first kernel gave a
-//     decoded token of a 32-layer, 32-head model 10 ms of attention at 256
-//     cached positions (32 warps in all, each reading 32 rows at a stride of
-//     a row per lane).
+//   - a few query rows (decoding): a cluster of blocks of 16 warps per
+//     (query row, head), one block per 128 visible keys up to 8, the keys
+//     dealt out to the cluster's warps four at a time; a warp reads each key
+//     and value row whole (lane t holds dimensions t + 32c: coalesced), keeps
+//     its own running max, sum and output, and the partial softmaxes are
+//     merged (m = max_w m_w, l = Σ_w l_w e^{m_w − m}, out = Σ_w acc_w
+//     e^{m_w − m} / l): a block's warps in its shared memory, then the
+//     cluster's blocks by block 0 through distributed shared memory. The
+//     first kernel gave a decoded token of a 32-layer, 32-head model 10 ms
+//     of attention at 256 cached positions (32 warps in all, each reading 32
+//     rows at a stride of a row per lane).
 #include <algorithm>
 #include <cmath>
+
+#include <cooperative_groups.h>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
@@ -107,36 +111,23 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
 constexpr int kDecodeWarps = 16;
 constexpr int kDecodeKeys = 4;  // keys a warp takes at once (their loads in flight together)
 constexpr int kDecodeMaxRows = 4;
+constexpr int kMaxSplits = 8;  // blocks of a cluster (the portable most)
 
-// kDims: dimensions per lane, hd ≤ 32·kDims.
+// One block's share of the keys as a partial softmax: m, l and the unscaled
+// output acc (out = acc / l once every share is merged).
+struct Partial {
+    float m, l;
+    float acc[kMaxHeadDim];
+};
+
+// Warp w's keys are lo + 4·(w + W·t) + u, u < 4, t = 0, 1, .., W the warps
+// of the cluster; the warp keeps its running max m, sum l and output acc.
 template <int kDims>
-__global__ void __launch_bounds__(32 * kDecodeWarps)
-    attention_decode_kernel(const float* q, const float* k, const float* v, float* out, int64_t T,
-                            int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
-                            int64_t window, float scale) {
-    __shared__ float part_m[kDecodeWarps], part_l[kDecodeWarps];
-    __shared__ float part_acc[kDecodeWarps][kMaxHeadDim];
-    pdl_start();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t i = blockIdx.x, b = blockIdx.z;
-    const int h = blockIdx.y, g = h / (heads / kv_heads);
-    const int64_t q_dim = static_cast<int64_t>(heads) * hd;
-    const int64_t kv_dim = static_cast<int64_t>(kv_heads) * hd;
-    const float* qrow = q + (b * T + i) * q_dim + static_cast<int64_t>(h) * hd;
-    float qv[kDims], acc[kDims];
-#pragma unroll
-    for (int c = 0; c < kDims; ++c) {
-        const int d = lane + 32 * c;
-        qv[c] = d < hd ? qrow[d] * scale : 0.0f;
-        acc[c] = 0.0f;
-    }
-    const int64_t p = pos0 + i;  // keys lo..p are visible
-    const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
-    const float* kb = k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
-    const float* vb = v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t j0 = lo + int64_t{warp} * kDecodeKeys; j0 <= p;
-         j0 += int64_t{kDecodeWarps} * kDecodeKeys) {
+__device__ void attend_keys(const float (&qv)[kDims], const float* kb, const float* vb,
+                            int64_t kv_dim, int64_t lo, int64_t p, int w, int W, int hd,
+                            float& m, float& l, float (&acc)[kDims]) {
+    const int lane = threadIdx.x % 32;
+    for (int64_t j0 = lo + int64_t{w} * kDecodeKeys; j0 <= p; j0 += int64_t{W} * kDecodeKeys) {
         float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
 #pragma unroll
         for (int u = 0; u < kDecodeKeys; ++u)
@@ -153,7 +144,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
             float part = 0.0f;
 #pragma unroll
             for (int c = 0; c < kDims; ++c) part += qv[c] * kv[u][c];
-            s[u] = j0 + u <= p ? warp_sum(part) : -INFINITY;
+            s[u] = j0 + u <= p ? warp_sum(part) : -INFINITY;  // warp-uniform branch
         }
         float m_new = m;
 #pragma unroll
@@ -171,28 +162,102 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
         }
         m = m_new;
     }
+}
+
+// Merges n partials (a share with m = −∞, l = 0 weighs e^{−∞} = 0):
+// m = max m_k, l = Σ l_k e^{m_k − m}, acc = Σ acc_k e^{m_k − m}, by the
+// block's threads over the dimensions.
+template <class Get>
+__device__ void merge_partials(int n, int hd, Get&& get, Partial& out) {
+    float mm = get(0).m;
+    for (int k = 1; k < n; ++k) mm = fmaxf(mm, get(k).m);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.0f, den = 0.0f;
+        for (int k = 0; k < n; ++k) {
+            const Partial& pk = get(k);
+            const float e = expf(pk.m - mm);
+            num += pk.acc[d] * e;
+            den += pk.l * e;
+        }
+        out.acc[d] = num;
+        if (d == 0) out.l = den;
+    }
+    if (threadIdx.x == 0) out.m = mm;
+}
+
+// One cluster of `splits` blocks (blockIdx.x) per query row (blockIdx.z =
+// b·T + i) and head (blockIdx.y); kDims: dimensions per lane, hd ≤
+// 32·kDims. Each block merges its warps in its shared memory, then block 0
+// merges the blocks' partials through the cluster's shared memory.
+template <int kDims>
+__global__ void __launch_bounds__(32 * kDecodeWarps)
+    attention_decode_kernel(const float* q, const float* k, const float* v, float* out, int64_t T,
+                            int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
+                            int64_t window, float scale) {
+    __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
+    __shared__ float warp_acc[kDecodeWarps][kMaxHeadDim];
+    __shared__ Partial block_part, final_part;
+    pdl_start();
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int splits = static_cast<int>(cluster.num_blocks());
+    const int rank = static_cast<int>(cluster.block_rank());
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row = blockIdx.z, b = row / T, i = row % T;
+    const int h = blockIdx.y, g = h / (heads / kv_heads);
+    const int64_t q_dim = static_cast<int64_t>(heads) * hd;
+    const int64_t kv_dim = static_cast<int64_t>(kv_heads) * hd;
+    const float* qrow = q + row * q_dim + static_cast<int64_t>(h) * hd;
+    float qv[kDims], acc[kDims];
+#pragma unroll
+    for (int c = 0; c < kDims; ++c) {
+        const int d = lane + 32 * c;
+        qv[c] = d < hd ? qrow[d] * scale : 0.0f;
+        acc[c] = 0.0f;
+    }
+    const int64_t p = pos0 + i;  // keys lo..p are visible
+    const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
+    float m = -INFINITY, l = 0.0f;
+    attend_keys<kDims>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
+                       v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
+                       rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
     if (lane == 0) {
-        part_m[warp] = m;
-        part_l[warp] = l;
+        warp_m[warp] = m;
+        warp_l[warp] = l;
     }
 #pragma unroll
     for (int c = 0; c < kDims; ++c) {
         const int d = lane + 32 * c;
-        if (d < hd) part_acc[warp][d] = acc[c];
+        if (d < hd) warp_acc[warp][d] = acc[c];
     }
     __syncthreads();
-    // a warp that saw no key holds m = −∞, l = 0: its weight e^{−∞} is 0
-    float mm = part_m[0];
-    for (int w = 1; w < kDecodeWarps; ++w) mm = fmaxf(mm, part_m[w]);
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.0f, den = 0.0f;
-        for (int w = 0; w < kDecodeWarps; ++w) {
-            const float e = expf(part_m[w] - mm);
-            num += part_acc[w][d] * e;
-            den += part_l[w] * e;
+    {  // the block's warps merged (as merge_partials)
+        float mm = warp_m[0];
+        for (int w = 1; w < kDecodeWarps; ++w) mm = fmaxf(mm, warp_m[w]);
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float num = 0.0f, den = 0.0f;
+            for (int w = 0; w < kDecodeWarps; ++w) {
+                const float e = expf(warp_m[w] - mm);
+                num += warp_acc[w][d] * e;
+                den += warp_l[w] * e;
+            }
+            block_part.acc[d] = num;
+            if (d == 0) block_part.l = den;
         }
-        out[(b * T + i) * q_dim + static_cast<int64_t>(h) * hd + d] = num / den;
+        if (threadIdx.x == 0) block_part.m = mm;
     }
+    cluster.sync();  // every block's partial written
+    if (rank == 0) {
+        // rank 0's own partial first, then the others in rank order
+        merge_partials(
+            splits, hd,
+            [&](int r) -> const Partial& { return *cluster.map_shared_rank(&block_part, r); },
+            final_part);
+        __syncthreads();
+        for (int d = threadIdx.x; d < hd; d += blockDim.x)
+            out[row * q_dim + static_cast<int64_t>(h) * hd + d] = final_part.acc[d] / final_part.l;
+    }
+    cluster.sync();  // the others' shared memory stays until block 0 has read it
 }
 
 }  // namespace
@@ -206,15 +271,31 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
     CORTIQ_ASSERT(kv_rows >= pos0 + T, "{} key rows for positions up to {}", kv_rows, pos0 + T);
     if (batch == 0 || T == 0) return;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-    if (T <= kDecodeMaxRows) {
-        const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(heads),
-                        static_cast<unsigned>(batch));
+    if (T <= kDecodeMaxRows && batch * T <= 65535) {
+        // a block per 128 visible keys, at most kMaxSplits (one cluster)
+        const int64_t keys = window > 0 ? std::min(window, pos0 + T) : pos0 + T;
+        const int splits = static_cast<int>(std::clamp<int64_t>((keys + 127) / 128, 1, kMaxSplits));
+        const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(heads),
+                        static_cast<unsigned>(batch * T));
         auto* kernel = head_dim <= 64    ? attention_decode_kernel<2>
                        : head_dim <= 128 ? attention_decode_kernel<4>
                                          : attention_decode_kernel<8>;
-        launch_pdl(kernel, grid, 32 * kDecodeWarps, 0, stream, q, k, v, out, T, kv_rows,
-                   static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
-                   pos0, window, scale);
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = grid;
+        cfg.blockDim = dim3(32 * kDecodeWarps);
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[2] = {};
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = pdl_allowed() ? 1 : 0;
+        attr[1].id = cudaLaunchAttributeClusterDimension;
+        attr[1].val.clusterDim.x = static_cast<unsigned>(splits);
+        attr[1].val.clusterDim.y = 1;
+        attr[1].val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 2;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, q, k, v, out, T, kv_rows,
+                                      static_cast<int>(heads), static_cast<int>(kv_heads),
+                                      static_cast<int>(head_dim), pos0, window, scale));
         return;
     }
     const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(heads),

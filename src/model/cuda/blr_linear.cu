@@ -128,7 +128,7 @@ int64_t round_up(int64_t v, int64_t k) {
 // from them (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in the first
 // product launch).
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const InputNorm* norm = nullptr) {
     // floats of the chunk scales, each array from an even float (float2)
     auto even = [](int64_t n) { return (n + 1) / 2 * 2; };
     int64_t t_words = 0, plane_total = 0, float_total = 0, tile_total = 0;
@@ -164,6 +164,10 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         auto out = product_into<MmaProduct>(layers[l], w);
         for (int p = 0; p < w.paths; ++p) {
             PlaneJob jx{x, w.n, w.g32.get() + p * w.n, w.n, planes, nullptr, nullptr};
+            if (norm) {
+                jx.norm_w = norm->w;
+                jx.norm_eps = norm->eps;
+            }
             planes += rows * plane_words(w.n);
             jx.info = reinterpret_cast<float2*>(take_floats(2 * rows * plane_chunks(w.n)));
             jx.abs_info = take_floats(rows * plane_chunks(w.n));
@@ -415,6 +419,17 @@ void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedO
     for (int l = 0; l < count; ++l)
         packed_linear(blas, stream, *layers[l].w, ws, x, rows, layers[l].y, layers[l].beta,
                       layers[l].bias);
+}
+
+bool decode_norms_input(const PackedScratch& ws, int64_t rows) {
+    return rows > 0 && rows <= kDecodeRows && ws.decode == Decode::planes;
+}
+
+void packed_linear_group_normed(cublasHandle_t, cudaStream_t stream, const PackedOut* layers,
+                                int count, PackedScratch& ws, const float* x,
+                                const InputNorm& norm, int64_t rows) {
+    CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_group_normed: {} rows", rows);
+    decode_planes(layers, count, ws, x, static_cast<int>(rows), stream, &norm);
 }
 
 }  // namespace cortiq::model::cuda

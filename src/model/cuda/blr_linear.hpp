@@ -133,4 +133,21 @@ struct PackedOut {
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows);
 
+// An RMSNorm of the input (model::rmsnorm: x_j ← w_j · (x_j · inv), inv =
+// 1 / √(Σ x² / n + eps)).
+struct InputNorm {
+    const float* w = nullptr;
+    float eps = 0.0f;
+};
+
+// Whether packed_linear_group_normed can take rows rows with ws: the plane
+// decode, whose first launch norms x as it reads it.
+bool decode_norms_input(const PackedScratch& ws, int64_t rows);
+
+// packed_linear_group on RMSNorm(x), no normed copy of x written; only where
+// decode_norms_input(ws, rows).
+void packed_linear_group_normed(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
+                                int count, PackedScratch& ws, const float* x,
+                                const InputNorm& norm, int64_t rows);
+
 }  // namespace cortiq::model::cuda

@@ -173,11 +173,12 @@ struct GpuModel::Impl {
     };
 
     // The attention mixer of block l (model/block.cpp's attention_forward):
-    // from n (the normed input) to o_proj's output added into x. With
+    // from n (the normed input; with x_norm, x normed by the projections,
+    // n then scratch) to o_proj's output added into x. With
     // Qwen3.5's output gate, q_proj makes the query and the gate per head.
     // Returns false when it stopped at an input.
-    bool attention(size_t l, int64_t batch, int64_t T, int64_t pos0, bool cached, const float* n,
-                   float* x, const Seen& seen) {
+    bool attention(size_t l, int64_t batch, int64_t T, int64_t pos0, bool cached, float* n,
+                   float* x, const Seen& seen, const cuda::InputNorm* x_norm = nullptr) {
         const io::ModelConfig& c = cfg;
         const int64_t R = batch * T, hd = c.head_dim, half = rope_half();
         const float eps = static_cast<float>(c.rms_norm_eps);
@@ -188,7 +189,12 @@ struct GpuModel::Impl {
         float* q = ws.q.get();
         float* k = cached ? cache.k[l].get() + pos0 * c.kv_dim() : ws.k.get();
         float* v = cached ? cache.v[l].get() + pos0 * c.kv_dim() : ws.v.get();
-        cuda::linear_group(bl, st, {&L.q, &L.k, &L.v}, n, R, {c.attn_gate ? ws.qg.get() : q, k, v});
+        if (x_norm)  // n not written: the projections norm x themselves
+            cuda::linear_group_normed(bl, st, {&L.q, &L.k, &L.v}, x, *x_norm, n, c.hidden_size, R,
+                                      {c.attn_gate ? ws.qg.get() : q, k, v});
+        else
+            cuda::linear_group(bl, st, {&L.q, &L.k, &L.v}, n, R,
+                               {c.attn_gate ? ws.qg.get() : q, k, v});
         if (c.attn_gate)
             cuda::split_query_gate(ws.qg.get(), R, c.num_heads, hd, q, ws.agate.get(), st);
         if (c.qk_norm) {  // per head: rows of head_dim values
@@ -268,15 +274,28 @@ struct GpuModel::Impl {
         const Seen seen{hook, stop_after, R};
         float* n = ws.n.get();
         const cuda::DeviceLayer& L = w.layers[l];
+        // When nothing else reads the normed input (no hook, no stop), the
+        // projections may norm x as they read it (linear_group_normed: the
+        // decode's first launch does it); Gated DeltaNet reads it itself.
+        const bool proj_norms = hook == nullptr && stop_after.empty();
+        const cuda::InputNorm in_norm{L.input_norm.get(), eps};
         // The token mixer; its output projection accumulates into x.
-        cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
-        const bool done = L.delta_mixer ? delta(l, batch, T, cached, n, x, seen)
-                                        : attention(l, batch, T, pos0, cached, n, x, seen);
+        if (!proj_norms || L.delta_mixer) cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
+        const bool done =
+            L.delta_mixer ? delta(l, batch, T, cached, n, x, seen)
+                          : attention(l, batch, T, pos0, cached, n, x, seen,
+                                      proj_norms ? &in_norm : nullptr);
         if (!done) return;
         // MLP half; down_proj accumulates into x.
-        cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
-        if (seen("mlp.gate_proj", n, H)) return;
-        cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
+        if (proj_norms) {
+            cuda::linear_group_normed(bl, st, {&L.gate, &L.up}, x,
+                                      {L.post_attn_norm.get(), eps}, n, H, R,
+                                      {ws.gate.get(), ws.up.get()});
+        } else {
+            cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
+            if (seen("mlp.gate_proj", n, H)) return;
+            cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
+        }
         cuda::swiglu(ws.gate.get(), ws.up.get(), R * c.intermediate_size, st);
         if (seen("mlp.down_proj", ws.gate.get(), c.intermediate_size)) return;
         cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);

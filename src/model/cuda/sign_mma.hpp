@@ -96,7 +96,11 @@ struct WideInput {
     int64_t cols = 0;
 };
 
-// What sign_planes computes: the planes of g ∘ in (g null: ones).
+// What sign_planes computes: the planes of g ∘ in (g null: ones), or with
+// norm_w of g ∘ RMSNorm(in): each row's in_j replaced by norm_w[j] · (in_j ·
+// inv), inv = 1 / √(Σ_j in_j² / cols + norm_eps) with the sum in float64 —
+// the arithmetic of model/cuda/rmsnorm.cu, so that the decode of a normed
+// input needs no launch of its own for the norm.
 struct PlaneJob {
     const float* in = nullptr;  // R rows of cols values, leading dimension ld_in
     int64_t ld_in = 0;
@@ -105,6 +109,8 @@ struct PlaneJob {
     uint32_t* planes = nullptr;  // R · plane_words(cols)
     float2* info = nullptr;      // R · plane_chunks(cols)
     float* abs_info = nullptr;   // R · plane_chunks(cols), or null: not written
+    const float* norm_w = nullptr;
+    float norm_eps = 0.0f;
 };
 
 // rows = 1 or 2; any number of jobs. Launched with programmatic dependent

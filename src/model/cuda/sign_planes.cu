@@ -1,6 +1,7 @@
 // Inputs of the binary tensor-core products as bit planes (sign_mma.hpp):
 // a block of 512 threads per chunk of 512 inputs of one row of one job.
-// Thread j reads v_j = g_j·in_j, the block finds σ = max|v| / 32767 and
+// Thread j reads v_j = g_j·in_j (or g_j·RMSNorm(in)_j, the block summing the
+// row's squares first), the block finds σ = max|v| / 32767 and
 // Σ q (and Σ |q|), and each warp turns its 32 q's into 16 words with 16 ballots (bit p
 // of every lane's q), lane p storing plane p's word.
 #include <algorithm>
@@ -29,9 +30,24 @@ struct Params {
 // at planes[16·p + w]; *info = {σ, σ·Σq} (the arithmetic of
 // blr::planes_of, bit for bit). A chunk of zeros has σ = 0, one with a
 // non-finite value σ = NaN, so that products come out NaN as a dense one would.
+// inv = 1 / √(Σ_j in_j² / cols + eps) of one row, the sum in float64 (as
+// model/cuda/rmsnorm.cu), by the whole block.
+__device__ float row_inv_norm(const float* row, int64_t cols, float eps, double* red) {
+    double ss = 0;
+    for (int64_t t = threadIdx.x; t < cols; t += kThreads) ss += static_cast<double>(row[t]) * row[t];
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    ss = 0;
+#pragma unroll
+    for (int w = 0; w < kThreads / 32; ++w) ss += red[w];
+    return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(cols) + eps));
+}
+
 __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_constant__ Params p) {
     __shared__ float warp_max[kThreads / 32];
     __shared__ int warp_sum[kThreads / 32], warp_abs[kThreads / 32];
+    __shared__ double warp_ss[kThreads / 32];
     int k = 0;
     while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
     const PlaneJob& jb = p.job[k];
@@ -40,12 +56,17 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
     const int64_t i = local / chunks, c = local % chunks;
     const int64_t j = c * kPlaneChunk + threadIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const float g = jb.g && j < jb.cols ? jb.g[j] : 1.0f;  // a weight: before the wait
+    // weights: before the wait
+    const float g = jb.g && j < jb.cols ? jb.g[j] : 1.0f;
+    const float nw = jb.norm_w && j < jb.cols ? jb.norm_w[j] : 1.0f;
 #if __CUDA_ARCH__ >= 900
     cudaTriggerProgrammaticLaunchCompletion();  // the products may copy their weights
     cudaGridDependencySynchronize();            // in: the previous kernel's output
 #endif
-    const float v = j < jb.cols ? g * jb.in[i * jb.ld_in + j] : 0.0f;
+    const float* row = jb.in + i * jb.ld_in;
+    float x = j < jb.cols ? row[j] : 0.0f;
+    if (jb.norm_w) x = nw * (x * row_inv_norm(row, jb.cols, jb.norm_eps, warp_ss));
+    const float v = g * x;
     // fmaxf drops NaN: a non-finite value makes the maximum infinite
     float mx = isfinite(v) ? fabsf(v) : __int_as_float(0x7f800000);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));

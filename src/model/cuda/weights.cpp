@@ -140,4 +140,28 @@ void linear_group(cublasHandle_t blas, cudaStream_t stream,
                             x, rows);
 }
 
+void linear_group_normed(cublasHandle_t blas, cudaStream_t stream,
+                         std::initializer_list<const DeviceLinear*> ls, const float* x,
+                         const InputNorm& norm, float* n_buf, int64_t n, int64_t rows,
+                         std::initializer_list<float*> ys) {
+    CORTIQ_ASSERT(ls.size() == ys.size());
+    PackedScratch* scratch = nullptr;
+    bool fused = rows > 0;
+    for (const DeviceLinear* l : ls) {
+        fused = fused && l->packed && (!scratch || scratch == l->scratch);
+        scratch = l->scratch;
+    }
+    if (fused && decode_norms_input(*scratch, rows)) {
+        std::vector<PackedOut> packed;
+        auto y = ys.begin();
+        for (const DeviceLinear* l : ls)
+            packed.push_back(
+                {l->packed.get(), *y++, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
+        return packed_linear_group_normed(blas, stream, packed.data(),
+                                          static_cast<int>(packed.size()), *scratch, x, norm, rows);
+    }
+    rmsnorm(x, rows, n, norm.w, norm.eps, n_buf, stream);
+    linear_group(blas, stream, ls, n_buf, rows, ys);
+}
+
 }  // namespace cortiq::model::cuda

@@ -74,4 +74,13 @@ void linear_group(cublasHandle_t blas, cudaStream_t stream,
                   std::initializer_list<const DeviceLinear*> ls, const float* x, int64_t rows,
                   std::initializer_list<float*> ys);
 
+// linear_group on RMSNorm(x) (norm.w, norm.eps; rows × n). With every layer
+// compressed and decoded by planes, the decode's first launch norms x as it
+// reads it (decode_norms_input): one launch fewer, no normed copy; otherwise
+// x is normed into n_buf (rows × n) first.
+void linear_group_normed(cublasHandle_t blas, cudaStream_t stream,
+                         std::initializer_list<const DeviceLinear*> ls, const float* x,
+                         const InputNorm& norm, float* n_buf, int64_t n, int64_t rows,
+                         std::initializer_list<float*> ys);
+
 }  // namespace cortiq::model::cuda
