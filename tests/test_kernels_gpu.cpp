@@ -54,9 +54,11 @@ struct AttentionCase {
 
 #ifdef CORTIQ_HAVE_CUDA
 namespace cu = cortiq::cuda;
+#endif
 
 TEST(KernelsGpu, DecodingAttentionMatchesTheCpu) {
     REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
     // T ≤ 4 takes the decoding kernel (a cluster of one block per 128
     // visible keys, up to 8: 1, 2, 3 and 8 blocks below); T = 9 the
     // many-rows kernel, as a check that both agree with the CPU.
@@ -94,10 +96,12 @@ TEST(KernelsGpu, DecodingAttentionMatchesTheCpu) {
             << "batch " << c.batch << " T " << c.T << " pos0 " << c.pos0 << " heads " << c.heads
             << "/" << c.kv_heads << " hd " << c.hd << " window " << c.window;
     }
+#endif
 }
 
 TEST(KernelsGpu, RmsNormMatchesTheCpuOnFewWideRowsAndOnMany) {
     REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
     cu::Gpu gpu;
     const cudaStream_t s = gpu.stream();
     Rng rng(8);
@@ -119,10 +123,12 @@ TEST(KernelsGpu, RmsNormMatchesTheCpuOnFewWideRowsAndOnMany) {
         EXPECT_LT(rel_err(cu::download_f(dx.get(), rows * n, s), want), kKernelTol)
             << rows << " × " << n << " in place";
     }
+#endif
 }
 
 TEST(KernelsGpu, RopeOnQueriesAndKeysInOneLaunchMatchesTheCpu) {
     REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
     cu::Gpu gpu;
     const cudaStream_t s = gpu.stream();
     Rng rng(9);
@@ -148,5 +154,5 @@ TEST(KernelsGpu, RopeOnQueriesAndKeysInOneLaunchMatchesTheCpu) {
         EXPECT_LT(rel_err(cu::download_f(dq.get(), rows * qh * hd, s), want_q), kKernelTol);
         EXPECT_LT(rel_err(cu::download_f(dk.get(), rows * kh * hd, s), want_k), kKernelTol);
     }
-}
 #endif
+}
