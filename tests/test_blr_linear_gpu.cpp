@@ -309,6 +309,44 @@ TEST(BlrLinearGpu, NormedDecodeEqualsTheNormThenTheDecode) {
 #endif
 }
 
+// The plane decode of silu(gate) ∘ up with SwiGLU inside its first launch
+// (packed_linear_swiglu) gives what the SwiGLU kernel followed by the decode
+// gives: the same float arithmetic; gate is left as it was.
+TEST(BlrLinearGpu, SwigluDecodeEqualsSwigluThenTheDecode) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    Rng rng(13);
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    for (auto [m, n, r, p] : {std::tuple{700, 1500, 300, 2}, {300, 4096, 90, 1}}) {
+        const auto pw = blr::PackedWeight::from_payload(
+            blr::pack(random_model(m, n, r, p, 3 * m + n)), "down");
+        const auto dev = mc::upload_packed(pw, st);
+        for (int rows : {1, 2}) {
+            mc::PackedScratch ws;
+            std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size()),
+                y0(static_cast<size_t>(rows * m));
+            for (auto& v : gate) v = static_cast<float>(2.0 * rng.normal());
+            for (auto& v : up) v = static_cast<float>(rng.normal());
+            for (auto& v : y0) v = static_cast<float>(rng.normal());
+            auto dg = ec::upload_f(gate, st);
+            const auto du = ec::upload_f(up, st);
+            auto ya = ec::upload_f(y0, st), yb = ec::upload_f(y0, st);
+            mc::packed_linear_swiglu(gpu.blas(), st, dev, ws, dg.get(), du.get(), rows, yb.get(),
+                                     1.0f, nullptr);
+            EXPECT_EQ(ec::download_f(dg.get(), rows * n, st), gate) << "gate changed";
+            mc::swiglu(dg.get(), du.get(), rows * n, st);
+            mc::packed_linear(gpu.blas(), st, dev, ws, dg.get(), rows, ya.get(), 1.0f, nullptr);
+            EXPECT_LE(rel_diff(ec::download_f(yb.get(), rows * m, st),
+                               ec::download_f(ya.get(), rows * m, st)),
+                      1e-6)
+                << m << "×" << n << " rows " << rows;
+        }
+    }
+#endif
+}
+
 TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     REQUIRE_GPU();
     REQUIRE_DATA();

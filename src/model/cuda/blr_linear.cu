@@ -128,7 +128,8 @@ int64_t round_up(int64_t v, int64_t k) {
 // from them (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in the first
 // product launch).
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
-                   cudaStream_t stream, const InputNorm* norm = nullptr) {
+                   cudaStream_t stream, const InputNorm* norm = nullptr,
+                   const float* swiglu_up = nullptr) {
     // floats of the chunk scales, each array from an even float (float2)
     auto even = [](int64_t n) { return (n + 1) / 2 * 2; };
     int64_t t_words = 0, plane_total = 0, float_total = 0, tile_total = 0;
@@ -168,6 +169,7 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
                 jx.norm_w = norm->w;
                 jx.norm_eps = norm->eps;
             }
+            jx.up = swiglu_up;
             planes += rows * plane_words(w.n);
             jx.info = reinterpret_cast<float2*>(take_floats(2 * rows * plane_chunks(w.n)));
             jx.abs_info = take_floats(rows * plane_chunks(w.n));
@@ -430,6 +432,14 @@ void packed_linear_group_normed(cublasHandle_t, cudaStream_t stream, const Packe
                                 const InputNorm& norm, int64_t rows) {
     CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_group_normed: {} rows", rows);
     decode_planes(layers, count, ws, x, static_cast<int>(rows), stream, &norm);
+}
+
+void packed_linear_swiglu(cublasHandle_t, cudaStream_t stream, const DevicePacked& w,
+                          PackedScratch& ws, const float* gate, const float* up, int64_t rows,
+                          float* y, float beta, const float* bias) {
+    CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_swiglu: {} rows", rows);
+    const PackedOut one{&w, y, beta, bias};
+    decode_planes(&one, 1, ws, gate, static_cast<int>(rows), stream, nullptr, up);
 }
 
 }  // namespace cortiq::model::cuda

@@ -140,8 +140,8 @@ struct InputNorm {
     float eps = 0.0f;
 };
 
-// Whether packed_linear_group_normed can take rows rows with ws: the plane
-// decode, whose first launch norms x as it reads it.
+// Whether packed_linear_group_normed and packed_linear_swiglu can take rows
+// rows with ws: the plane decode, whose first launch reads x.
 bool decode_norms_input(const PackedScratch& ws, int64_t rows);
 
 // packed_linear_group on RMSNorm(x), no normed copy of x written; only where
@@ -149,5 +149,12 @@ bool decode_norms_input(const PackedScratch& ws, int64_t rows);
 void packed_linear_group_normed(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                                 int count, PackedScratch& ws, const float* x,
                                 const InputNorm& norm, int64_t rows);
+
+// packed_linear on silu(gate) ∘ up (rows × n each, as model/cuda/swiglu.cu),
+// applied as the decode reads gate: gate is left as it is; only where
+// decode_norms_input(ws, rows).
+void packed_linear_swiglu(cublasHandle_t blas, cudaStream_t stream, const DevicePacked& w,
+                          PackedScratch& ws, const float* gate, const float* up, int64_t rows,
+                          float* y, float beta, const float* bias);
 
 }  // namespace cortiq::model::cuda

@@ -276,7 +276,8 @@ struct GpuModel::Impl {
         const cuda::DeviceLayer& L = w.layers[l];
         // When nothing else reads the normed input (no hook, no stop), the
         // projections may norm x as they read it (linear_group_normed: the
-        // decode's first launch does it); Gated DeltaNet reads it itself.
+        // decode's first launch does it), and down_proj may apply SwiGLU so
+        // (linear_swiglu); Gated DeltaNet reads the normed input itself.
         const bool proj_norms = hook == nullptr && stop_after.empty();
         const cuda::InputNorm in_norm{L.input_norm.get(), eps};
         // The token mixer; its output projection accumulates into x.
@@ -296,6 +297,8 @@ struct GpuModel::Impl {
             if (seen("mlp.gate_proj", n, H)) return;
             cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
         }
+        if (proj_norms)  // down_proj applies SwiGLU to what it reads
+            return cuda::linear_swiglu(bl, st, L.down, ws.gate.get(), ws.up.get(), R, x, 1.0f);
         cuda::swiglu(ws.gate.get(), ws.up.get(), R * c.intermediate_size, st);
         if (seen("mlp.down_proj", ws.gate.get(), c.intermediate_size)) return;
         cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);

@@ -100,7 +100,8 @@ struct WideInput {
 // norm_w of g ∘ RMSNorm(in): each row's in_j replaced by norm_w[j] · (in_j ·
 // inv), inv = 1 / √(Σ_j in_j² / cols + norm_eps) with the sum in float64 —
 // the arithmetic of model/cuda/rmsnorm.cu, so that the decode of a normed
-// input needs no launch of its own for the norm.
+// input needs no launch of its own for the norm; or with up of g ∘ (silu(in)
+// ∘ up), swiglu.cu's arithmetic (the input of down_proj).
 struct PlaneJob {
     const float* in = nullptr;  // R rows of cols values, leading dimension ld_in
     int64_t ld_in = 0;
@@ -111,6 +112,7 @@ struct PlaneJob {
     float* abs_info = nullptr;   // R · plane_chunks(cols), or null: not written
     const float* norm_w = nullptr;
     float norm_eps = 0.0f;
+    const float* up = nullptr;  // R rows of cols values, leading dimension ld_in
 };
 
 // rows = 1 or 2; any number of jobs. Launched with programmatic dependent

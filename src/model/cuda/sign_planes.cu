@@ -1,7 +1,7 @@
 // Inputs of the binary tensor-core products as bit planes (sign_mma.hpp):
 // a block of 512 threads per chunk of 512 inputs of one row of one job.
 // Thread j reads v_j = g_j·in_j (or g_j·RMSNorm(in)_j, the block summing the
-// row's squares first), the block finds σ = max|v| / 32767 and
+// row's squares first; or g_j·silu(in_j)·up_j), the block finds σ = max|v| / 32767 and
 // Σ q (and Σ |q|), and each warp turns its 32 q's into 16 words with 16 ballots (bit p
 // of every lane's q), lane p storing plane p's word.
 #include <algorithm>
@@ -66,6 +66,11 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
     const float* row = jb.in + i * jb.ld_in;
     float x = j < jb.cols ? row[j] : 0.0f;
     if (jb.norm_w) x = nw * (x * row_inv_norm(row, jb.cols, jb.norm_eps, warp_ss));
+    if (jb.up && j < jb.cols) {  // silu(x)·up through e = exp(−|x|), as swiglu.cu
+        const float e = expf(-fabsf(x));
+        const float sig = (x >= 0 ? 1.0f : e) / (1.0f + e);
+        x = x * sig * jb.up[i * jb.ld_in + j];
+    }
     const float v = g * x;
     // fmaxf drops NaN: a non-finite value makes the maximum infinite
     float mx = isfinite(v) ? fabsf(v) : __int_as_float(0x7f800000);

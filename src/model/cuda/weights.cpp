@@ -164,4 +164,13 @@ void linear_group_normed(cublasHandle_t blas, cudaStream_t stream,
     linear_group(blas, stream, ls, n_buf, rows, ys);
 }
 
+void linear_swiglu(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, float* gate,
+                   const float* up, int64_t rows, float* y, float beta) {
+    if (l.packed && decode_norms_input(*l.scratch, rows))
+        return packed_linear_swiglu(blas, stream, *l.packed, *l.scratch, gate, up, rows, y, beta,
+                                    l.bias.empty() ? nullptr : l.bias.get());
+    swiglu(gate, up, rows * l.n, stream);
+    linear(blas, stream, l, gate, rows, y, beta);
+}
+
 }  // namespace cortiq::model::cuda

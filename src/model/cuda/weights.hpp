@@ -83,4 +83,11 @@ void linear_group_normed(cublasHandle_t blas, cudaStream_t stream,
                          const InputNorm& norm, float* n_buf, int64_t n, int64_t rows,
                          std::initializer_list<float*> ys);
 
+// y = beta·y + (silu(gate) ∘ up) Wᵀ (+ bias), gate and up rows × l.n (the
+// MLP's down_proj): compressed and decoded by planes, the decode's first
+// launch applies SwiGLU as it reads gate (gate left as it is); otherwise
+// gate ← silu(gate) ∘ up in place first (swiglu).
+void linear_swiglu(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, float* gate,
+                   const float* up, int64_t rows, float* y, float beta);
+
 }  // namespace cortiq::model::cuda
