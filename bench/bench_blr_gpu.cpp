@@ -307,40 +307,53 @@ struct DecodeState {
     static constexpr int64_t kHeads = 32, kHeadDim = 128, kVocab = 32000;
     int64_t ctx;
     ec::DVec x, xn, q, att, gate, up, ones, cos, sin, logits;
-    std::vector<ec::DVec> kc, vc;           // per layer: ctx × 4096
+    std::vector<ec::DVec> kc, vc;            // per layer: ctx × 4096
     ec::DeviceBuffer<__half> xh, head, vec;  // fp16 input of a linear layer; the head; g
-    ec::DVec inv;                           // rows_to_f16's scale (unused: timing)
+    ec::DVec inv;                            // rows_to_f16's scale (unused: timing)
     DecodeState(int64_t layers, int64_t ctx_, cudaStream_t st)
-        : ctx(ctx_), x(fill_float(LlamaWeights::H, st)), xn(fill_float(LlamaWeights::H, st)),
-          q(fill_float(LlamaWeights::H, st)), att(fill_float(LlamaWeights::H, st)),
-          gate(fill_float(LlamaWeights::F, st)), up(fill_float(LlamaWeights::F, st)),
-          ones(fill_float(LlamaWeights::H, st)), cos(fill_float(ctx_ * kHeadDim / 2, st)),
-          sin(fill_float(ctx_ * kHeadDim / 2, st)), logits(fill_float(kVocab, st)),
-          xh(fill_half(LlamaWeights::F, st)), head(fill_half(kVocab * LlamaWeights::H, st)),
-          vec(fill_half(LlamaWeights::F, st)), inv(fill_float(1, st)) {
+        : ctx(ctx_),
+          x(fill_float(LlamaWeights::H, st)),
+          xn(fill_float(LlamaWeights::H, st)),
+          q(fill_float(LlamaWeights::H, st)),
+          att(fill_float(LlamaWeights::H, st)),
+          gate(fill_float(LlamaWeights::F, st)),
+          up(fill_float(LlamaWeights::F, st)),
+          ones(fill_float(LlamaWeights::H, st)),
+          cos(fill_float(ctx_ * kHeadDim / 2, st)),
+          sin(fill_float(ctx_ * kHeadDim / 2, st)),
+          logits(fill_float(kVocab, st)),
+          xh(fill_half(LlamaWeights::F, st)),
+          head(fill_half(kVocab * LlamaWeights::H, st)),
+          vec(fill_half(LlamaWeights::F, st)),
+          inv(fill_float(1, st)) {
         for (int64_t l = 0; l < layers; ++l) {
             kc.push_back(fill_float(ctx * LlamaWeights::H, st));
             vc.push_back(fill_float(ctx * LlamaWeights::H, st));
         }
     }
-    float* k_row(int64_t l) { return kc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
-    float* v_row(int64_t l) { return vc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H; }
-    // The ops between the linear layers, the same for both weights.
+    float* k_row(int64_t l) {
+        return kc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H;
+    }
+    float* v_row(int64_t l) {
+        return vc[static_cast<size_t>(l)].get() + (ctx - 1) * LlamaWeights::H;
+    }
     // What the packed step leaves out in the breakdown rows (the results are
     // then wrong, the time of the rest is right): bits of kSkip*.
     int skip = 0;
     static constexpr int kSkipRope = 1, kSkipAttention = 2;
+    // The ops between the linear layers, the same for both weights.
     void norm(const float* in, float* out, cudaStream_t st) {
         mc::rmsnorm(in, 1, LlamaWeights::H, ones.get(), 1e-5f, out, st);
     }
     void rope_attend(int64_t l, cudaStream_t st) {
         const int64_t half = kHeadDim / 2;
         if (!(skip & kSkipRope))
-            mc::rope_qk(q.get(), kHeads, k_row(l), kHeads, 1, 1, kHeadDim, half, cos.get(), sin.get(),
-                    ctx - 1, st);
+            mc::rope_qk(q.get(), kHeads, k_row(l), kHeads, 1, 1, kHeadDim, half, cos.get(),
+                        sin.get(), ctx - 1, st);
         if (!(skip & kSkipAttention))
-            mc::attention(q.get(), kc[static_cast<size_t>(l)].get(), vc[static_cast<size_t>(l)].get(),
-                      att.get(), 1, 1, ctx, kHeads, kHeads, kHeadDim, ctx - 1, 0, st);
+            mc::attention(q.get(), kc[static_cast<size_t>(l)].get(),
+                          vc[static_cast<size_t>(l)].get(), att.get(), 1, 1, ctx, kHeads, kHeads,
+                          kHeadDim, ctx - 1, 0, st);
     }
     void to_half(const float* in, int64_t n, cudaStream_t st) {
         mc::rows_to_f16(in, n, vec.get(), nullptr, 1, n, xh.get(), n, inv.get(), st);
@@ -439,8 +452,8 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
     norm_launch = false;
     // the packed step with one kind of op left out, for where its time goes
     std::vector<std::pair<const char*, double>> without;
-    for (auto [name, bit] : {std::pair{"RoPE", DecodeState::kSkipRope},
-                             {"attention", DecodeState::kSkipAttention}}) {
+    for (auto [name, bit] :
+         {std::pair{"RoPE", DecodeState::kSkipRope}, {"attention", DecodeState::kSkipAttention}}) {
         s.skip = bit;
         without.emplace_back(name, graph_ms(st, reps, 1, [&](int) { run_packed(); }));
     }
@@ -450,17 +463,20 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
         "\nWhole-model decode step, every op ({} layers, 4096/11008, 32 heads, context {}, "
         "fp16 head of 32,000 in both; CUDA graph):\n",
         layers, ctx);
-    fmt::print("| model | linear weights | ms/token | tokens/s | speed-up |\n|---|---|---|---|---|\n");
+    fmt::print(
+        "| model | linear weights | ms/token | tokens/s | speed-up |\n|---|---|---|---|---|\n");
     fmt::print("| fp16 cuBLAS | {:.2f} GB | {:.3f} | {:.0f} | 1.00× |\n", lw.dense_bytes / 1e9, td,
                1e3 / td);
-    fmt::print("| fp16 cuBLAS, its inputs' conversions left out | {:.2f} GB | {:.3f} | {:.0f} | "
-               "{:.2f}× |\n",
-               lw.dense_bytes / 1e9, td_floor, 1e3 / td_floor, td / td_floor);
-    fmt::print("| packed 1.0 bpw, planes, grouped | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× "
-               "({:.2f}× the floor) |\n",
-               lw.packed_bytes / 1e9, tp, 1e3 / tp, td / tp, td_floor / tp);
-    fmt::print("(in both: the fp16 head, {:.2f} GB; the float32 KV cache, {:.2f} GB)\n", head_bytes / 1e9,
-               2.0 * 4 * static_cast<double>(layers * ctx * H) / 1e9);
+    fmt::print(
+        "| fp16 cuBLAS, its inputs' conversions left out | {:.2f} GB | {:.3f} | {:.0f} | "
+        "{:.2f}× |\n",
+        lw.dense_bytes / 1e9, td_floor, 1e3 / td_floor, td / td_floor);
+    fmt::print(
+        "| packed 1.0 bpw, planes, grouped | {:.2f} GB | {:.3f} | {:.0f} | {:.2f}× "
+        "({:.2f}× the floor) |\n",
+        lw.packed_bytes / 1e9, tp, 1e3 / tp, td / tp, td_floor / tp);
+    fmt::print("(in both: the fp16 head, {:.2f} GB; the float32 KV cache, {:.2f} GB)\n",
+               head_bytes / 1e9, 2.0 * 4 * static_cast<double>(layers * ctx * H) / 1e9);
     fmt::print("packed step with the norms and SwiGLU by launches of their own: {:.3f} ms\n",
                tp_norms);
     fmt::print("packed step without each kind of op (ms, saving):");

@@ -320,8 +320,8 @@ TEST(BlrLinearGpu, SwigluDecodeEqualsSwigluThenTheDecode) {
     ec::Gpu gpu;
     const cudaStream_t st = gpu.stream();
     for (auto [m, n, r, p] : {std::tuple{700, 1500, 300, 2}, {300, 4096, 90, 1}}) {
-        const auto pw = blr::PackedWeight::from_payload(
-            blr::pack(random_model(m, n, r, p, 3 * m + n)), "down");
+        const auto pw =
+            blr::PackedWeight::from_payload(blr::pack(random_model(m, n, r, p, 3 * m + n)), "down");
         const auto dev = mc::upload_packed(pw, st);
         for (int rows : {1, 2}) {
             mc::PackedScratch ws;

@@ -63,14 +63,14 @@ TEST(KernelsGpu, DecodingAttentionMatchesTheCpu) {
     // visible keys, up to 8: 1, 2, 3 and 8 blocks below); T = 9 the
     // many-rows kernel, as a check that both agree with the CPU.
     const AttentionCase cases[] = {
-        {1, 1, 0, 4, 4, 64, 0},      // the first token: one key
-        {1, 1, 200, 4, 4, 64, 0},    // two blocks of a cluster
-        {1, 1, 999, 8, 2, 128, 0},   // a long cache, grouped heads
-        {1, 2, 700, 6, 3, 80, 0},    // head size not a multiple of 32
-        {2, 3, 257, 4, 1, 256, 0},   // two sequences, the widest heads
-        {1, 1, 1500, 4, 4, 64, 100}, // a sliding window
-        {1, 4, 63, 2, 2, 96, 17},    // window and rows together
-        {1, 9, 300, 4, 2, 128, 0},   // many rows: the other kernel
+        {1, 1, 0, 4, 4, 64, 0},       // the first token: one key
+        {1, 1, 200, 4, 4, 64, 0},     // two blocks of a cluster
+        {1, 1, 999, 8, 2, 128, 0},    // a long cache, grouped heads
+        {1, 2, 700, 6, 3, 80, 0},     // head size not a multiple of 32
+        {2, 3, 257, 4, 1, 256, 0},    // two sequences, the widest heads
+        {1, 1, 1500, 4, 4, 64, 100},  // a sliding window
+        {1, 4, 63, 2, 2, 96, 17},     // window and rows together
+        {1, 9, 300, 4, 2, 128, 0},    // many rows: the other kernel
     };
     cu::Gpu gpu;
     const cudaStream_t s = gpu.stream();
@@ -107,8 +107,8 @@ TEST(KernelsGpu, RmsNormMatchesTheCpuOnFewWideRowsAndOnMany) {
     Rng rng(8);
     // (rows, n): one and a few wide rows (a block per row), many rows (a
     // warp per row), narrow rows (a warp per row even when few); in place too.
-    const std::pair<int64_t, int64_t> shapes[] = {{1, 4096}, {3, 11008}, {64, 1027},
-                                                  {65, 2048}, {2, 128}};
+    const std::pair<int64_t, int64_t> shapes[] = {
+        {1, 4096}, {3, 11008}, {64, 1027}, {65, 2048}, {2, 128}};
     for (auto [rows, n] : shapes) {
         const auto x = randn(rows * n, 3.0, rng), w = randn(n, 1.0, rng);
         std::vector<float> want(x.size());

@@ -16,11 +16,11 @@
 //     first kernel gave a decoded token of a 32-layer, 32-head model 10 ms
 //     of attention at 256 cached positions (32 warps in all, each reading 32
 //     rows at a stride of a row per lane).
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-
-#include <cooperative_groups.h>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
@@ -135,8 +135,8 @@ struct Partial {
 // of the cluster; the warp keeps its running max m, sum l and output acc.
 template <int kDims>
 __device__ void attend_keys(const float (&qv)[kDims], const float* kb, const float* vb,
-                            int64_t kv_dim, int64_t lo, int64_t p, int w, int W, int hd,
-                            float& m, float& l, float (&acc)[kDims]) {
+                            int64_t kv_dim, int64_t lo, int64_t p, int w, int W, int hd, float& m,
+                            float& l, float (&acc)[kDims]) {
     const int lane = threadIdx.x % 32;
     for (int64_t j0 = lo + int64_t{w} * kDecodeKeys; j0 <= p; j0 += int64_t{W} * kDecodeKeys) {
         float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
@@ -160,7 +160,7 @@ __device__ void attend_keys(const float (&qv)[kDims], const float* kb, const flo
         float m_new = m;
 #pragma unroll
         for (int u = 0; u < kDecodeKeys; ++u) m_new = fmaxf(m_new, s[u]);  // finite: key j0
-        const float corr = expf(m - m_new);                                 // 0 at first
+        const float corr = expf(m - m_new);                                // 0 at first
         l *= corr;
 #pragma unroll
         for (int c = 0; c < kDims; ++c) acc[c] *= corr;
@@ -298,7 +298,8 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
                        : head_dim <= 128 ? attention_decode_kernel<4>
                                          : attention_decode_kernel<8>;
         if (splits > 8)
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+            CUDA_CHECK(
+                cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
         cfg.blockDim = dim3(32 * kDecodeWarps);

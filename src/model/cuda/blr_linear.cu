@@ -428,8 +428,8 @@ bool decode_norms_input(const PackedScratch& ws, int64_t rows) {
 }
 
 void packed_linear_group_normed(cublasHandle_t, cudaStream_t stream, const PackedOut* layers,
-                                int count, PackedScratch& ws, const float* x,
-                                const InputNorm& norm, int64_t rows) {
+                                int count, PackedScratch& ws, const float* x, const InputNorm& norm,
+                                int64_t rows) {
     CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_group_normed: {} rows", rows);
     decode_planes(layers, count, ws, x, static_cast<int>(rows), stream, &norm);
 }

@@ -147,8 +147,8 @@ bool decode_norms_input(const PackedScratch& ws, int64_t rows);
 // packed_linear_group on RMSNorm(x), no normed copy of x written; only where
 // decode_norms_input(ws, rows).
 void packed_linear_group_normed(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
-                                int count, PackedScratch& ws, const float* x,
-                                const InputNorm& norm, int64_t rows);
+                                int count, PackedScratch& ws, const float* x, const InputNorm& norm,
+                                int64_t rows);
 
 // packed_linear on silu(gate) ∘ up (rows × n each, as model/cuda/swiglu.cu),
 // applied as the decode reads gate: gate is left as it is; only where

@@ -282,16 +282,14 @@ struct GpuModel::Impl {
         const cuda::InputNorm in_norm{L.input_norm.get(), eps};
         // The token mixer; its output projection accumulates into x.
         if (!proj_norms || L.delta_mixer) cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
-        const bool done =
-            L.delta_mixer ? delta(l, batch, T, cached, n, x, seen)
-                          : attention(l, batch, T, pos0, cached, n, x, seen,
-                                      proj_norms ? &in_norm : nullptr);
+        const bool done = L.delta_mixer ? delta(l, batch, T, cached, n, x, seen)
+                                        : attention(l, batch, T, pos0, cached, n, x, seen,
+                                                    proj_norms ? &in_norm : nullptr);
         if (!done) return;
         // MLP half; down_proj accumulates into x.
         if (proj_norms) {
-            cuda::linear_group_normed(bl, st, {&L.gate, &L.up}, x,
-                                      {L.post_attn_norm.get(), eps}, n, H, R,
-                                      {ws.gate.get(), ws.up.get()});
+            cuda::linear_group_normed(bl, st, {&L.gate, &L.up}, x, {L.post_attn_norm.get(), eps}, n,
+                                      H, R, {ws.gate.get(), ws.up.get()});
         } else {
             cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
             if (seen("mlp.gate_proj", n, H)) return;

@@ -40,8 +40,8 @@ inline bool pdl_allowed() {
 // kernel<<<grid, threads, smem, stream>>>(args...) with programmatic
 // dependent launch allowed.
 template <class... Params, class... Args>
-void launch_pdl(void (*kernel)(Params...), dim3 grid, int threads, size_t smem,
-                cudaStream_t stream, Args&&... args) {
+void launch_pdl(void (*kernel)(Params...), dim3 grid, int threads, size_t smem, cudaStream_t stream,
+                Args&&... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = dim3(threads);

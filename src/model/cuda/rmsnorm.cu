@@ -56,8 +56,8 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps,
         return;
     }
     const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-    launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(blocks)), 32 * kRowsPerBlock, 0, stream, x,
-               rows, n, w, eps, y);
+    launch_pdl(rmsnorm_kernel, dim3(static_cast<unsigned>(blocks)), 32 * kRowsPerBlock, 0, stream,
+               x, rows, n, w, eps, y);
 }
 
 }  // namespace cortiq::model::cuda

@@ -34,7 +34,8 @@ struct Params {
 // model/cuda/rmsnorm.cu), by the whole block.
 __device__ float row_inv_norm(const float* row, int64_t cols, float eps, double* red) {
     double ss = 0;
-    for (int64_t t = threadIdx.x; t < cols; t += kThreads) ss += static_cast<double>(row[t]) * row[t];
+    for (int64_t t = threadIdx.x; t < cols; t += kThreads)
+        ss += static_cast<double>(row[t]) * row[t];
     for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
     __syncthreads();
