@@ -3,9 +3,10 @@
 // random payloads of awkward shapes, the decode kernels (1–2 rows: the row
 // kernels, alone and with layers grouped, and the earlier span kernels) and the
 // batch path (fp16 tiles, in one piece and in column chunks; the earlier TF32
-// tiles), activations past fp16's range, accumulation into y and the bias; then a
-// compressed model's perplexity on the GPU, packed, against the CPU. Skips
-// without a GPU.
+// tiles), activations past fp16's range, accumulation into y and the bias; the
+// plane decode with RMSNorm or SwiGLU applied inside its first launch against
+// their own kernels; then a compressed model's perplexity on the GPU, packed,
+// against the CPU. Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -246,8 +247,6 @@ TEST(BlrLinearGpu, BatchPathInChunksTf32AndWideRanges) {
 #endif
 }
 
-// A compressed model scores on the GPU, packed, what it scores on the CPU, and
-// holds its payloads there instead of float32 weights.
 // The plane decode of RMSNorm(x) with the norm inside its first launch
 // (packed_linear_group_normed) gives what the norm kernel followed by the
 // decode gives: the same float arithmetic (the row's sum of squares in
@@ -347,6 +346,8 @@ TEST(BlrLinearGpu, SwigluDecodeEqualsSwigluThenTheDecode) {
 #endif
 }
 
+// A compressed model scores on the GPU, packed, what it scores on the CPU, and
+// holds its payloads there instead of float32 weights.
 TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     REQUIRE_GPU();
     REQUIRE_DATA();
