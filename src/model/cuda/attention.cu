@@ -20,11 +20,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/cuda/knob.hpp"
 #include "model/cuda/pdl.cuh"
 #include "model/cuda/reduce.cuh"
 
@@ -122,11 +122,6 @@ constexpr int kMaxSplits = 16;  // blocks of a cluster (above 8: a non-portable 
 // most). Measured on the H200 (32-layer decode step, attention ms a token at
 // contexts 256 / 2048): 128 keys and 8 blocks 0.234 / 1.118; 64 and 8 0.343 /
 // 1.121; 32 and 8 0.526 / 1.120; 128 and 16 0.237 / 1.401.
-int attn_knob(const char* name, int fallback, int lo, int hi) {
-    const char* e = std::getenv(name);
-    return e ? std::clamp(std::atoi(e), lo, hi) : fallback;
-}
-
 // One block's share of the keys as a partial softmax: m, l and the unscaled
 // output acc (out = acc / l once every share is merged).
 struct Partial {
@@ -211,9 +206,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     attention_decode_kernel(const float* q, const float* k, const float* v, float* out, int64_t T,
                             int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
                             int64_t window, float scale) {
-    __shared__ float warp_m[kDecodeWarps], warp_l[kDecodeWarps];
-    __shared__ float warp_acc[kDecodeWarps][kMaxHeadDim];
-    __shared__ Partial block_part, final_part;
+    __shared__ Partial warp_part[kDecodeWarps], block_part, final_part;
     pdl_start();
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
@@ -238,31 +231,19 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     attend_keys<kDims>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
                        v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
                        rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
+    Partial& mine = warp_part[warp];
     if (lane == 0) {
-        warp_m[warp] = m;
-        warp_l[warp] = l;
+        mine.m = m;
+        mine.l = l;
     }
 #pragma unroll
     for (int c = 0; c < kDims; ++c) {
         const int d = lane + 32 * c;
-        if (d < hd) warp_acc[warp][d] = acc[c];
+        if (d < hd) mine.acc[d] = acc[c];
     }
     __syncthreads();
-    {  // the block's warps merged (as merge_partials)
-        float mm = warp_m[0];
-        for (int w = 1; w < kDecodeWarps; ++w) mm = fmaxf(mm, warp_m[w]);
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            float num = 0.0f, den = 0.0f;
-            for (int w = 0; w < kDecodeWarps; ++w) {
-                const float e = expf(warp_m[w] - mm);
-                num += warp_acc[w][d] * e;
-                den += warp_l[w] * e;
-            }
-            block_part.acc[d] = num;
-            if (d == 0) block_part.l = den;
-        }
-        if (threadIdx.x == 0) block_part.m = mm;
-    }
+    merge_partials(
+        kDecodeWarps, hd, [&](int w) -> const Partial& { return warp_part[w]; }, block_part);
     cluster.sync();  // every block's partial written
     if (rank == 0) {
         // rank 0's own partial first, then the others in rank order
@@ -291,8 +272,8 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
     if (T <= kDecodeMaxRows && batch * T <= 65535) {
         // a block per 128 visible keys, at most 8 (one cluster)
         const int64_t keys = window > 0 ? std::min(window, pos0 + T) : pos0 + T;
-        static const int per_block = attn_knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
-        static const int most = attn_knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
+        static const int per_block = knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
+        static const int most = knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
         const int splits =
             static_cast<int>(std::clamp<int64_t>((keys + per_block - 1) / per_block, 1, most));
         const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(heads),

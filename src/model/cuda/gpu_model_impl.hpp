@@ -287,16 +287,14 @@ struct GpuModel::Impl {
                                                     proj_norms ? &in_norm : nullptr);
         if (!done) return;
         // MLP half; down_proj accumulates into x.
-        if (proj_norms) {
+        if (proj_norms) {  // gate/up norm x, down_proj applies SwiGLU, as they read
             cuda::linear_group_normed(bl, st, {&L.gate, &L.up}, x, {L.post_attn_norm.get(), eps}, n,
                                       H, R, {ws.gate.get(), ws.up.get()});
-        } else {
-            cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
-            if (seen("mlp.gate_proj", n, H)) return;
-            cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
-        }
-        if (proj_norms)  // down_proj applies SwiGLU to what it reads
             return cuda::linear_swiglu(bl, st, L.down, ws.gate.get(), ws.up.get(), R, x, 1.0f);
+        }
+        cuda::rmsnorm(x, R, H, L.post_attn_norm.get(), eps, n, st);
+        if (seen("mlp.gate_proj", n, H)) return;
+        cuda::linear_group(bl, st, {&L.gate, &L.up}, n, R, {ws.gate.get(), ws.up.get()});
         cuda::swiglu(ws.gate.get(), ws.up.get(), R * c.intermediate_size, st);
         if (seen("mlp.down_proj", ws.gate.get(), c.intermediate_size)) return;
         cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);

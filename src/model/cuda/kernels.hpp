@@ -3,8 +3,8 @@
 // are row-major float32 on the device, one row per token; a batch holds
 // `batch` sequences of T rows back to back. Every launcher enqueues on
 // `stream` and checks the launch. The kernels of the decode chain (RMSNorm,
-// RoPE, attention, SwiGLU, bias) are launched with programmatic dependent
-// launch (pdl.cuh).
+// RoPE, attention, SwiGLU) are launched with programmatic dependent launch
+// (pdl.cuh).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -12,10 +12,10 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
 #include <utility>
 
 #include "core/cuda/device.hpp"
+#include "model/cuda/knob.hpp"
 
 namespace cortiq::model::cuda {
 
@@ -30,10 +30,7 @@ __device__ __forceinline__ void pdl_start() {
 
 // CORTIQ_GEMV_PDL=0 turns it off (a benchmark's knob).
 inline bool pdl_allowed() {
-    static const bool on = [] {
-        const char* e = std::getenv("CORTIQ_GEMV_PDL");
-        return !(e && std::atoi(e) == 0);
-    }();
+    static const bool on = knob("CORTIQ_GEMV_PDL", 1, 0, 1) == 1;
     return on;
 }
 

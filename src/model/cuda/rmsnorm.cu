@@ -5,6 +5,7 @@
 #include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/pdl.cuh"
+#include "model/cuda/pointwise.cuh"
 #include "model/cuda/reduce.cuh"
 
 namespace cortiq::model::cuda {
@@ -23,8 +24,7 @@ __global__ void rmsnorm_kernel(const float* x, int64_t rows, int64_t n, const fl
     float* yr = y + r * n;
     double ss = 0;
     for (int64_t j = lane; j < n; j += 32) ss += static_cast<double>(xr[j]) * xr[j];
-    ss = warp_sum(ss);
-    const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
+    const float inv = rms_inv(warp_sum(ss), n, eps);
     // Each lane rewrites only what it read, so y may be x.
     for (int64_t j = lane; j < n; j += 32) yr[j] = w[j] * (xr[j] * inv);
 }
@@ -40,8 +40,7 @@ __global__ void __launch_bounds__(kRowThreads)
     float* yr = y + static_cast<int64_t>(blockIdx.x) * n;
     double ss = 0;
     for (int64_t j = threadIdx.x; j < n; j += kRowThreads) ss += static_cast<double>(xr[j]) * xr[j];
-    ss = block_sum(ss, scratch);
-    const float inv = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(n) + eps));
+    const float inv = rms_inv(block_sum(ss, scratch), n, eps);
     for (int64_t j = threadIdx.x; j < n; j += kRowThreads) yr[j] = w[j] * (xr[j] * inv);
 }
 

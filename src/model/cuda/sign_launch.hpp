@@ -1,17 +1,16 @@
 // What the two decode kernels of sign products share (sign_gemv.cu,
 // sign_rows.cu; included by CUDA sources only): a warp's sum, a word copied
-// to shared memory with cp.async, the knobs a benchmark sets from the
-// environment and the SM count; the launch with programmatic dependent
-// launch is pdl.cuh's.
+// to shared memory with cp.async and the SM count; the knobs a benchmark
+// sets from the environment are knob.hpp's, the launch with programmatic
+// dependent launch pdl.cuh's.
 #pragma once
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "core/cuda/device.hpp"
+#include "model/cuda/knob.hpp"
 #include "model/cuda/pdl.cuh"
 
 namespace cortiq::model::cuda::sign_detail {
@@ -40,12 +39,6 @@ __device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* s
 
 __device__ __forceinline__ void commit_copies() {
     asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// A benchmark's knob from the environment, clamped to [lo, hi].
-inline int knob(const char* name, int fallback, int lo, int hi) {
-    const char* e = std::getenv(name);
-    return e ? std::clamp(std::atoi(e), lo, hi) : fallback;
 }
 
 inline int sm_count() {

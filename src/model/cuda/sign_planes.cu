@@ -7,6 +7,8 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/cuda/pointwise.cuh"
+#include "model/cuda/reduce.cuh"
 #include "model/cuda/sign_launch.hpp"
 #include "model/cuda/sign_mma.hpp"
 
@@ -25,30 +27,24 @@ struct Params {
     int count;
 };
 
+// RMSNorm's inv of one row (rms_inv), its squares summed in float64 by the
+// whole block (as model/cuda/rmsnorm.cu).
+__device__ float row_inv_norm(const float* row, int64_t cols, float eps, double* scratch) {
+    double ss = 0;
+    for (int64_t t = threadIdx.x; t < cols; t += kThreads)
+        ss += static_cast<double>(row[t]) * row[t];
+    return rms_inv(block_sum(ss, scratch), cols, eps);
+}
+
 // One block of 512 threads, thread x holding input x of its chunk:
 // σ = max|v| / 32767, q = rint(v / σ) in [−32767, 32767]; plane p of word w
 // at planes[16·p + w]; *info = {σ, σ·Σq} (the arithmetic of
 // blr::planes_of, bit for bit). A chunk of zeros has σ = 0, one with a
 // non-finite value σ = NaN, so that products come out NaN as a dense one would.
-// inv = 1 / √(Σ_j in_j² / cols + eps) of one row, the sum in float64 (as
-// model/cuda/rmsnorm.cu), by the whole block.
-__device__ float row_inv_norm(const float* row, int64_t cols, float eps, double* red) {
-    double ss = 0;
-    for (int64_t t = threadIdx.x; t < cols; t += kThreads)
-        ss += static_cast<double>(row[t]) * row[t];
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    ss = 0;
-#pragma unroll
-    for (int w = 0; w < kThreads / 32; ++w) ss += red[w];
-    return static_cast<float>(1.0 / sqrt(ss / static_cast<double>(cols) + eps));
-}
-
 __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_constant__ Params p) {
     __shared__ float warp_max[kThreads / 32];
     __shared__ int warp_sum[kThreads / 32], warp_abs[kThreads / 32];
-    __shared__ double warp_ss[kThreads / 32];
+    __shared__ double norm_scratch[32];
     int k = 0;
     while (k + 1 < p.count && int(blockIdx.x) >= p.first_block[k + 1]) ++k;
     const PlaneJob& jb = p.job[k];
@@ -66,12 +62,8 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
 #endif
     const float* row = jb.in + i * jb.ld_in;
     float x = j < jb.cols ? row[j] : 0.0f;
-    if (jb.norm_w) x = nw * (x * row_inv_norm(row, jb.cols, jb.norm_eps, warp_ss));
-    if (jb.up && j < jb.cols) {  // silu(x)·up through e = exp(−|x|), as swiglu.cu
-        const float e = expf(-fabsf(x));
-        const float sig = (x >= 0 ? 1.0f : e) / (1.0f + e);
-        x = x * sig * jb.up[i * jb.ld_in + j];
-    }
+    if (jb.norm_w) x = nw * (x * row_inv_norm(row, jb.cols, jb.norm_eps, norm_scratch));
+    if (jb.up && j < jb.cols) x = silu_times(x, jb.up[i * jb.ld_in + j]);
     const float v = g * x;
     // fmaxf drops NaN: a non-finite value makes the maximum infinite
     float mx = isfinite(v) ? fabsf(v) : __int_as_float(0x7f800000);

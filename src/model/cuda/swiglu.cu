@@ -5,6 +5,7 @@
 #include "core/cuda/device.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/cuda/pdl.cuh"
+#include "model/cuda/pointwise.cuh"
 
 namespace cortiq::model::cuda {
 
@@ -14,11 +15,7 @@ __global__ void swiglu_kernel(float* gate, const float* up, int64_t n) {
     pdl_start();
     for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
          i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        // sigmoid through e = exp(−|z|), which never overflows (as model::swiglu).
-        const float z = gate[i];
-        const float e = expf(-fabsf(z));
-        const float sig = (z >= 0 ? 1.0f : e) / (1.0f + e);
-        gate[i] = z * sig * up[i];
+        gate[i] = silu_times(gate[i], up[i]);
     }
 }
 

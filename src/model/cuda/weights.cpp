@@ -118,6 +118,15 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
     if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
 }
 
+namespace {
+
+// A compressed layer as one output of a packed group.
+PackedOut packed_out(const DeviceLinear& l, float* y) {
+    return {l.packed.get(), y, 0.0f, l.bias.empty() ? nullptr : l.bias.get()};
+}
+
+}  // namespace
+
 void linear_group(cublasHandle_t blas, cudaStream_t stream,
                   std::initializer_list<const DeviceLinear*> ls, const float* x, int64_t rows,
                   std::initializer_list<float*> ys) {
@@ -129,8 +138,7 @@ void linear_group(cublasHandle_t blas, cudaStream_t stream,
         float* out = *y++;
         if (l->packed && (!scratch || scratch == l->scratch)) {
             scratch = l->scratch;
-            packed.push_back(
-                {l->packed.get(), out, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
+            packed.push_back(packed_out(*l, out));
         } else {
             linear(blas, stream, *l, x, rows, out, 0.0f);
         }
@@ -154,9 +162,7 @@ void linear_group_normed(cublasHandle_t blas, cudaStream_t stream,
     if (fused && decode_norms_input(*scratch, rows)) {
         std::vector<PackedOut> packed;
         auto y = ys.begin();
-        for (const DeviceLinear* l : ls)
-            packed.push_back(
-                {l->packed.get(), *y++, 0.0f, l->bias.empty() ? nullptr : l->bias.get()});
+        for (const DeviceLinear* l : ls) packed.push_back(packed_out(*l, *y++));
         return packed_linear_group_normed(blas, stream, packed.data(),
                                           static_cast<int>(packed.size()), *scratch, x, norm, rows);
     }
