@@ -48,15 +48,22 @@ namespace {
 
 constexpr double kPeakBytesPerS = 4.8e12;  // H200 HBM3e
 
-// y (rows × m, fp16) = x (rows × n, fp16) · Wᵀ with W (m × n, fp16) through cuBLAS.
-void fp16_linear(cublasHandle_t blas, const __half* w, const __half* x, __half* y, int64_t m,
-                 int64_t n, int64_t rows) {
-    const float one = 1.0f, zero = 0.0f;
+// y (rows × m, of type y_type) = beta·y + x (rows × n, fp16) · Wᵀ with W (m ×
+// n, fp16) through cuBLAS, fp32 accumulation.
+void fp16_gemm(cublasHandle_t blas, const __half* w, const __half* x, void* y,
+               cudaDataType_t y_type, int64_t m, int64_t n, int64_t rows, float beta) {
+    const float one = 1.0f;
     CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m),
                               static_cast<int>(rows), static_cast<int>(n), &one, w, CUDA_R_16F,
-                              static_cast<int>(n), x, CUDA_R_16F, static_cast<int>(n), &zero, y,
-                              CUDA_R_16F, static_cast<int>(m), CUBLAS_COMPUTE_32F,
+                              static_cast<int>(n), x, CUDA_R_16F, static_cast<int>(n), &beta, y,
+                              y_type, static_cast<int>(m), CUBLAS_COMPUTE_32F,
                               CUBLAS_GEMM_DEFAULT));
+}
+
+// y (rows × m, fp16) = x (rows × n, fp16) · Wᵀ.
+void fp16_linear(cublasHandle_t blas, const __half* w, const __half* x, __half* y, int64_t m,
+                 int64_t n, int64_t rows) {
+    fp16_gemm(blas, w, x, y, CUDA_R_16F, m, n, rows, 0.0f);
 }
 
 ec::DeviceBuffer<__half> fill_half(int64_t n, cudaStream_t st) {
@@ -289,14 +296,10 @@ void whole_model(ec::Gpu& gpu, const LlamaWeights& lw, int reps, int paths) {
         tge, tde / tge);
 }
 
-// y (fp32, m values) = beta·y + W x with W (m × n) and x in fp16 through cuBLAS.
+// y (fp32, m values) = beta·y + W x with W (m × n) and x in fp16.
 void fp16_linear_f32(cublasHandle_t blas, const __half* w, const __half* x, float* y, int64_t m,
                      int64_t n, float beta) {
-    const float one = 1.0f;
-    CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(m), 1,
-                              static_cast<int>(n), &one, w, CUDA_R_16F, static_cast<int>(n), x,
-                              CUDA_R_16F, static_cast<int>(n), &beta, y, CUDA_R_32F,
-                              static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    fp16_gemm(blas, w, x, y, CUDA_R_32F, m, n, 1, beta);
 }
 
 // The state of one decode step of the Llama-shaped model: the residual
