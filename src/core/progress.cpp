@@ -17,9 +17,11 @@ std::string format_duration(double s) {
     return fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60);
 }
 
-Progress::Progress(std::string label, int64_t total, std::string unit, bool enabled)
+Progress::Progress(std::string label, int64_t total, std::string unit, bool enabled,
+                   ProgressCallback callback)
     : label_(std::move(label)),
       unit_(std::move(unit)),
+      callback_(std::move(callback)),
       total_(std::max<int64_t>(total, 0)),
       enabled_(enabled),
       tty_(enabled && ::isatty(STDERR_FILENO) == 1),
@@ -38,9 +40,11 @@ double Progress::elapsed() const {
 }
 
 void Progress::advance(int64_t n, const std::string& note) {
-    if (!enabled_) return;
+    if (!enabled_ && !callback_) return;
     std::lock_guard<std::mutex> lock(mu_);
     done_ += n;
+    if (callback_) callback_(note.empty() ? label_ : note, done_, total_);
+    if (!enabled_) return;
     if (!note.empty()) note_ = note;
     const auto now = std::chrono::steady_clock::now();
     if (tty_) {

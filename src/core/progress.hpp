@@ -5,15 +5,25 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 
 namespace cortiq {
 
+// Told of every step of a Progress, drawn or not, so a caller that is not a
+// terminal (a library user, the Python package) can follow a long run:
+// (stage, done, total), where stage is the step's note (e.g. the tensor just
+// encoded) or else the bar's label. Called under the bar's lock, one call at
+// a time, from whichever thread advanced it; what it throws propagates out of
+// advance().
+using ProgressCallback = std::function<void(const std::string& stage, int64_t done, int64_t total)>;
+
 class Progress {
   public:
     // `label` starts the line; `unit` names what is counted ("windows").
-    Progress(std::string label, int64_t total, std::string unit, bool enabled = true);
+    Progress(std::string label, int64_t total, std::string unit, bool enabled = true,
+             ProgressCallback callback = {});
     ~Progress();  // finishes the line if still open
     Progress(const Progress&) = delete;
     Progress& operator=(const Progress&) = delete;
@@ -29,6 +39,7 @@ class Progress {
     void draw(bool final_line);
 
     std::string label_, unit_, note_;
+    ProgressCallback callback_;
     int64_t total_, done_ = 0;
     bool enabled_, tty_, finished_ = false;
     int last_decile_ = -1;

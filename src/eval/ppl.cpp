@@ -34,7 +34,7 @@ PplResult perplexity(model::Runtime& rt, std::span<const int32_t> ids, const Ppl
     r.windows = windows;
     r.predictions = windows * (opt.ctx - 1);
     const int64_t batch = std::max<int64_t>(1, rt.batch_windows(opt.ctx));
-    Progress bar("ppl", windows, "windows", opt.progress);
+    Progress bar("ppl", windows, "windows", opt.progress, opt.on_progress);
     std::vector<int32_t> buf;
     double nll = 0;
     for (int64_t w0 = 0; w0 < windows; w0 += batch) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/progress.hpp"
 #include "model/llama.hpp"
 #include "model/runtime.hpp"
 
@@ -25,6 +26,9 @@ struct PplOptions {
     int32_t bos_id = -1;      // required when bos
     int64_t max_windows = 0;  // 0: all windows
     bool progress = true;     // progress bar on stderr
+    // Told of every batch of windows, with or without the bar ("ppl 12.34",
+    // windows done, windows in all).
+    ProgressCallback on_progress;
 };
 
 struct PplResult {

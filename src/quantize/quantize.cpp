@@ -59,7 +59,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     const Journal journal(o.out_path, in.settings, o.resume, o.force);
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;
-    Progress bar("quantize", work.weights, "weights", o.progress);
+    Progress bar("quantize", work.weights, "weights", o.progress, o.on_progress);
 
     // the hidden states of every calibration window, on the forward device
     const auto calib_start = std::chrono::steady_clock::now();

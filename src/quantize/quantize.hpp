@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "calib/calib.hpp"
+#include "core/progress.hpp"
 #include "encode/bench.hpp"
 #include "encode/options.hpp"
 #include "tune/block_tune.hpp"
@@ -100,6 +101,9 @@ struct QuantizeOptions {
     bool tune_kd() const { return tune_mode == "kd" || tune_mode == "block+kd"; }
     bool tuned() const { return tune_blocks() || tune_kd(); }
     bool resume = false, force = false, progress = true, verbose = true;
+    // Told of every encoded tensor (core/progress.hpp), with or without the
+    // progress bar: (tensor name, weights done, weights in all).
+    ProgressCallback on_progress;
     // Seconds per encoder stage: on each tensor's line (verbose), in total in
     // the summary and in --json ("encode_stages"). On the GPU every stage then
     // synchronises the device, so the tensors in flight overlap less.

@@ -11,7 +11,7 @@
 #include "commands.hpp"
 #include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
-#include "io/tokenizer.hpp"
+#include "io/model_tokenizer.hpp"
 #include "model/llama.hpp"
 #include "runtime_args.hpp"
 
@@ -36,7 +36,7 @@ void run(const GenerateArgs& a) {
     auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
     const auto rt = model::make_runtime(*model, device);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
-    const auto tok = load_tokenizer(a.model, a.tokenizer);
+    const auto tok = io::load_model_tokenizer(a.model, a.tokenizer);
     std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true);
     if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
     CORTIQ_CHECK(!prompt.empty(), "generate: empty prompt and the tokenizer has no BOS token");

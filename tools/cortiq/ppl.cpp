@@ -10,8 +10,8 @@
 #include "commands.hpp"
 #include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
+#include "io/model_tokenizer.hpp"
 #include "io/text_file.hpp"
-#include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 #include "runtime_args.hpp"
 
@@ -34,7 +34,7 @@ void run(const PplArgs& a) {
     auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
     const auto rt = model::make_runtime(*model, device);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
-    const auto tok = load_tokenizer(a.model, a.tokenizer);
+    const auto tok = io::load_model_tokenizer(a.model, a.tokenizer);
     const std::string text = io::read_text_file(a.text, "text");
     eval::PplOptions opt;
     opt.ctx = a.ctx;

@@ -1,0 +1,149 @@
+"""Compressed layers inside PyTorch models (needs PyTorch).
+
+BLRLinear is an nn.Module holding one BLR (or sign) payload; its forward runs
+the packed CPU kernel the cortiq runtime uses. patch(model, file) puts one in
+place of every nn.Linear whose weight the cortiq file compresses.
+
+What is not here: CUDA (inputs must be on the CPU) and gradients for the
+payload (the input's gradient is given, through the dense weight).
+"""
+
+import os
+
+import numpy as np
+import torch
+
+from . import _core
+
+__all__ = ["BLRLinear", "patch"]
+
+
+def _payload_array(payload):
+    if isinstance(payload, torch.Tensor):
+        payload = payload.detach().cpu().numpy()
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        payload = np.frombuffer(payload, dtype=np.uint8)
+    return np.ascontiguousarray(payload, dtype=np.uint8).reshape(-1)
+
+
+class _PackedProduct(torch.autograd.Function):
+    """y = x Ŵᵀ by the packed kernel; dx = dy Ŵ through the dense weight."""
+
+    @staticmethod
+    def forward(ctx, x, module):
+        ctx.module = module
+        y = module._packed.apply(x.detach().numpy())
+        return torch.from_numpy(y)
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy @ ctx.module.dense_weight(), None
+
+
+class BLRLinear(torch.nn.Module):
+    """y = x Ŵᵀ + b with Ŵ held as a BLR or sign payload and run packed.
+
+    payload: the payload's bytes (bytes, a uint8 numpy array or tensor, as
+    cortiq.read_tensors gives them); bias: an optional [out_features] tensor;
+    name: used in error messages. The payload is a buffer (it goes to the
+    state_dict); inputs of any float dtype are computed in float32 and the
+    result is returned in the input's dtype.
+    """
+
+    def __init__(self, payload, bias=None, name="payload"):
+        super().__init__()
+        data = _payload_array(payload)
+        self._name = name
+        self._packed = _core.PackedLinear(data, name)
+        self._dense = None
+        self.in_features = self._packed.in_features
+        self.out_features = self._packed.out_features
+        self.register_buffer("payload", torch.from_numpy(data.copy()))
+        if bias is None:
+            self.register_parameter("bias", None)
+        else:
+            bias = torch.as_tensor(bias).detach().clone()
+            if tuple(bias.shape) != (self.out_features,):
+                raise _core.Error(f"{name}: bias has shape {tuple(bias.shape)}, expected "
+                                  f"({self.out_features},)")
+            self.bias = torch.nn.Parameter(bias, requires_grad=False)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._packed = _core.PackedLinear(self.payload.numpy(), self._name)
+        self._dense = None
+
+    def dense_weight(self):
+        """Ŵ [out_features, in_features] in float32 (made once, on request)."""
+        if self._dense is None:
+            self._dense = torch.from_numpy(self._packed.dense())
+        return self._dense
+
+    def forward(self, x):
+        if x.device.type != "cpu":
+            raise NotImplementedError(
+                f"{self._name}: BLRLinear runs on the CPU only (input on {x.device})")
+        if x.shape[-1] != self.in_features:
+            raise _core.Error(f"{self._name}: input has {x.shape[-1]} features, expected "
+                              f"{self.in_features}")
+        rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
+        y = _PackedProduct.apply(rows, self)
+        y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
+        if self.bias is not None:
+            y = y + self.bias.to(x.dtype)
+        return y
+
+    def extra_repr(self):
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"kind={self._packed.kind}, rank={self._packed.rank}, "
+                f"paths={self._packed.paths}")
+
+
+def patch(model, file, *, strict=True, floats=True):
+    """Replaces model's nn.Linear modules by the cortiq file's compressed ones.
+
+    Each payload "<module path>.weight" of the file (e.g.
+    model.layers.0.self_attn.q_proj.weight) replaces the nn.Linear at that
+    module path by a BLRLinear (keeping its bias). strict: a payload without
+    such a module, or with another shape, raises cortiq.Error (else it is
+    skipped). floats: also copy the file's float tensors into the model's
+    parameters and buffers of the same name and shape (tuning can change them).
+    Returns the names of the modules replaced.
+    """
+    file = os.fspath(file)
+    named = dict(model.named_parameters())
+    named.update(model.named_buffers())
+    tensors = _core.read_tensors(file)
+    # every check first, so a refused file leaves the model as it was
+    plan = []
+    for name, value in tensors.items():
+        if value.dtype != np.uint8:
+            continue
+        path = name[: -len(".weight")] if name.endswith(".weight") else None
+        try:
+            old = model.get_submodule(path) if path else None
+        except AttributeError:
+            old = None
+        if not isinstance(old, torch.nn.Linear):
+            if strict:
+                raise _core.Error(f"{file}: payload '{name}' has no nn.Linear at "
+                                  f"'{path}' in the model")
+            continue
+        new = BLRLinear(value, bias=old.bias, name=name)
+        if (new.out_features, new.in_features) != (old.out_features, old.in_features):
+            if strict:
+                raise _core.Error(
+                    f"{file}: payload '{name}' is {new.out_features}x{new.in_features}, the "
+                    f"model's layer {old.out_features}x{old.in_features}")
+            continue
+        plan.append((path, new))
+    for path, new in plan:
+        parent, _, child = path.rpartition(".")
+        setattr(model.get_submodule(parent) if parent else model, child, new)
+    if floats:
+        with torch.no_grad():
+            for name, value in tensors.items():
+                if value.dtype != np.uint8 and name in named and \
+                        tuple(named[name].shape) == value.shape:
+                    named[name].copy_(torch.from_numpy(value))
+    return [path for path, _ in plan]
