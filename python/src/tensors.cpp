@@ -134,7 +134,9 @@ void bind_tensors(py::module_& m) {
           "{name: numpy array} of a safetensors file or model folder");
     m.def(
         "read_metadata",
-        [](const std::filesystem::path& path) { return io::Checkpoint::open(path.string()).metadata(); },
+        [](const std::filesystem::path& path) {
+            return io::Checkpoint::open(path.string()).metadata();
+        },
         py::arg("path"), "The __metadata__ of a safetensors file (or a folder's first shard)");
 }
 
