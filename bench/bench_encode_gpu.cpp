@@ -12,7 +12,7 @@
 // seven tensors of one 4096-wide, 11008-MLP decoder layer against one at a time;
 // --scaling: encode_many over that layer and over a model of that many such
 // layers on 1, 2, 4, 8 GPUs (those visible), with the scaling efficiency
-// (time on 1 / (k × time on k)) and each GPU's idle fraction (issue 16).
+// (time on 1 / (k × time on k)) and each GPU's idle fraction.
 // --gptq-multi 0,8 and --gptq-group 1,16: the sizes and the layer with each
 // column search of the two lists' product (Options::gptq_multi: 0 the exact
 // scan, Q rounds of up to Q flips; Options::gptq_group: G columns side by

@@ -1,4 +1,4 @@
-// Figures for issue 18 (prints a table; not a timed unit test): do the GPU
+// Figures for docs/encoder_speed.md (prints a table; not a timed unit test): do the GPU
 // encoder's float32 products lose cuBLAS's fast kernels when the rank r makes
 // rows start off a 16-byte boundary (r = 2966: 2966 × 4 bytes)?
 //   bench_gemm_align_gpu [--ranks 2966,1475] [--rows 15104] [--reps 20]

@@ -1,4 +1,4 @@
-// Qwen3.5 on the CPU (issue 15): per-token speed of a whole decode step and of
+// Qwen3.5 on the CPU: per-token speed of a whole decode step and of
 // one Gated DeltaNet block, on any Qwen3.5 checkpoint (float or compressed):
 //   bench_qwen35_cpu MODEL [--prompt 128] [--steps 32] [--prefill 512] [--threads 0]
 // A decode step: one token through the cache after a prompt, logits included

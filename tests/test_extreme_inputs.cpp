@@ -1,4 +1,4 @@
-// Bad and extreme input (issue 17, item 4), and the regressions the fuzz
+// Bad and extreme input, and the regressions the fuzz
 // targets found: safetensors with repeated names, oversized headers or
 // non-finite values; config token ids out of range; the journal's checks;
 // Grams that are zero or rank-deficient, weights with dead rows or columns or
@@ -276,7 +276,7 @@ void expect_stored_faithfully(const blr::Factors& md) {
 
 }  // namespace
 
-// The Gram checks (tiled and parallel since session 19) find a bad entry
+// The Gram checks (by tiles, in parallel) find a bad entry
 // wherever it lies: in a diagonal tile, in a tile far from the diagonal, in the
 // last partial tile; a symmetric Gram passes.
 TEST(ExtremeGram, EveryBadEntryIsFoundWhereverItLies) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a random model of the Llama-7B shape with numpy alone (no PyTorch),
-for the time of a whole quantize at that size (issue 18's projection,
-calibration and tuning included):
+for the time of a whole quantize at that size (the projection of
+docs/encoder_speed.md, calibration and tuning included):
 
   make_llama_7b_shape.py OUT_DIR [--layers 2]
 

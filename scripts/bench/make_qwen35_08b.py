@@ -8,7 +8,7 @@ OUT_DIR/config.json (qwen3_5_text) and model.safetensors (BF16, the causal-LM
 layout under model., tied embeddings): 24 layers as (3 Gated DeltaNet + 1
 gated attention) × 6, hidden 1024, SwiGLU 3584, vocabulary 248,320; attention
 8 query / 2 KV heads of 256, partial rotary 0.25, θ 1e7; DeltaNet 16 key and
-16 value heads of 128, conv width 4 (the configuration of issue 15 and of
+16 value heads of 128, conv width 4 (the configuration of
 scripts/golden/qwen35_08b_ref.py, which makes the same shape with transformers
 and its reference logits on the GPU machine). Values at unit activation scale:
 linear weights N(0, 1/fan_in), embeddings N(0, 1), norms near their identity,

@@ -2,7 +2,7 @@
 # The demo's quantize alone and beside two busy loops (another job holding
 # the cores), timed side by side: how gracefully cortiq shares a machine.
 #   bash scripts/bench/shared_machine.sh [--spin]
-# --spin also times the old behaviour beside the loops (a thread per core,
+# --spin also times spinning waits beside the loops (a thread per core,
 # spinning while it waits), stopped after LIMIT seconds (default 900).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 14): the packed decode kernels on the H200.
+# On a GPU machine: the packed decode kernels on the H200.
 #   1. test_blr_linear_gpu (exits non-zero when it fails);
 #   2. bench_blr_gpu: per-layer decode with the plane (default), row and span
 #      kernels side by side, prefill, and the 32-layer model ($OUT/bench_blr.log);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 18): where the time of a 4096×11008 tensor goes, stage by
+# On a GPU machine: where the time of a 4096×11008 tensor goes, stage by
 # stage and by the parts of ITQ and ALS ("stage/part"), for tuning variants
 # side by side in one run (VARIANTS, default "default,fp32-big"), at column
 # groups G (default 64); LAYER=1 adds a 4096/11008 layer. With TESTS="test_cuda_encoder ..." those run first.

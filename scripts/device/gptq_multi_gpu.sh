@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 18): the input-side column search by rounds
+# On a GPU machine: the input-side column search by rounds
 # (--gptq-multi Q) against the exact scan on the H200.
 #   PHASE=bench:   its GPU tests, then bench_encode_gpu on one 4096×11008
 #                  tensor and on a 4096/11008 layer with the searches of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 18): the whole `cortiq quantize --device gpu` of a random
+# On a GPU machine: the whole `cortiq quantize --device gpu` of a random
 # Llama-7B-shaped model of LAYERS decoder layers (scripts/bench/make_llama_7b_shape.py:
 # 4096 wide, 11008 MLP, vocabulary 32,000), so that the projection of a
 # 32-layer model counts calibration and tuning, not the encoder alone.

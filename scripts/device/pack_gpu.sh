@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Here, before a device call: packs the CUDA test and benchmark binaries of
+# Here, before a run on a GPU machine: packs the CUDA test and benchmark binaries of
 # build/ (built with the CUDA backend, sm_90) and their libraries into
 # .carry/gpu, writes .carry/gpu/env.sh (sourced by the device scripts), and
 # copies the shared models and texts the GPU tests read into .carry.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issue 15): the Qwen3.5-0.8B-shaped check on the GPU machine.
+# On a GPU machine: the Qwen3.5-0.8B-shaped check on the GPU machine.
 #   1. scripts/golden/qwen35_08b_ref.py makes a random-initialised model with
 #      the real 0.8B text configuration (BF16, tied embeddings, vocab 248320)
 #      and transformers' float32 logits of a few hundred tokens, on the GPU;

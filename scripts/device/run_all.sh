@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call: CUDA parity tests, GPU benchmarks and the tiny-llama
+# One run on a GPU machine: CUDA parity tests, GPU benchmarks and the tiny-llama
 # results matrix (GPU encoder, CPU forward pass). Logs go to $OUT.
 set -u
 source .carry/gpu/env.sh

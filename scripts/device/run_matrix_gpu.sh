@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Device call: the results matrix with the GPU encoder and GPU perplexity,
-# continued from an earlier JSONL (.carry/gpu/results_prev.jsonl) so a call that
+# On a GPU machine: the results matrix with the GPU encoder and GPU perplexity,
+# continued from an earlier JSONL (.carry/gpu/results_prev.jsonl) so a run that
 # runs out of time loses nothing: run it again with the returned file.
 #   [CALIB=NAME] [SAMPLES=N] bash scripts/device/run_matrix_gpu.sh "MODELS" "METHODS" "BPWS" [SECONDS]
 set -u

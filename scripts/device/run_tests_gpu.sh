@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call: every CUDA test binary (packed into .carry/gpu/bin by
+# On a GPU machine: every CUDA test binary (packed into .carry/gpu/bin by
 # scripts/device/pack_gpu.sh), data from .carry. Exits non-zero when any test
 # binary fails (or times out).
 set -u

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call: quantize --device gpu runs (the defaults unless flags are
+# On a GPU machine: quantize --device gpu runs (the defaults unless flags are
 # given) and their perplexity on 60 windows of three texts, for the tuning
 # tables of docs/tuning.md. Binaries and data from scripts/device/pack_gpu.sh.
 #   bash scripts/device/tune_runs_gpu.sh "NAME MODEL BPW [FLAGS...]" ... [-- "NAME ..." ...]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Device call (issues 14 and 18): the decode with t's wide planes against the
+# On a GPU machine: the decode with t's wide planes against the
 # four-launch route, the GPU tests (both routes), and the ITQ trace of one
 # 4096×11008 tensor. Logs in $OUT (the ≤ 8 files that come back: decode.log,
 # bench_blr.log, the variant's bench log, itq_trace.log, all_logs.tgz).

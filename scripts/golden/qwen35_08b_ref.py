@@ -2,8 +2,8 @@
 """A random-initialised model with the real Qwen3.5-0.8B text configuration and
 transformers' float32 reference logits for it (run on the GPU machine, where
 PyTorch and transformers 5.17 exist; no network needed). Not committed: made
-on the device by scripts/device/qwen35_08b_check.sh for the parity and speed
-checks of issue 15.
+on the GPU machine by scripts/device/qwen35_08b_check.sh for the parity and
+speed checks of the Qwen3.5 runtime.
 
   qwen35_08b_ref.py OUT_DIR [TOKENS]
 
@@ -13,7 +13,7 @@ golden.json (token ids, the rows kept, vocab) and golden.logits.f32 (float32
 logits of those rows from the BF16 weights, eager attention, on the GPU), in
 the format of tests/golden/tiny-qwen35 (tests/test_qwen35_gpu.cpp reads it).
 
-Text configuration of Qwen3.5-0.8B (issue 15): 24 layers, (3 × Gated DeltaNet,
+Text configuration of Qwen3.5-0.8B: 24 layers, (3 × Gated DeltaNet,
 1 × gated full attention) × 6, hidden 1024, SwiGLU 3584, vocab 248320, tied
 embeddings; 8 query / 2 KV heads of 256, partial rotary 0.25, θ 1e7; DeltaNet
 16 key and 16 value heads of 128, conv width 4.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Trains the small Qwen3.5-architecture test model of issue 15, so that its
+"""Trains the small Qwen3.5-architecture test model (tests/golden), so that its
 perplexities mean something, and writes its golden logits and reference
 perplexities (run where PyTorch and transformers 5.17 exist: the H200 machine).
 

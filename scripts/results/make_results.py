@@ -151,12 +151,12 @@ for (model, text), d in sorted(by.items()):
         lines += [f"![{model} {text}]({png})", ""]
     except ImportError:
         pass
-# Output-aware tuning (issue 13): perplexity after each stage of quantize
+# Output-aware tuning: perplexity after each stage of quantize
 # --device gpu, from docs/tuning.json (gpu.stages; plot_tuning_stages.py draws it)
 tuning_json = os.path.join(out_dir, "tuning.json")
 stages = json.load(open(tuning_json))["gpu"].get("stages") if os.path.exists(tuning_json) else None
 if stages:
-    lines += ["## After each tuning stage (issue 13)", "",
+    lines += ["## After each tuning stage", "",
               f"From `docs/tuning.json` (gpu.stages; docs/tuning.md has the discussion): {stages['protocol']}. "
               "Perplexity (× float) on " + " / ".join(stages["texts"]) + ".", "",
               "| model | target bpw | NVG | + block | + block + kd (the defaults) |", "|---|---|---|---|---|"]

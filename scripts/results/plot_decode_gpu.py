@@ -29,7 +29,7 @@ for i, r in enumerate(layers):
     ax.annotate(f'{r["planes_us"]:.1f} µs', (i + w, r["fp16_us"] / r["planes_us"]),
                 fontsize=6, ha="center", textcoords="offset points", xytext=(0, 2))
 ax.axhline(1.0, color="gray", lw=0.8)
-ax.axhline(8.0, color="red", lw=0.8, ls="--", label="issue target at 4096×11008 1 bpw (8×)")
+ax.axhline(8.0, color="red", lw=0.8, ls="--", label="target at 4096×11008 1 bpw (8×)")
 ax.set_xticks(list(x))
 ax.set_xticklabels(labels, fontsize=6, rotation=90)
 ax.set_ylabel("speed-up over fp16 cuBLAS GEMV")
@@ -45,7 +45,7 @@ for k, (p, off) in enumerate([("P1", -0.2), ("P2", 0.2)]):
         bx.annotate(f"{wm[p][n]:.2f}", (i + off, wm[p][n]), fontsize=7, ha="center",
                     textcoords="offset points", xytext=(0, 2))
 target = wm["P1"]["fp16 cuBLAS"] / 5
-bx.axhline(target, color="red", lw=0.8, ls="--", label="issue target (5× fp16)")
+bx.axhline(target, color="red", lw=0.8, ls="--", label="target (5× fp16)")
 bx.set_xticks(range(len(names)))
 bx.set_xticklabels(names, fontsize=7, rotation=20, ha="right")
 bx.set_ylabel("ms per token (linear layers only)")

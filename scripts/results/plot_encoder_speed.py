@@ -4,8 +4,8 @@ H200 (bench_encode_gpu). Left: seconds per stage of one 4096×11008 tensor at
 1.0 bpw, summed over the two candidate streams, the exact column search
 against rounds of 8 flips (--gptq-multi 8) and column groups of 16 and 64
 (--gptq-group), with the tensor's wall time and
-the issue's 3 s target. Right: a 4096/11008 decoder layer, against the 10 s
-target."""
+the 3 s goal. Right: a 4096/11008 decoder layer, against the 10 s
+goal."""
 import json, os
 
 import matplotlib
@@ -19,7 +19,7 @@ d = json.load(open(os.path.join(docs, "encoder_speed.json")))
 prof = d["profile_4096x11008"]
 fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.5), gridspec_kw={"width_ratios": [1.3, 1]})
 
-runs = [r for r in ["exact", "Q8", "G16", "G64", "G64_s19"] if r in prof]
+runs = [r for r in ["exact", "Q8", "G16", "G64", "G64_padded"] if r in prof]
 stages = sorted(prof["exact"]["stages"], key=lambda s: -prof["exact"]["stages"][s])
 bottom = [0.0] * len(runs)
 for st in stages:
@@ -33,7 +33,7 @@ ax.axhline(d["targets"]["tensor_4096x11008_s"], color="red", lw=0.8, ls="--",
            label="target: 3 s per tensor (wall)")
 ax.set_xticks(range(len(runs)))
 labels = {"exact": "exact scan (default)", "Q8": "--gptq-multi 8", "G16": "--gptq-group 16",
-          "G64": "--gptq-group 64", "G64_s19": "G 64, session 19\n(padded TF32, 3xTF32)"}
+          "G64": "--gptq-group 64", "G64_padded": "G 64, padded TF32\nand 3xTF32 products"}
 ax.set_xticklabels([labels[r] for r in runs], fontsize=7, rotation=15)
 ax.set_ylabel("seconds per stage, both candidate streams")
 ax.set_title("one 4096×11008 tensor, 1.0 bpw (H200)")

@@ -1,4 +1,4 @@
-// Calibration windows sampled from the original model itself (issue 13). A
+// Calibration windows sampled from the original model itself. A
 // calibration text covers one domain; the model was trained on many. Its own
 // samples at temperature 1 cover what it learned — on tiny-llama-6m, trained
 // on TinyStories, Austen, the KJV, the Brown corpus and the Jargon File, they

@@ -23,7 +23,7 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
     // call may round an element differently depending on the block it sits in
     // (edge kernels, small-matrix paths), so panels that followed the threads
     // made the runtime's outputs — and a quantize's bytes — depend on the
-    // cores that happened to be free (issue 17). Tiles of 128 rows by 2048
+    // cores that happened to be free. Tiles of 128 rows by 2048
     // columns for a batch of rows, panels of 128 columns for a few rows;
     // parallel_for runs them on the threads there are (serially on one).
     // Each call packs its part of B again: with panels of 32 rows, the

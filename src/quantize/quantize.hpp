@@ -42,7 +42,7 @@ struct QuantizeOptions {
     // over to other texts better). 0 keeps H as measured. 0.7 measured best
     // on texts of other domains than the calibration's (docs/tuning.md).
     double gram_shrink = 0.7;
-    // Output-aware tuning after each decoder layer is encoded (issue 13):
+    // Output-aware tuning after each decoder layer is encoded:
     // "none", or "block" (tune/block_tune.hpp: the layer's BLR scales, and
     // signs when tune.lr_signs > 0, fitted to the original model's block
     // outputs). Needs the original model, loaded whatever --match says.

@@ -1,4 +1,4 @@
-// Block reconstruction (issue 13, item 2): the BLR layers of one compressed
+// Block reconstruction: the BLR layers of one compressed
 // decoder block tuned so that the block maps the compressed model's hidden
 // states to the original model's block outputs,
 //   min over scales (and signs) of Σ_windows ‖block_c(x_c) − y_o‖²,

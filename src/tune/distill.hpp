@@ -1,4 +1,4 @@
-// Logit distillation (issue 13, item 3): the BLR layers of every block of the
+// Logit distillation: the BLR layers of every block of the
 // compressed model tuned together so that its next-token distribution
 // matches the original model's over the calibration windows,
 //   min Σ_tokens KL(p_original ‖ p_compressed),

@@ -92,7 +92,7 @@ DMat polar(const Gpu& g, const DMat& mm_in, const PolarOptions& po, PolarStats* 
                 // While many σ are still far below 1 (the growth phase, each
                 // step ×1.5), ‖XᵀX − I‖_F barely moves although the iteration
                 // progresses, so a slow decrease is read as TF32's rounding
-                // floor only below 1 (unless early_handover, the earlier rule,
+                // floor only below 1 (unless early_handover, the early rule,
                 // which handed over after about 6 steps: 900 TF32 against 1,206
                 // FP32 steps on a 4096×11008 tensor).
                 const bool stalled = dev > 0.5 * prev && (po.early_handover || dev < 1.0);

@@ -73,7 +73,7 @@ struct Tuning {
     // smaller ones in plain FP32; INT64_MAX: all in FP32. Slower than FP32
     // while r = 2966 cost cuBLAS its fast kernels (8.47 against 8.10 s per
     // 4096×11008 tensor); since gemm pads the operands to multiples of 4, 4.90
-    // against 5.85 s, the same held-out error (H200, session 19).
+    // against 5.85 s, the same held-out error (H200, docs/encoder_speed.md).
     int64_t x3_min_k = 1024;
     GptqKernel gptq_kernel = GptqKernel::lazy;  // batched above the lazy kernel's rank (3584)
     // gptq_v (batched): threads per block, 0: automatic (512 from r = 257). Fewer

@@ -184,7 +184,7 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
             pr.out = t_next;  // t in float too: cheap, and what the tests read
             pr.ld_out = w.r;
             t_next += rows * w.r;
-            if (!ws.t_wide) {  // the earlier route: t's planes by a launch of their own
+            if (!ws.t_wide) {  // the four-launch route: t's planes by a launch of their own
                 PlaneJob jt{pr.out, w.r, nullptr, w.r, planes, nullptr, nullptr};
                 planes += rows * plane_words(w.r);
                 jt.info = reinterpret_cast<float2*>(take_floats(2 * rows * plane_chunks(w.r)));

@@ -27,7 +27,7 @@ using cuda::DVec;
 // delta-rule kernel (model/cuda/delta_chunk.cu) instead of the step kernel.
 // Off until the chunk kernel has run on a GPU: its phases are checked against
 // the CPU on the host (test_qwen35_gpu ChunkKernelPhasesOnTheHostMatchTheCpu),
-// the step kernel end to end on the H200 (issue 15). Turn on once
+// the step kernel end to end on an H200. Turn on once
 // DeltaRuleMatchesTheCpuStepAndChunkForms passes on a device, and rerun the
 // GPU tests.
 inline constexpr bool kChunkedPrefill = false;
