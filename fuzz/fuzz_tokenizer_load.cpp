@@ -30,8 +30,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto tok = io::Tokenizer::load(dir.string());
         const int32_t v = tok.vocab_size();
         if (v < 0) std::abort();
-        for (std::string_view text : {"Hello world!  It's 2024.\n\tOK", " \xe2\x96\x81x\xff\xc3",
-                                      "<s>a</s><|endoftext|>", ""}) {
+        for (std::string_view text :
+             {"Hello world!  It's 2024.\n\tOK", " \xe2\x96\x81x\xff\xc3", "<s>a</s><|endoftext|>",
+              "",
+              // full-width f, fi ligature, e + acute, Hangul jamo
+              "\xef\xbd\x86\xef\xac\x81 e\xcc\x81 \xe1\x84\x80\xe1\x85\xa1"}) {
             for (bool special : {false, true}) {
                 const auto ids = tok.encode(text, special);
                 (void)tok.decode(ids, false);

@@ -278,6 +278,21 @@ TEST(Tokenizer, CorruptFileNamesIt) {
     expect_error_naming(d.path.string(), "Lowercase");
 }
 
+TEST(Tokenizer, UnknownNormalizerNamesFileAndType) {
+    // Normalizers of the tokenizers library that are not implemented are
+    // refused, never skipped: the message names the file and the type.
+    TempDir d;
+    const std::string file = (d.path / "tokenizer.json").string();
+    for (const char* type : {"Precompiled", "BertNormalizer", "StripAccents", "Nmt", "NFKX"}) {
+        json t = {{"model", {{"type", "BPE"}, {"vocab", {{"a", 0}}}, {"merges", json::array()}}}};
+        t["normalizer"] = {{"type", "Sequence"},
+                           {"normalizers", {{{"type", "NFKC"}}, {{"type", type}}}}};
+        d.write("tokenizer.json", t.dump());
+        expect_error_naming(d.path.string(), file);
+        expect_error_naming(d.path.string(), std::string("'") + type + "'");
+    }
+}
+
 // ---- variants of the shipped tokenizers, checked against the tokenizers library ----
 
 // tests/golden/tokenizer_variants.json (scripts/golden/make_tokenizer_variants.js):
@@ -391,6 +406,51 @@ std::vector<int32_t> bytes_of(const std::string& s) {
     std::vector<int32_t> v;
     for (char c : s) v.push_back(static_cast<unsigned char>(c));
     return v;
+}
+
+// tests/golden/unicode_forms.json (scripts/golden/make_unicode_forms.py): strings
+// in the four forms of Python's unicodedata. A byte-level BPE without merges
+// encodes its input to its bytes, so encode shows the normalizer's output.
+TEST(Tokenizer, UnicodeNormalizersMatchPython) {
+    const json g =
+        json::parse(read_file(std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/unicode_forms.json"));
+    TempDir d;
+    for (const char* form : {"NFC", "NFD", "NFKC", "NFKD"}) {
+        json t = byte_level_tokenizer({});
+        t["normalizer"] = {{"type", form}};
+        const Tokenizer tok = load_json(d, t);
+        int changed = 0;
+        for (const auto& c : g.at("cases")) {
+            const auto text = c.at("text").get<std::string>();
+            const auto want = c.at(form).get<std::string>();
+            changed += want != text;
+            EXPECT_EQ(tok.encode(text), bytes_of(want)) << form << " of " << c.at("text").dump();
+            // A normalization form is a fixed point of its normalizer.
+            EXPECT_EQ(tok.encode(want), bytes_of(want)) << form << " of " << c.at(form).dump();
+            EXPECT_EQ(tok.decode(tok.encode(text)), want) << form;
+        }
+        EXPECT_GE(changed, 10) << form << ": the golden strings hardly exercise it";
+    }
+}
+
+TEST(Tokenizer, NormalizedAddedTokenUsesUnicodeForm) {
+    // A normalized added token is matched in normalised text by its normalised
+    // content: "\uFB01sh" (fi ligature) under NFKC is "fish", and so matches both spellings.
+    TempDir d;
+    json t = byte_level_tokenizer({});
+    t["normalizer"] = {{"type", "NFKC"}};
+    t["added_tokens"].push_back({{"id", 300},
+                                 {"content", "\uFB01sh"},
+                                 {"single_word", false},
+                                 {"lstrip", false},
+                                 {"rstrip", false},
+                                 {"normalized", true},
+                                 {"special", false}});
+    const Tokenizer tok = load_json(d, t);
+    EXPECT_EQ(tok.encode("fish"), (std::vector<int32_t>{300}));
+    EXPECT_EQ(tok.encode("\uFB01sh"), (std::vector<int32_t>{300}));
+    EXPECT_EQ(tok.encode("\uFF46ish"), (std::vector<int32_t>{300}));  // full-width f
+    EXPECT_EQ(tok.decode({300}), "fish");
 }
 
 TEST(Tokenizer, SplitPreTokenizerSequence) {

@@ -1,9 +1,10 @@
 #!/usr/bin/env node
 // Golden data for tokenizer options that the shipped models do not use
 // (Split behaviours, Qwen2 / Llama-3 pre-tokenizers, Metaspace, added-token
-// flags, unk, normalizers). Each variant is a shipped tokenizer.json plus a
-// list of patches; the reference is the Hugging Face tokenizers library
-// through its Node binding (npm `tokenizers`, same Rust core as the Python one).
+// flags, unk, normalizers, the Unicode normalization forms). Each variant is a
+// shipped tokenizer.json plus a list of patches; the reference is the Hugging
+// Face tokenizers library through its Node binding (npm `tokenizers`, same
+// Rust core as the Python one).
 //
 //   npm install tokenizers@0.23.2
 //   node scripts/golden/make_tokenizer_variants.js SHARED_DATA_DIR OUT.json
@@ -94,6 +95,27 @@ variants.sp_added = {base: SP, patches: [
   ['set', '/added_tokens/-', added(515, 'park')],
 ]};
 
+// Unicode normalizers (last, so that the variants above keep their texts).
+const unicodeTexts = ['ＡＢＣ ｄｅｆ １２３！？', 'ｈｅｌｌｏ，ｗｏｒｌｄ', 'ｶﾀｶﾅ ｶﾞｷﾞ ﾊﾟ', '\u3000全角\u3000スペース',
+  'ﬁle ﬂow ﬀ ﬃ ﬄ ﬅ ﬆ', 'Ǆ ǅ ǆ Ĳ ĳ ŉ', 'e\u0301 é a\u0308 ä A\u030a Å', 'a\u0323\u0302 a\u0302\u0323 ậ',
+  'Tie\u0302\u0301ng Vie\u0323\u0302t / Tiếng Việt', '\u212b \u2126 \u212a \u1f71 \u037e \u0387',
+  '\u0958 \u0915\u093c', '\u1100\u1161\u11a8 \u1112\u1161\u11ab\u1100\u1173\u11af 각 한글',
+  '① ② ⑩ ㎏ ㎞ x² H₂O ½', '™ … ſ \u00a0NBSP\u2002EN Ⅳ ㍿ ℌ ℃', '\u{1d400}\u{1d41b}\u{1d7ce} \u24b6',
+  'ά α\u0301 ΐ ι\u0308\u0301 Ἀθῆναι', 'й и\u0306 ё е\u0308 Ѐ Е\u0300 ї і\u0308',
+  'a ﬁsh, a fish, ﬁ and fi', ' ﬁsh\u00a0ﬁ\u3000ﬁsh '];
+for (const form of ['NFC', 'NFD', 'NFKC', 'NFKD']) {
+  variants[form.toLowerCase()] = {base: BL, patches: [['set', '/normalizer', {type: form}]]};
+}
+variants.nfkc_added = {base: BL, patches: [
+  ['set', '/normalizer', {type: 'Sequence', normalizers: [{type: 'NFKC'}, {type: 'Strip', strip_left: true, strip_right: false}]}],
+  ['set', '/added_tokens/-', added(4096, 'ﬁsh', {normalized: true, special: false})],
+  ['set', '/added_tokens/-', added(4097, 'ﬁ', {normalized: false, special: false})],
+]};
+variants.sp_nfkc = {base: SP, patches: [['set', '/normalizer', {type: 'Sequence', normalizers: [
+  {type: 'NFKC'}, {type: 'Prepend', prepend: '\u2581'}, {type: 'Replace', pattern: {String: ' '}, content: '\u2581'}]}]]};
+variants.sp_nfd = {base: SP, patches: [['set', '/normalizer/normalizers/-', {type: 'NFD'}]]};
+const unicodeVariants = new Set(['nfc', 'nfd', 'nfkc', 'nfkd', 'nfkc_added', 'sp_nfkc', 'sp_nfd']);
+
 function applyPatches(base, patches) {
   const t = JSON.parse(JSON.stringify(base));
   for (const [op, pointer, value] of patches) {
@@ -154,6 +176,7 @@ function randomText() {
     const tok = Tokenizer.fromFile(file);
     const texts = ['', ' ', '\n'];
     while (texts.length < 40) texts.push(randomText());
+    if (unicodeVariants.has(name)) texts.push(...unicodeTexts);
     for (const text of texts) {
       const ids = Array.from((await tok.encode(text, null, {addSpecialTokens: false})).getIds());
       const idsSpecial = Array.from((await tok.encode(text, null, {addSpecialTokens: true})).getIds());

@@ -87,13 +87,24 @@ enum class SplitBehavior { removed, isolated, merged_with_previous, merged_with_
 void split_piece(const Piece& in, const Regex& re, SplitBehavior behavior, bool invert,
                  std::vector<Piece>& out);
 
+// The Unicode normalization forms (UAX #15) of the NFC / NFD / NFKC / NFKD
+// normalizers (tokenizer_unicode.cpp, through ICU).
+enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
+const char* unicode_form_name(UnicodeForm form);
+// Fails when ICU cannot provide the form (its data missing), so that a
+// tokenizer.json needing it is refused at load time.
+void unicode_form_check(UnicodeForm form);
+// s (valid UTF-8) in the given form.
+std::string unicode_normalize(std::string s, UnicodeForm form);
+
 struct NormalizerStep {
-    enum class Kind { prepend, replace, strip, identity };
-    Kind kind = Kind::identity;
-    std::string text;    // prepend: the prefix; replace: the content
-    Regex pattern;       // replace
-    bool left = false;   // strip
-    bool right = false;  // strip
+    enum class Kind { prepend, replace, strip, unicode };
+    Kind kind = Kind::unicode;
+    std::string text;                     // prepend: the prefix; replace: the content
+    Regex pattern;                        // replace
+    bool left = false;                    // strip
+    bool right = false;                   // strip
+    UnicodeForm form = UnicodeForm::nfc;  // unicode
 };
 
 struct Normalizer {

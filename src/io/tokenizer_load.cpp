@@ -87,10 +87,17 @@ void parse_normalizer(const json& j, const std::string& where, Normalizer& out) 
         st.kind = NormalizerStep::Kind::strip;
         st.left = get_or(j, "strip_left", false);
         st.right = get_or(j, "strip_right", false);
-    } else if (type == "NFC" || type == "NFKC") {
-        // Composition is not implemented: text is taken to be composed already
-        // (true of nearly all real text; decomposed input may tokenise differently).
-        st.kind = NormalizerStep::Kind::identity;
+    } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+        st.kind = NormalizerStep::Kind::unicode;
+        st.form = type == "NFC"    ? UnicodeForm::nfc
+                  : type == "NFD"  ? UnicodeForm::nfd
+                  : type == "NFKC" ? UnicodeForm::nfkc
+                                   : UnicodeForm::nfkd;
+        try {
+            unicode_form_check(st.form);
+        } catch (const Error& e) {
+            CORTIQ_FAIL("{}: {}", where, e.what());
+        }
     } else {
         CORTIQ_FAIL("tokenizer: {}: unsupported normalizer type '{}'", where, type);
     }

@@ -139,7 +139,8 @@ std::string Normalizer::apply(std::string s) const {
                 s = s.substr(b, e - b);
                 break;
             }
-            case NormalizerStep::Kind::identity:
+            case NormalizerStep::Kind::unicode:
+                s = unicode_normalize(std::move(s), st.form);
                 break;
         }
     }
