@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,9 @@
 #include "gpu_skip.hpp"
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
+#include "quality.hpp"
 #include "quantize/quantize.hpp"
+#include "test_files.hpp"
 
 using namespace cortiq;
 using namespace cortiq::test;
@@ -214,32 +217,63 @@ TEST(CalibGpu, DriftOnTheGpuMatchesTheHost) {
         Error);
 }
 
-TEST(CalibGpu, QuantizeOnTheGpuProducesAValidFileWithGpuCalibration) {
+// quantize --device gpu against the CPU. Without --match original the
+// output's inputs are recomputed apart from the run (tests/quality.hpp): every
+// tensor's reported held-out error is its payload's against the true held-out
+// Grams, below rtn-sign's there at no more bits, and at most kEncoderParity
+// times the CPU encoder's on those same Grams. With either objective, the GPU
+// run's per-tensor held-out errors stay within kRunParity of the CPU run's.
+TEST(CalibGpu, QuantizeOnTheGpuMatchesTheCpuTensorByTensor) {
     REQUIRE_GPU();
     REQUIRE_DATA();
-    const fs::path out = fs::temp_directory_path() / "cortiq_calib_gpu.safetensors";
+    // SPEC §3: the whole encoder's held-out error ≤ 1.02 × the CPU's on the
+    // same inputs (CudaEncoder.WholeTensorWithinTwoPercentOfCpu).
+    constexpr double kEncoderParity = 1.02;
+    // Two whole runs differ more: each layer's Grams follow the payloads of
+    // the layers before it, which the two encoders choose within that 2 %
+    // (and the GPU's calibration sums in another order). Not measured on a
+    // GPU yet: 1.10, five times the encoder's 2 %, as a first bound.
+    constexpr double kRunParity = 1.10;
+    const fs::path dir = scratch_dir("cortiq_calib_gpu_", "quantize");
     for (const bool match_original : {false, true}) {
-        fs::remove(out);
         quant::QuantizeOptions o;
         o.model_dir = (kData / "models" / "stories260K").string();
         o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
-        o.out_path = out.string();
-        o.bpw = 1.0;
+        o.out_path = (dir / "gpu.safetensors").string();
+        o.plan_path = (dir / "plan.json").string();  // each tensor at rtn-sign's bytes
+        write_rtn_budget_plan(o.model_dir, o.plan_path);
         o.device = encode::Device::gpu;
         o.calib.samples = 16;
         o.calib.seqlen = 128;
         o.progress = false;
+        o.verbose = false;
         o.force = true;
         o.match_original = match_original;
         const auto rep = quant::quantize(o);
         EXPECT_EQ(rep.tensors.size(), 35u);
-        EXPECT_LE(rep.linear_bits, static_cast<int64_t>(1.0 * rep.linear_params) + 1);
-        for (const auto& t : rep.tensors) {
-            EXPECT_GT(t.err_sel, 0) << t.name;
-            EXPECT_LT(t.err_sel, 1.0) << t.name;
-        }
-        const model::Model q = model::Model::load(out.string());
+        const model::Model q = model::Model::load(o.out_path);
         EXPECT_EQ(q.num_layers(), 5);
+        if (!match_original) {
+            const auto qs = tensor_quality(o, rep, true);
+            for (const auto& miss : quality_misses(qs, kStoriesSlack)) ADD_FAILURE() << miss;
+            for (const auto& t : qs) {
+                std::printf("%-36s gpu %.5f (true %.5f) cpu encoder %.5f rtn-sign %.5f\n",
+                            t.name.c_str(), t.err_reported, t.err_true, t.err_cpu, t.err_rtn);
+                EXPECT_LE(t.err_true, kEncoderParity * t.err_cpu) << t.name;
+            }
+        }
+        quant::QuantizeOptions oc = o;
+        oc.device = encode::Device::cpu;
+        oc.out_path = (dir / "cpu.safetensors").string();
+        const auto rc = quant::quantize(oc);
+        ASSERT_EQ(rc.tensors.size(), rep.tensors.size());
+        for (size_t i = 0; i < rc.tensors.size(); ++i) {
+            const auto &g = rep.tensors[i], &c = rc.tensors[i];
+            ASSERT_EQ(g.name, c.name);
+            std::printf("match %d %-36s held out gpu %.5f cpu %.5f (%.4fx)\n", match_original,
+                        g.name.c_str(), g.err_sel, c.err_sel, g.err_sel / c.err_sel);
+            EXPECT_LE(g.err_sel, kRunParity * c.err_sel) << g.name;
+        }
     }
-    fs::remove(out);
+    fs::remove_all(dir);
 }

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -207,9 +208,23 @@ Outcome outcome(const DistillResult& r) {
             r.kl_sel_after,  r.best_epoch,   r.flips};
 }
 
-// The GPU tuner against the CPU one on the same problem and steps.
+// How far the GPU's count of flipped signs may stray from the CPU's. A sign
+// flips where its latent crosses zero; the two sides' float32 rounding
+// differs by about 1e-6 relative per step (the losses before tuning agree to
+// 1e-4), so only a latent that ends within that of zero can land on the
+// other side, and the 10 % the losses after may differ by (a different
+// epoch kept) bounds the share of flips that may differ: 10 % of the CPU's
+// count, plus 2 for near-ties. On the CPU, starts perturbed by ±2 float32
+// ulps of every scale (7 draws) gave the same count as the unperturbed start
+// on both sign problems below — 0: with these steps the epoch kept is the
+// first and no latent has crossed zero yet, so here the bound checks 0 = 0.
+constexpr double kFlipShare = 0.10;
+constexpr long long kFlipSlack = 2;
+
+// The GPU tuner against the CPU one on the same problem and steps; `signs`:
+// sign latents were tuned.
 void expect_gpu_follows_cpu(const Outcome& c, const Outcome& g, double after_tol, const char* label,
-                            const char* loss) {
+                            const char* loss, bool signs) {
     std::printf(
         "[%s] %sfit %.6f → %.6f (cpu) vs %.6f → %.6f (gpu); held out %.6f → %.6f (cpu) vs "
         "%.6f → %.6f (gpu); epoch kept %d / %d; flips %lld / %lld\n",
@@ -223,6 +238,14 @@ void expect_gpu_follows_cpu(const Outcome& c, const Outcome& g, double after_tol
     EXPECT_NEAR(g.fit_after, c.fit_after, after_tol * c.fit_after);
     EXPECT_NEAR(g.sel_after, c.sel_after, after_tol * c.sel_after);
     EXPECT_LE(g.sel_after, g.sel_before);
+    if (!signs) {
+        EXPECT_EQ(c.flips, 0);
+        EXPECT_EQ(g.flips, 0);
+        return;
+    }
+    EXPECT_LE(std::llabs(g.flips - c.flips),
+              kFlipSlack + static_cast<long long>(kFlipShare * static_cast<double>(c.flips)))
+        << "flips: cpu " << c.flips << ", gpu " << g.flips;
 }
 
 void compare_tuning(bool qwen3, const TuneOptions& o, double after_tol, const char* label) {
@@ -231,7 +254,7 @@ void compare_tuning(bool qwen3, const TuneOptions& o, double after_tol, const ch
     BlockParamsT<float> pc = t.start, pg = t.start;
     const BlockTuneResult rc = tune_block(pc, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
     const BlockTuneResult rg = tune_block_gpu(pg, t.f.d, t.f.inv_freq, t.fit, t.sel, o);
-    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "");
+    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "", o.lr_signs > 0);
 }
 
 TEST(TuneBlockGpu, ScalesAndNormsFollowTheCpuTuning) {
@@ -335,7 +358,7 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
     Student sg = sc;
     const DistillResult rc = distill(sc, teacher, fit, sel, o);
     const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o);
-    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ");
+    expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ", o.lr_signs > 0);
 }
 
 TEST(DistillGpu, ScalesFollowTheCpuDistillation) {

@@ -31,6 +31,18 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
     ++run.report.resumed_layers;
 }
 
+// QuantizeOptions::test_grams_of_previous_layer: the Grams of `input` of the
+// layer before (the first layer keeps its own); this layer's are kept for the
+// next.
+std::pair<MatD, MatD> previous_layer_grams(Run& run, const std::string& input,
+                                           const InputGrams& grams) {
+    std::pair<MatD, MatD> out{grams.h_fit, grams.h_sel};
+    if (auto it = run.previous_grams.find(input); it != run.previous_grams.end())
+        out = std::move(it->second);
+    run.previous_grams[input] = {grams.h_fit, grams.h_sel};
+    return out;
+}
+
 }  // namespace
 
 void install_payload(Run& run, int64_t layer, const std::string& linear,
@@ -67,9 +79,13 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         const std::string what =
             fmt::format("{} (layer {} input of {})", o.model_dir, layer, g.input);
         const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what);
+        std::pair<MatD, MatD> swapped;  // the testing hook's Grams, else unused
+        if (o.test_grams_of_previous_layer) swapped = previous_layer_grams(run, g.input, grams);
+        const MatD& h_fit = o.test_grams_of_previous_layer ? swapped.first : grams.h_fit;
+        const MatD& h_sel = o.test_grams_of_previous_layer ? swapped.second : grams.h_sel;
         const auto t0 = std::chrono::steady_clock::now();
         const auto enc = encode_group(
-            jobs, grams.h_fit, grams.h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
+            jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
             [&](size_t i, const encode::Encoded& e) {
                 const std::string name = tensor_name(c, layer, jobs[i].name);
                 const double alpha = grams.drift_alpha[i];

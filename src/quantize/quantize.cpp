@@ -72,7 +72,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         original ? &*original : nullptr);
     rep.add_calib("start", seconds_since(calib_start));
 
-    Run run{o, in.model, states, bar, journal, rep, {}};
+    Run run{o, in.model, states, bar, journal, rep, {}, {}};
     for (int64_t l = 0; l < in.model.num_layers(); ++l) {
         adapt_threads();  // another job may have started or ended on this machine
         encode_layer(run, l, work);

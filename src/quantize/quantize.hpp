@@ -112,6 +112,11 @@ struct QuantizeOptions {
     // is written (num_layers: of the head), as a killed run would stop (-1:
     // never).
     int64_t interrupt_after_layer = -1;
+    // Testing hook (no command-line option): every input of a decoder layer
+    // l ≥ 1 is encoded, and its errors measured, with the Grams of the same
+    // input of layer l − 1 — the defect of Grams mixed up between layers of
+    // one shape, which the tests must catch (tests/test_quantize_quality.cpp).
+    bool test_grams_of_previous_layer = false;
 };
 
 inline constexpr double kCalibGeneratedAuto = -1.0;

@@ -88,6 +88,9 @@ struct Run {
     const Journal& journal;
     QuantizeReport& report;
     std::map<std::string, std::vector<uint8_t>> payloads;  // tensor name → BLR payload
+    // QuantizeOptions::test_grams_of_previous_layer: the last layer's
+    // (H_fit, H_sel) per input name.
+    std::map<std::string, std::pair<MatD, MatD>> previous_grams;
 };
 
 // ── calibrate one input of a layer (calibrate_input.cpp) ─────────────────────
