@@ -63,7 +63,7 @@ void write_file_atomic(const std::string& target, std::string_view bytes) {
     tmp.commit();
 }
 
-int remove_stale_temp_files(const std::string& folder, std::string_view target_name) {
+int remove_stale_temp_files(const std::string& folder, std::string_view target_name, bool folders) {
     int removed = 0;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(folder.empty() ? "." : folder, ec)) {
@@ -77,7 +77,10 @@ int remove_stale_temp_files(const std::string& folder, std::string_view target_n
         if (pid == ::getpid() || pid <= 0) continue;
         if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // its writer may still run
         std::error_code rec;
-        if (e.is_regular_file(rec) && fs::remove(e.path(), rec)) ++removed;
+        if (e.is_regular_file(rec) && fs::remove(e.path(), rec))
+            ++removed;
+        else if (folders && e.is_directory(rec) && fs::remove_all(e.path(), rec) > 0)
+            ++removed;
     }
     return removed;
 }

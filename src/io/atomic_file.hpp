@@ -34,7 +34,9 @@ void write_file_atomic(const std::string& target, std::string_view bytes);
 
 // Removes the temporaries `NAME.tmp.<pid>` in `folder` whose writer (pid) no
 // longer runs: what a killed run leaves. With `target_name`, only those of
-// that file name. Returns how many were removed; never throws.
-int remove_stale_temp_files(const std::string& folder, std::string_view target_name = {});
+// that file name; with `folders`, temporary folders of that pattern too (what
+// a killed export leaves). Returns how many were removed; never throws.
+int remove_stale_temp_files(const std::string& folder, std::string_view target_name = {},
+                            bool folders = false);
 
 }  // namespace cortiq::io

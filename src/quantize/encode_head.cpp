@@ -22,9 +22,10 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
         run.report.resumed_head = true;
         return;
     }
-    // a tied checkpoint stores the head as the embedding
+    // a tied checkpoint stores the head as the embedding (under the text
+    // model's prefix: model.language_model. in Qwen3.5's multimodal layout)
     const std::string src =
-        ck.has(kHead) || !cfg.tie_word_embeddings ? kHead : "model.embed_tokens.weight";
+        ck.has(kHead) || !cfg.tie_word_embeddings ? kHead : cfg.prefix + "embed_tokens.weight";
     std::vector<GroupJob> jobs;
     jobs.push_back({kHead, ck.load_matf(src).cast<double>(), bpw});
     CORTIQ_CHECK(jobs[0].w.rows() == vocab && jobs[0].w.cols() == hidden,

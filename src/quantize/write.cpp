@@ -1,12 +1,14 @@
 // The last step of quantize(): the compressed checkpoint. Every source tensor
 // in name order (its payload instead where encoded), plus the head of a tied
-// model, which has no tensor of its own there; the config, tokenizer and the
-// run's settings and per-tensor reports as metadata. total_params counts the
+// model, which has no tensor of its own there; the config, the tokenizer and
+// generation files (io/carried_files.hpp), the run's settings and per-tensor
+// reports as metadata. total_params counts the
 // source's parameters (a tied head once, as the embedding); linear_* count
 // every encoded tensor, the head included.
 #include <algorithm>
 #include <filesystem>
 
+#include "io/carried_files.hpp"
 #include "io/text_file.hpp"
 #include "quantize/steps.hpp"
 
@@ -56,14 +58,12 @@ void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
     wr.set_metadata("cortiq.tensors", tensors.dump());
     wr.set_metadata("config",
                     io::read_text_file((fs::path(o.model_dir) / "config.json").string(), "config"));
-    wr.set_metadata(
-        "tokenizer.json",
-        io::read_text_file((fs::path(o.model_dir) / "tokenizer.json").string(), "tokenizer"));
-    if (fs::exists(fs::path(o.model_dir) / "tokenizer_config.json"))
-        wr.set_metadata(
-            "tokenizer_config.json",
-            io::read_text_file((fs::path(o.model_dir) / "tokenizer_config.json").string(),
-                               "tokenizer config"));
+    const fs::path dir(o.model_dir);
+    wr.set_metadata(std::string(io::kTokenizerFile),
+                    io::read_text_file((dir / io::kTokenizerFile).string(), "tokenizer"));
+    for (std::string_view name : io::kOptionalCarriedFiles)
+        if (fs::exists(dir / name))
+            wr.set_metadata(std::string(name), io::read_text_file((dir / name).string(), "model"));
     wr.write(o.out_path);
 }
 

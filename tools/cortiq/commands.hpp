@@ -11,5 +11,7 @@ void add_ppl(CLI::App& app);
 void add_generate(CLI::App& app);
 void add_quantize(CLI::App& app);
 void add_inspect(CLI::App& app);
+void add_export(CLI::App& app);
+void add_tokenize(CLI::App& app);
 
 }  // namespace cortiq::cli

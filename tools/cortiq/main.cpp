@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
     cortiq::cli::add_generate(app);
     cortiq::cli::add_quantize(app);
     cortiq::cli::add_inspect(app);
+    cortiq::cli::add_export(app);
+    cortiq::cli::add_tokenize(app);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
