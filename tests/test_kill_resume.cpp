@@ -275,8 +275,10 @@ TEST(KillResume, FullDiskGivesAClearErrorAndNoPartialOutput) {
         SCOPED_TRACE(::testing::Message() << "tmpfs of " << size << " bytes");
         const std::string opts = "size=" + std::to_string(size);
         if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+            const int err = errno;  // before remove_all sets its own
             fs::remove_all(d);
-            GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << ")";
+            GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(err)
+                         << "); FileSizeLimitGivesAClearErrorAndNoPartialOutput runs instead";
         }
         struct Unmount {
             fs::path p;
