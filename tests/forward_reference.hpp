@@ -22,6 +22,7 @@
 #include "core/rng.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
+#include "require.hpp"
 
 namespace cortiq::test {
 
@@ -35,7 +36,7 @@ inline fs::path env_or(const char* var, const char* fallback) {
     return fs::path(v && *v ? v : fallback);
 }
 
-inline const fs::path kData = env_or("CORTIQ_SHARED_DATA", CORTIQ_SHARED_DATA);
+inline const fs::path kData = shared_data();
 inline const fs::path kGolden = env_or("CORTIQ_SOURCE_DIR", CORTIQ_SOURCE_DIR) / "tests/golden";
 
 // ‖a − b‖ / ‖b‖ over n values.

@@ -1,14 +1,15 @@
-// Skips for the GPU tests: no visible GPU (with the reason), or no shared data.
+// Skips for the GPU tests: no usable GPU (with the reason), or no shared
+// data; failures instead under CORTIQ_REQUIRE_GPU / CORTIQ_REQUIRE_DATA
+// (require.hpp).
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include "forward_reference.hpp"
 #include "model/gpu_model.hpp"
+#include "require.hpp"
 
 #define REQUIRE_GPU() \
-    if (!::cortiq::model::gpu_available()) GTEST_SKIP() << ::cortiq::model::gpu_unavailable_reason()
+    REQUIRE_GPU_OF(::cortiq::model::gpu_available(), ::cortiq::model::gpu_unavailable_reason())
 
-#define REQUIRE_DATA()                                              \
-    if (!std::filesystem::exists(::cortiq::test::kData / "models")) \
-    GTEST_SKIP() << "no shared data at " << ::cortiq::test::kData
+#define REQUIRE_DATA() REQUIRE_DATA_AT(::cortiq::test::kData / "models")

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
+#include "require.hpp"
 
 namespace fs = std::filesystem;
 using namespace cortiq;
@@ -180,8 +181,8 @@ TEST(Config, CheckpointShapes) {
 }
 
 TEST(Config, SharedModels) {
-    const fs::path data = CORTIQ_SHARED_DATA;
-    if (!fs::exists(data / "models")) GTEST_SKIP() << "no shared data at " << data;
+    const fs::path data = cortiq::test::shared_data();
+    REQUIRE_DATA_AT(data / "models");
     const auto s = ModelConfig::load((data / "models/stories260K").string());
     EXPECT_EQ(s.hidden_size, 64);
     EXPECT_EQ(s.num_heads, 8);

@@ -1,10 +1,12 @@
 // The float32 CUDA encoder against the float64 CPU encoder, stage by stage, on
 // fresh random inputs (SPEC §3's parity tolerances). Every test skips when no
-// GPU is visible, and the file builds without CUDA (then it only skips).
+// GPU is visible (fails under CORTIQ_REQUIRE_GPU), and the file builds
+// without CUDA (then it only skips).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "encode/dispatch.hpp"
+#include "require.hpp"
 
 #ifdef CORTIQ_HAVE_CUDA
 
@@ -31,8 +33,7 @@ using namespace cortiq;
 using namespace cortiq::encode;
 namespace cu = cortiq::encode::cuda;
 
-#define SKIP_WITHOUT_GPU() \
-    if (!gpu_available()) GTEST_SKIP() << gpu_unavailable_reason()
+#define SKIP_WITHOUT_GPU() REQUIRE_GPU_OF(gpu_available(), gpu_unavailable_reason())
 
 namespace {
 
@@ -91,6 +92,26 @@ double sel_error(const std::vector<uint8_t>& payload, const SyntheticLayer& s) {
     const MatD w_hat = blr::dequant(payload).cast<double>();
     const double e = cpu::err_dense(s.w, w_hat, s.h_sel);
     return std::sqrt(e / la::frob_dot(s.w, la::gemm(s.w, false, s.h_sel, false)));
+}
+
+// Ranks up to which the GPU's column search is held to the CPU's signs: one
+// chunk of 32 bits a column, a few dozen flips. Above it, near-ties in
+// float32 sums part the greedy trajectories, and with feedback a parted
+// column moves every later one (measured on the H200: 88 % of S_V equal at
+// r = 600, 87 % at r = 1500), so the share of equal signs depends on the
+// GPU's summation order, not on correctness; there the objective is held
+// instead (expect_cpu_objective).
+constexpr int64_t kSignsMaxRank = 32;
+
+// The GPU's signs and scales `got` reach the float64 search's objective:
+// their error, evaluated in float64 on the host (not by the device's own
+// reduction), at most 1 % above the error of the CPU's factors `want` (the
+// SPEC's parity margin for a search: a greedy descent from the same start,
+// which float32 may end at another local minimum of about the same depth).
+void expect_cpu_objective(const blr::Factors& got, const blr::Factors& want,
+                          const cpu::TensorContext& tc, const std::string& what) {
+    const double e = cpu::err(want, tc, cpu::Metric::h);
+    EXPECT_LE(cpu::err(got, tc, cpu::Metric::h), 1.01 * e) << what;
 }
 
 }  // namespace
@@ -177,6 +198,17 @@ double orth_dev(const MatD& x) {
     return la::identity_deviation(la::gemm(x, true, x, false));
 }
 
+// Unit roundoffs: float32 (24-bit significand) and TF32 (11-bit).
+constexpr double kUnitF32 = 0x1p-24, kUnitTf32 = 0x1p-11;
+
+// ‖XᵀX − I‖_F of a polar factor whose FP32 (or 3xTF32) steps ran to the
+// stopping tolerance `tol` (PolarOptions::tol) on the device's own XᵀX: that
+// product's float32 rounding adds about one unit roundoff per entry, r·u in
+// the Frobenius norm over r² entries; twice that for margin.
+double fp32_polar_orth_bound(int64_t r, double tol = cu::PolarOptions{}.tol) {
+    return tol + 2.0 * static_cast<double>(r) * kUnitF32;
+}
+
 }  // namespace
 
 // The device Lanczos (one kernel a step, one readback) against the float64
@@ -253,7 +285,7 @@ TEST(CudaItq, PaddedPolarIsThePolarOfTheBlock) {
             }
         EXPECT_EQ(pad_abs, 0.0) << "tf32 " << tf32;
         EXPECT_LT(rel_diff(block, want), tf32 ? 1e-3 : 1e-4) << "tf32 " << tf32;
-        EXPECT_LT(orth_dev(block), 1e-3) << "tf32 " << tf32;
+        EXPECT_LT(orth_dev(block), fp32_polar_orth_bound(r)) << "tf32 " << tf32;
     }
 }
 
@@ -327,6 +359,7 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
         const cu::DMat dm = cu::upload(mm, gpu.stream());
         int fast[2][2] = {{-1, -1}, {-1, -1}};  // TF32 steps [plain][early], FP32 finish
         int fp32_scaled = -1, fp32_plain = -1;
+        MatD finished;  // TF32 steps, then FP32 ones, the default rules
         for (const Case& cs : cases) {
             cu::PolarOptions po;
             po.tf32 = cs.tf32;
@@ -341,11 +374,12 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
             // TF32 steps give the polar factor of M plus a TF32-sized error
             // (unit roundoff 4.9e-4, amplified up to 1/σ_min = 50 on `growth`)
             EXPECT_LT(rel_diff(got, want), !cs.tf32 ? 1e-4 : is_growth ? 5e-2 : 2e-3) << what;
-            EXPECT_LT(orth_dev(got), 1e-3) << what;
+            EXPECT_LT(orth_dev(got), fp32_polar_orth_bound(r)) << what;
             EXPECT_GT(ps.steps, 0) << what;
             EXPECT_EQ(ps.restarts, 0) << what;  // the Lanczos scale holds: no divergence
             EXPECT_EQ(ps.fast_steps > 0, cs.tf32) << what;
             if (cs.tf32 && cs.finish == cu::Prec::fp32) fast[cs.plain][cs.early] = ps.fast_steps;
+            if (cs.tf32 && cs.finish == cu::Prec::fp32 && !cs.early && !cs.plain) finished = got;
             if (!cs.tf32 && cs.finish == cu::Prec::fp32)
                 (cs.plain ? fp32_plain : fp32_scaled) = ps.steps;
         }
@@ -357,9 +391,26 @@ TEST(CudaItq, PolarPrecisionsAgreeWithCpu) {
             const MatD got = cu::download(cu::polar(gpu, dm, po, &ps), gpu.stream());
             EXPECT_EQ(ps.steps, ps.fast_steps);
             EXPECT_GT(ps.steps, 0);
-            EXPECT_LT(orth_dev(got), 1.0);  // below 0.1, or at TF32's floor below 1
-            // TF32's rounding amplified up to 1/σ_min (3.5e-2 measured on `spread`)
-            EXPECT_LT(rel_diff(got, want), 0.1);
+            // The TF32 steps stop when their own ‖XᵀX − I‖_F is below 0.1, or
+            // where it stalls below 1 (itq.cu: one σ still growing reads as a
+            // floor, which this rule allows); the TF32 rounding of that XᵀX
+            // adds about √r·u_tf32 (0.012 at r = 600).
+            const double dev = orth_dev(got);
+            EXPECT_LT(dev, 1.0 + std::sqrt(static_cast<double>(r)) * kUnitTf32);
+            // These are the steps the finished factor started its FP32 steps
+            // from (the same X at the hand-over), and those steps keep X's
+            // singular vectors: finished ≈ polar(got). With |σ − 1| ≤
+            // |σ² − 1|, ‖got − polar(got)‖_F ≤ ‖gotᵀgot − I‖_F, so by the
+            // triangle inequality got is no farther from the float64 factor
+            // than that deviation plus the finished factor's own distance
+            // (and its own deviation from orthogonality, for finished ≠
+            // polar(got)), relative to ‖want‖_F = √r; 1e-4 for the FP32
+            // steps' rounding, which moves the singular vectors a little.
+            ASSERT_GT(finished.size(), 0);
+            const double sqrt_r = std::sqrt(static_cast<double>(r));
+            EXPECT_LE(rel_diff(got, want),
+                      (dev + orth_dev(finished)) / sqrt_r + rel_diff(finished, want) + 1e-4)
+                << "deviation " << dev;
         }
         // the hand-over rules differ in the plain steps' long growth phase
         if (is_growth) EXPECT_GT(fast[1][0], fast[1][1]);
@@ -565,17 +616,18 @@ TEST(CudaKnots, FlipUMatchesCpu) {
     const int64_t nf = cpu::flip_u(b, *f.tc, 0, o.flip_tol, o.flip_passes);
     cu::DeviceFactors bd = cu::to_device(base, f.gpu.stream());
     const int64_t nfd = cu::flip_u(bd, *f.c, 0, o.flip_tol, o.flip_passes);
-    const MatD su = cu::to_host(bd, f.gpu.stream()).paths[0].su;
-    EXPECT_GE(agreement(su, b.paths[0].su), 0.995) << nf << " vs " << nfd << " flips";
+    const blr::Factors bh = cu::to_host(bd, f.gpu.stream());
+    EXPECT_GE(agreement(bh.paths[0].su, b.paths[0].su), 0.995) << nf << " vs " << nfd << " flips";
+    expect_cpu_objective(bh, b, *f.tc, "flip_u");
     EXPECT_GT(nfd, 0);
 }
 
 namespace {
 
-// The input-side column search of one kernel against the float64 CPU encoder:
-// ≥ 99 % of S_V equal, g and the error close, with the default pass limit and
-// with 2 passes (the limit then ends columns that still flip); without
-// feedback the search is the same per column.
+// The input-side column search of one kernel against the float64 CPU encoder,
+// with the default pass limit and with 2 passes (the limit then ends columns
+// that still flip), with feedback and without: the error close to the CPU's
+// at every rank, and up to kSignsMaxRank ≥ 99 % of S_V equal and g close.
 void expect_gptq_v_matches_cpu(int64_t m, int64_t n, int64_t r, cu::GptqKernel kernel) {
     const bool lazy = kernel == cu::GptqKernel::lazy;
     cu::Tuning t;
@@ -589,10 +641,13 @@ void expect_gptq_v_matches_cpu(int64_t m, int64_t n, int64_t r, cu::GptqKernel k
         cu::DeviceFactors gd = cu::to_device(base, f.gpu.stream());
         const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, passes, o.gptq_block);
         const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
-        EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
-            << m << "x" << n << " r" << r << (lazy ? " lazy" : " batched") << " passes " << passes
-            << ": " << ng << " vs " << ngd << " flips";
-        EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+        const std::string what = fmt::format("{}x{} r{} {} passes {}: {} vs {} flips", m, n, r,
+                                             lazy ? "lazy" : "batched", passes, ng, ngd);
+        if (r <= kSignsMaxRank) {
+            EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99) << what;
+            EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2) << what;
+        }
+        expect_cpu_objective(gh, g, *f.tc, what);
         const double e = cpu::err(g, *f.tc, cpu::Metric::h);
         const double ed = cu::err(gd, *f.c, cu::Metric::h);
         EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " passes " << passes;
@@ -604,7 +659,11 @@ void expect_gptq_v_matches_cpu(int64_t m, int64_t n, int64_t r, cu::GptqKernel k
     cpu::gptq_v(g0, *f.tc, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
     cu::DeviceFactors g0d = cu::to_device(base, f.gpu.stream());
     cu::gptq_v(g0d, *f.c, 0, o.flip_tol, o.flip_passes, o.gptq_block, false);
-    EXPECT_GE(agreement(cu::to_host(g0d, f.gpu.stream()).paths[0].sv, g0.paths[0].sv), 0.99);
+    const blr::Factors g0h = cu::to_host(g0d, f.gpu.stream());
+    if (r <= kSignsMaxRank) {
+        EXPECT_GE(agreement(g0h.paths[0].sv, g0.paths[0].sv), 0.99);
+    }
+    expect_cpu_objective(g0h, g0, *f.tc, fmt::format("r{} without feedback", r));
 }
 
 }  // namespace
@@ -621,10 +680,10 @@ TEST(CudaKnots, GptqVMatchesCpu) {
 
 // The rounds of simultaneous flips (Options::gptq_multi) on the device
 // against the float64 CPU rounds, as for the exact scan: with feedback on the
-// second of two paths, ≥ 99 % of S_V equal and g close at small ranks, the
-// error within 1 % at every rank. At r = 600 (two bits per thread) near-ties
-// in float32 sums part the trajectories, as for the exact scan at large rank
-// (measured on the H200: 88 % of S_V equal, 104,536 against 103,891 flips), so
+// second of two paths, ≥ 99 % of S_V equal and g close up to kSignsMaxRank,
+// the error within 1 % at every rank. Above it near-ties in float32 sums part
+// the trajectories, as for the exact scan (at r = 600, two bits per thread,
+// measured on the H200: 88 % of S_V equal, 104,536 against 103,891 flips), so
 // only the objective is asserted there. Without feedback each column must end
 // where no single flip gains more than float32 sums can resolve.
 TEST(CudaKnots, GptqVMultiMatchesCpu) {
@@ -644,11 +703,13 @@ TEST(CudaKnots, GptqVMultiMatchesCpu) {
                 cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block, true, multi);
             const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
             const double agree = agreement(gh.paths[1].sv, g.paths[1].sv);
-            if (r < 600) {
-                EXPECT_GE(agree, 0.99) << m << "x" << n << " r" << r << " multi " << multi << ": "
-                                       << ng << " vs " << ngd << " flips";
-                EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+            const std::string what =
+                fmt::format("{}x{} r{} multi {}: {} vs {} flips", m, n, r, multi, ng, ngd);
+            if (r <= kSignsMaxRank) {
+                EXPECT_GE(agree, 0.99) << what;
+                EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2) << what;
             }
+            expect_cpu_objective(gh, g, *f.tc, what);
             const double e = cpu::err(g, *f.tc, cpu::Metric::h);
             const double ed = cu::err(gd, *f.c, cu::Metric::h);
             EXPECT_NEAR(ed, e, 1e-2 * e) << "r" << r << " multi " << multi;
@@ -670,7 +731,8 @@ TEST(CudaKnots, GptqVMultiMatchesCpu) {
 
 // Column groups (Options::gptq_group) on the device, each column of a group
 // in its own block: against the float64 CPU search with the same groups (as
-// for the exact scan: ≥ 99 % of S_V equal, g and the error close), for both
+// for the exact scan: the error close, and up to kSignsMaxRank ≥ 99 % of S_V
+// equal and g close), for both
 // exact kernels and the rounds; and one group of every column is the search
 // without feedback, exactly.
 TEST(CudaKnots, GptqVGroupsMatchCpu) {
@@ -690,10 +752,13 @@ TEST(CudaKnots, GptqVGroupsMatchCpu) {
                 const int64_t ngd = cu::gptq_v(gd, *f.c, 1, o.flip_tol, o.flip_passes, o.gptq_block,
                                                true, multi, group);
                 const blr::Factors gh = cu::to_host(gd, f.gpu.stream());
-                EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99)
-                    << m << "x" << n << " r" << r << " group " << group << " multi " << multi
-                    << ": " << ng << " vs " << ngd << " flips";
-                EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2);
+                const std::string what = fmt::format("{}x{} r{} group {} multi {}: {} vs {} flips",
+                                                     m, n, r, group, multi, ng, ngd);
+                if (r <= kSignsMaxRank) {
+                    EXPECT_GE(agreement(gh.paths[1].sv, g.paths[1].sv), 0.99) << what;
+                    EXPECT_LT(rel_diff(gh.paths[1].g, g.paths[1].g), 2e-2) << what;
+                }
+                expect_cpu_objective(gh, g, *f.tc, what);
                 const double e = cpu::err(g, *f.tc, cpu::Metric::h);
                 const double ed = cu::err(gd, *f.c, cu::Metric::h);
                 EXPECT_NEAR(ed, e, 1e-2 * e) << "group " << group << " multi " << multi;
@@ -741,6 +806,8 @@ TEST(CudaKnots, GptqVKernelsReachTheCpuObjectiveAtLargeRank) {
     const double e = cpu::err(g, *fl.tc, cpu::Metric::h);
     EXPECT_NEAR(el, e, 1e-2 * e);
     EXPECT_NEAR(eb, e, 1e-2 * e);
+    expect_cpu_objective(hl, g, *fl.tc, "lazy");
+    expect_cpu_objective(hb, g, *fb.tc, "batched");
     std::cerr << "r" << r << ": flips lazy " << nl << ", batched " << nb << "; S_V agreement "
               << agreement(hl.paths[1].sv, hb.paths[1].sv) << "; err lazy " << el << ", batched "
               << eb << ", cpu " << e << "\n";
@@ -939,7 +1006,7 @@ TEST(CudaMemory, TooLargeIsAClearError) {
 #else
 
 TEST(CudaEncoder, NotBuilt) {
-    GTEST_SKIP() << "this cortiq was built without CUDA";
+    REQUIRE_GPU_OF(false, "this cortiq was built without CUDA");
 }
 
 #endif

@@ -18,13 +18,14 @@
 #include "linalg/blas.hpp"
 #include "model/llama.hpp"
 #include "quantize/quantize.hpp"
+#include "require.hpp"
 
 using namespace cortiq;
 namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kData = CORTIQ_SHARED_DATA;
+const std::string kData = cortiq::test::shared_data().string();
 const std::string kModel = kData + "/models/stories260K";
 const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
@@ -32,9 +33,7 @@ const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
 class CalibGrams : public ::testing::Test {
   protected:
-    void SetUp() override {
-        if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
-    }
+    void SetUp() override { REQUIRE_DATA_AT(kModel); }
 };
 
 // --match original: encoding W_t = W (C + cI) A⁻¹ in the damped metric A is the

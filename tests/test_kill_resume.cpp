@@ -1,15 +1,20 @@
 // `cortiq quantize` (the command-line tool) killed with SIGKILL at random
 // moments resumes with --resume into a file byte-identical to an
 // uninterrupted run, and a killed run's temporary files do not survive it; a
-// full disk (a small tmpfs; skipped where mounting is not allowed) gives a
-// clear error and no partial output, and the run resumes once there is room.
+// write that fails for want of room gives a clear error and no partial
+// output, and the run resumes once there is room. Two ways to run out of
+// room: a file size limit (RLIMIT_FSIZE, EFBIG; needs no privileges, so it
+// always runs) and a small tmpfs (ENOSPC; skipped where mounting is not
+// allowed).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -22,15 +27,17 @@
 #include <vector>
 
 #include "cli_run.hpp"
+#include "require.hpp"
 #include "test_files.hpp"
 
 namespace fs = std::filesystem;
 using cortiq::test::cli_binary;
+using cortiq::test::CliRun;
 using cortiq::test::run_cli;
 
 namespace {
 
-const std::string kData = CORTIQ_SHARED_DATA;
+const std::string kData = cortiq::test::shared_data().string();
 const std::string kModel = kData + "/models/stories260K";
 const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
@@ -74,6 +81,62 @@ pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
     return pid;
 }
 
+// Runs the tool with `args` in a process whose files may not grow past
+// `max_bytes` (RLIMIT_FSIZE) and which ignores SIGXFSZ: a write past the
+// limit then fails with EFBIG after writing what fits, as a write to a full
+// disk fails with ENOSPC, and no privileges are needed. Its output comes
+// back through a pipe, which the limit does not cover.
+CliRun run_cli_file_limit(const std::vector<std::string>& args, rlim_t max_bytes) {
+    int fds[2];
+    if (::pipe(fds) != 0) return {-1, std::string("pipe: ") + std::strerror(errno)};
+    const std::string bin = cli_binary();
+    const pid_t pid = fork();
+    if (pid == 0) {
+        ::dup2(fds[1], 1);
+        ::dup2(fds[1], 2);
+        ::close(fds[0]);
+        ::close(fds[1]);
+        ::signal(SIGXFSZ, SIG_IGN);  // kept across exec
+        rlimit lim{};
+        ::getrlimit(RLIMIT_FSIZE, &lim);
+        lim.rlim_cur = std::min(max_bytes, lim.rlim_max);
+        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
+        std::vector<char*> argv;
+        argv.push_back(const_cast<char*>(bin.c_str()));
+        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(bin.c_str(), argv.data());
+        ::_exit(127);
+    }
+    ::close(fds[1]);
+    std::string out;
+    char buf[4096];
+    for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) != 0;) {
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) break;
+        out.append(buf, static_cast<size_t>(k));
+    }
+    ::close(fds[0]);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+    return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+}
+
+// A run stopped by a write that found no room (`reason`, the system's
+// words): exit status 1 with one clear error naming a file in `dir`, no
+// output, no temporary file left in `dir`.
+void expect_failed_write(const CliRun& r, const fs::path& dir, const fs::path& out,
+                         const std::string& reason) {
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(reason), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find(dir.string()), std::string::npos) << "the error names no file: " << r.out;
+    EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    EXPECT_FALSE(fs::exists(out)) << "partial output";
+    for (const auto& e : fs::recursive_directory_iterator(dir))
+        EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos)
+            << "temporary file left: " << e.path();
+}
+
 // Everything in `dir` but the output itself: temporaries, journals.
 std::vector<std::string> leftovers(const fs::path& dir, const fs::path& out) {
     std::vector<std::string> v;
@@ -86,7 +149,7 @@ std::vector<std::string> leftovers(const fs::path& dir, const fs::path& out) {
 }  // namespace
 
 TEST(KillResume, SigkillAtTenRandomMomentsThenResumeIsByteIdentical) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const fs::path d = tmp_dir("sig");
     const fs::path ref = d / "ref.safetensors";
     const auto t0 = std::chrono::steady_clock::now();
@@ -137,7 +200,7 @@ TEST(KillResume, SigkillAtTenRandomMomentsThenResumeIsByteIdentical) {
 }
 
 TEST(KillResume, LeftoverTemporariesOfADeadRunAreRemoved) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const fs::path d = tmp_dir("tmp");
     const fs::path out = d / "o.safetensors";
     // A child that exits at once gives a pid that no longer runs.
@@ -162,8 +225,42 @@ TEST(KillResume, LeftoverTemporariesOfADeadRunAreRemoved) {
     fs::remove_all(d);
 }
 
+TEST(KillResume, FileSizeLimitGivesAClearErrorAndNoPartialOutput) {
+    REQUIRE_DATA_AT(kModel);
+    const fs::path d = tmp_dir("fsize");
+    const fs::path ref = d / "ref.safetensors";
+    auto r = run_cli(joined(quantize_args(ref)));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::string want = slurp(ref);
+    const fs::path dir = d / "out";
+    fs::create_directories(dir);
+    const fs::path out = dir / "o.safetensors";
+    // Two limits. 4 KiB holds the journal's settings but not its first layer
+    // entry (a layer's seven projections at 1 bit per weight are 5.5 KiB of
+    // signs alone); a byte short of the output holds every journal entry (each
+    // a part of the output) but not the output: the run fails writing it,
+    // after writing what fits.
+    const rlim_t output_short = want.size() - 1;
+    for (const rlim_t limit : {rlim_t{4096}, output_short}) {
+        SCOPED_TRACE(::testing::Message() << "files limited to " << limit << " bytes");
+        r = run_cli_file_limit(quantize_args(out), limit);
+        expect_failed_write(r, dir, out, std::strerror(EFBIG));
+        const std::string failed =
+            limit == output_short ? out.string() + ": write failed" : out.string() + ".journal/";
+        EXPECT_NE(r.out.find(failed), std::string::npos) << r.out;
+        // Without the limit, the journal it kept resumes into the same bytes.
+        auto args = quantize_args(out);
+        args.push_back("--resume");
+        r = run_cli(joined(args));
+        ASSERT_EQ(r.code, 0) << r.out;
+        EXPECT_EQ(slurp(out), want);
+        fs::remove(out);
+    }
+    fs::remove_all(d);
+}
+
 TEST(KillResume, FullDiskGivesAClearErrorAndNoPartialOutput) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const fs::path d = tmp_dir("full");
     const fs::path ref = d / "ref.safetensors";
     auto r = run_cli(joined(quantize_args(ref)));
@@ -178,8 +275,10 @@ TEST(KillResume, FullDiskGivesAClearErrorAndNoPartialOutput) {
         SCOPED_TRACE(::testing::Message() << "tmpfs of " << size << " bytes");
         const std::string opts = "size=" + std::to_string(size);
         if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, opts.c_str()) != 0) {
+            const int err = errno;  // before remove_all sets its own
             fs::remove_all(d);
-            GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << ")";
+            GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(err)
+                         << "); FileSizeLimitGivesAClearErrorAndNoPartialOutput runs instead";
         }
         struct Unmount {
             fs::path p;
@@ -187,15 +286,7 @@ TEST(KillResume, FullDiskGivesAClearErrorAndNoPartialOutput) {
         } unmount{mnt};
         const fs::path out = mnt / "o.safetensors";
         r = run_cli(joined(quantize_args(out)));
-        EXPECT_EQ(r.code, 1) << r.out;
-        EXPECT_NE(r.out.find("No space left on device"), std::string::npos) << r.out;
-        EXPECT_NE(r.out.find(mnt.string()), std::string::npos)
-            << "the error names no file: " << r.out;
-        EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
-        EXPECT_FALSE(fs::exists(out)) << "partial output";
-        for (const auto& e : fs::recursive_directory_iterator(mnt))
-            EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos)
-                << "temporary file left: " << e.path();
+        expect_failed_write(r, mnt, out, std::strerror(ENOSPC));
         // With room again, the journal it kept resumes into the same bytes.
         const std::string bigger = "size=" + std::to_string(4 * out_bytes + (1 << 20));
         ASSERT_EQ(::mount("tmpfs", mnt.c_str(), "tmpfs", MS_REMOUNT, bigger.c_str()), 0);

@@ -15,13 +15,14 @@
 #include "io/tokenizer.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
+#include "require.hpp"
 
 namespace fs = std::filesystem;
 using namespace cortiq;
 
 namespace {
 
-const fs::path kData = CORTIQ_SHARED_DATA;
+const fs::path kData = cortiq::test::shared_data();
 
 std::string read_text(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -46,7 +47,7 @@ TEST(Ppl, WindowNllIsCrossEntropy) {
 }
 
 TEST(Ppl, Windows) {
-    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    REQUIRE_DATA_AT(kData / "models");
     const auto m = model::Model::load((kData / "models/stories260K").string());
     std::vector<int32_t> ids;
     for (int i = 0; i < 200; ++i) ids.push_back(3 + (i * 37) % 500);
@@ -92,7 +93,7 @@ struct PplCase {
 class PplReference : public ::testing::TestWithParam<PplCase> {};
 
 TEST_P(PplReference, MatchesTransformers) {
-    if (!fs::exists(kData / "models")) GTEST_SKIP() << "no shared data";
+    REQUIRE_DATA_AT(kData / "models");
     const auto c = GetParam();
     const auto dir = (kData / "models" / c.model).string();
     io::Tokenizer tok = [&] {

@@ -27,6 +27,7 @@
 #include "quantize/plan.hpp"
 #include "quantize/quantize.hpp"
 #include "quantize/steps.hpp"
+#include "require.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -35,7 +36,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kData = CORTIQ_SHARED_DATA;
+const std::string kData = cortiq::test::shared_data().string();
 const std::string kModel = kData + "/models/stories260K";
 const std::string kCalib = kData + "/text/tinystories-calib.txt";
 
@@ -87,9 +88,7 @@ double rel_error(const MatF& a, const MatF& b) {
 
 class Quantize : public ::testing::Test {
   protected:
-    void SetUp() override {
-        if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
-    }
+    void SetUp() override { REQUIRE_DATA_AT(kModel); }
 };
 
 TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
@@ -488,7 +487,7 @@ TEST_F(Quantize, PlanGivesTheHeadItsOwnBudget) {
 // payload, and the file still loads and scores.
 TEST_F(Quantize, IncludeHeadOnAnUntiedModel) {
     const std::string model6m = kData + "/models/tiny-llama-6m";
-    if (!fs::exists(model6m)) GTEST_SKIP() << "no " << model6m;
+    REQUIRE_DATA_AT(model6m);
     const fs::path d = tmp_dir("untied");
     std::ofstream(d / "plan.json") << R"({"model.layers.*": null})";
     auto o = base_options(d / "u.safetensors");
@@ -609,7 +608,7 @@ TEST(CalibSet, RandomWindowsJoinBothSetsReproducibly) {
 // model::generate from the start token with seed + i), the same windows with
 // one thread or two, different windows for different seeds and sets.
 TEST(CalibSet, GeneratedWindowsAreTheModelsOwnSamplesReproducibly) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const auto m = model::Model::load(kModel);
     std::vector<int32_t> ids(3000);
     for (int i = 0; i < 3000; ++i) ids[i] = 3 + i % 400;

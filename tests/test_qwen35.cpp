@@ -21,6 +21,7 @@
 #include "model/generate.hpp"
 #include "model/llama.hpp"
 #include "qwen35_golden.hpp"
+#include "require.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -118,7 +119,7 @@ TEST(Qwen35, TrainedModelMatchesTransformersLogitsAndPerplexity) {
         worst, scale, worst / scale);
     EXPECT_GT(scale, 1.0);
     EXPECT_LT(worst, kGoldenTol * scale);
-    if (!fs::exists(kData / "text")) GTEST_SKIP() << "no shared texts at " << kData;
+    REQUIRE_DATA_AT(kData / "text");
     std::ifstream in(kTrained / "ref_ppl.json");
     const auto ref = nlohmann::json::parse(in);
     const auto tok = io::Tokenizer::load(kTrained.string());

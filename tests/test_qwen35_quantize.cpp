@@ -18,6 +18,7 @@
 #include "quality.hpp"
 #include "quantize/quantize.hpp"
 #include "quantize/record_grams.hpp"
+#include "require.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -62,7 +63,7 @@ bool is_linear(const std::string& name) {
 }
 
 TEST(Qwen35Quantize, CompressesEveryProjectionAndRuns) {
-    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    REQUIRE_DATA_AT(kCalib);
     const auto d = scratch_dir("cortiq_q35q_", "run");
     const auto rep = quant::quantize(options(d / "a.safetensors"));
     std::printf("%s\n", rep.summary().c_str());
@@ -179,7 +180,7 @@ TEST(Qwen35Quantize, EveryProjectionReportsItsTrueHeldOutErrorNearRtnSign) {
 }
 
 TEST(Qwen35Quantize, APlanCanCompressTheSmallTensors) {
-    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    REQUIRE_DATA_AT(kCalib);
     const auto d = scratch_dir("cortiq_q35q_", "plan");
     std::ofstream(d / "plan.json") << R"({"*in_proj_a*": 4})";
     auto o = options(d / "p.safetensors");
@@ -199,7 +200,7 @@ TEST(Qwen35Quantize, APlanCanCompressTheSmallTensors) {
 // (in_proj_z reads what in_proj_qkv reads: the same Grams), symmetric with a
 // positive diagonal; a name of the other layer type is a clear error.
 TEST(Qwen35Quantize, BenchRecordsTheGramsOfAQwen35Linear) {
-    if (!fs::exists(kCalib)) GTEST_SKIP() << "no shared data (calibration text)";
+    REQUIRE_DATA_AT(kCalib);
     const std::vector<std::string> calib{kCalib.string()};
     const std::string p = "model.language_model.layers.";
     const auto qkv = quant::bench_input_recorded(

@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "io/safetensors.hpp"
+#include "require.hpp"
 
 namespace fs = std::filesystem;
 using namespace cortiq;
@@ -315,8 +316,8 @@ TEST(Safetensors, ShardedCheckpoint) {
 }
 
 TEST(Safetensors, RealCheckpoints) {
-    const fs::path data = CORTIQ_SHARED_DATA;
-    if (!fs::exists(data / "models")) GTEST_SKIP() << "no shared data at " << data;
+    const fs::path data = cortiq::test::shared_data();
+    REQUIRE_DATA_AT(data / "models");
     const auto ck = Checkpoint::open((data / "models/tiny-llama-6m").string());
     EXPECT_EQ(ck.names().size(), 57u);
     const auto& t = ck.info("model.embed_tokens.weight");

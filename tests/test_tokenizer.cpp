@@ -15,6 +15,7 @@
 
 #include "core/error.hpp"
 #include "io/tokenizer.hpp"
+#include "require.hpp"
 
 namespace fs = std::filesystem;
 using cortiq::io::Tokenizer;
@@ -23,7 +24,7 @@ using nlohmann::json;
 namespace {
 
 std::string data_dir() {
-    return CORTIQ_SHARED_DATA;
+    return cortiq::test::shared_data().string();
 }
 std::string model_dir(const std::string& m) {
     return data_dir() + "/models/" + m;
@@ -31,12 +32,7 @@ std::string model_dir(const std::string& m) {
 std::string golden_path(const std::string& m) {
     return std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/" + m + ".json";
 }
-bool have_data() {
-    return fs::exists(data_dir() + "/models/stories260K/tokenizer.json");
-}
-
-#define REQUIRE_DATA() \
-    if (!have_data()) GTEST_SKIP() << "no shared data at " << data_dir()
+#define REQUIRE_DATA() REQUIRE_DATA_AT(data_dir() + "/models/stories260K/tokenizer.json")
 
 std::string read_file(const std::string& path) {
     std::ifstream f(path, std::ios::binary);

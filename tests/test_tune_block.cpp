@@ -23,6 +23,7 @@
 #include "blr/sign.hpp"
 #include "io/safetensors.hpp"
 #include "quantize/quantize.hpp"
+#include "require.hpp"
 #include "test_files.hpp"
 #include "tune/block_tune.hpp"
 #include "tune/epochs.hpp"
@@ -239,7 +240,7 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
 
 namespace {
 
-const std::string kData = CORTIQ_SHARED_DATA;
+const std::string kData = cortiq::test::shared_data().string();
 const std::string kModel = kData + "/models/stories260K";
 
 quant::QuantizeOptions tuned_options(const fs::path& out) {
@@ -264,7 +265,7 @@ quant::QuantizeOptions tuned_options(const fs::path& out) {
 }  // namespace
 
 TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const fs::path d = test::scratch_dir("cortiq_tune_", "q");
     auto o = tuned_options(d / "t.safetensors");
     const auto rep = quant::quantize(o);
@@ -309,7 +310,7 @@ TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
 // loss sees them), and a run is reproducible (fixed seed). The report's
 // teacher seconds are a part of the distillation's.
 TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     const fs::path d = test::scratch_dir("cortiq_tune_", "rnd");
     auto run = [&](double random, const char* name) {
         auto o = tuned_options(d / name);
@@ -368,14 +369,14 @@ void expect_extra_windows_recorded_and_reproducible(const char* tag, const char*
 }
 
 TEST(QuantizeTune, CalibrationOnRandomTokenWindowsIsRecordedAndReproducible) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     expect_extra_windows_recorded_and_reproducible("crnd", "calib_random_per_window",
                                                    &quant::QuantizeOptions::calib_random);
 }
 
 // The model's own samples (calib/generated.hpp) as calibration windows.
 TEST(QuantizeTune, CalibrationOnTheModelsOwnSamplesIsRecordedAndReproducible) {
-    if (!fs::exists(kModel)) GTEST_SKIP() << "no " << kModel;
+    REQUIRE_DATA_AT(kModel);
     expect_extra_windows_recorded_and_reproducible("cgen", "calib_generated_per_window",
                                                    &quant::QuantizeOptions::calib_generated);
 }

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "core/gpu.hpp"
+#include "require.hpp"
 #include "tune/block.hpp"
 #include "tune/block_tune.hpp"
 #include "tune/distill.hpp"
@@ -25,8 +26,7 @@
 namespace cortiq::tune {
 namespace {
 
-#define REQUIRE_GPU() \
-    if (!::cortiq::gpu_available()) GTEST_SKIP() << ::cortiq::gpu_unavailable_reason()
+#define REQUIRE_GPU() REQUIRE_GPU_OF(::cortiq::gpu_available(), ::cortiq::gpu_unavailable_reason())
 
 #ifdef CORTIQ_HAVE_CUDA
 
@@ -386,7 +386,7 @@ TEST(DistillGpu, SignLatentsFollowTheCpuDistillation) {
 #else
 
 TEST(TuneGradGpu, NeedsCuda) {
-    GTEST_SKIP() << ::cortiq::gpu_unavailable_reason();
+    REQUIRE_GPU_OF(false, ::cortiq::gpu_unavailable_reason());
 }
 
 TEST(DistillGpu, WithoutCudaThrows) {
