@@ -103,7 +103,7 @@ def main():
             tokens[i], types[i] = f"[PAD{i}]", gguf.TokenType.UNUSED
     merges = [m if isinstance(m, str) else " ".join(m) for m in model["merges"]]
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("gpt2")
+    w.add_tokenizer_pre("gpt-2")  # llama.cpp's name for the GPT-2 split regex
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)

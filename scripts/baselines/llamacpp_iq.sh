@@ -5,7 +5,8 @@
 # Usage: llamacpp_iq.sh LLAMA_SRC WORK_DIR [convert|quantize|measure|all]
 #   LLAMA_SRC  a llama.cpp source tree (its CPU tools are built into WORK_DIR/llama-build)
 #   WORK_DIR   scratch folder for GGUFs, importance matrices and model folders
-# Environment: DATA (default ../shared/data from the repository root), CORTIQ
+# Environment: LLAMA_BUILD (a build folder of LLAMA_SRC to reuse, default
+# WORK_DIR/llama-build, configured and built when it has no CMakeCache.txt), DATA (default ../shared/data from the repository root), CORTIQ
 # (default build/tools/cortiq/cortiq), PYTHON (a python3 with numpy), JOBS,
 # THREADS.
 #
@@ -27,6 +28,7 @@ CORTIQ=${CORTIQ:-$root/build/tools/cortiq/cortiq}
 PYTHON=${PYTHON:-python3}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-2}
+LLAMA_BUILD=${LLAMA_BUILD:-$work/llama-build}
 models=(tiny-llama-6m tiny-qwen3-6m)
 types=(Q8_0 IQ2_XXS IQ1_M)
 texts=(tinystories-valid austen-heldout kjv-heldout)
@@ -38,12 +40,14 @@ convert() {
 }
 
 quantize() {
-    cmake -S "$src" -B "$work/llama-build" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-        -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$work/llama-cmake.log"
-    cmake --build "$work/llama-build" -j"$JOBS" --target llama-imatrix llama-quantize llama-perplexity \
+    if [ ! -f "$LLAMA_BUILD/CMakeCache.txt" ]; then
+        cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
+            -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$work/llama-cmake.log"
+    fi
+    cmake --build "$LLAMA_BUILD" -j"$JOBS" --target llama-imatrix llama-quantize llama-perplexity \
         >"$work/llama-build.log"
-    local bin=$work/llama-build/bin
+    local bin=$LLAMA_BUILD/bin
     for m in "${models[@]}"; do
         # Same calibration text as cortiq quantize --calib; 512-token chunks
         # (the models' context).
