@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "io/model_tokenizer.hpp"
 #include "io/text_file.hpp"
 #include "io/token_listing.hpp"
 #include "runtime_args.hpp"
@@ -20,7 +21,7 @@ struct TokenizeArgs {
 
 void run(const TokenizeArgs& a) {
     CORTIQ_CHECK(a.text.empty() != a.prompt.empty(), "tokenize: give --text FILE or --prompt TEXT");
-    const auto tok = load_tokenizer(a.model, a.tokenizer);
+    const auto tok = io::load_model_tokenizer(a.model, a.tokenizer);
     const std::string text = a.text.empty() ? a.prompt : io::read_text_file(a.text, "text");
     std::vector<int32_t> ids;
     if (a.bos) {
