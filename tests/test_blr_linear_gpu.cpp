@@ -41,7 +41,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Half-precision tiles (fp16, or TF32) on the batch path: the bound.
+// Half-precision tiles (fp16, or TF32) on the batch path: its error bound.
 constexpr double kLayerTol = 1e-3;
 constexpr double kPplTol = 1e-3;
 

@@ -947,7 +947,7 @@ TEST(CudaEncodeMany, SamePayloadsAsOneAtATime) {
     EXPECT_EQ(on_cpu[2].device, -1);
 }
 
-// Issue 16: the payloads do not depend on which GPUs encode them, nor on how
+// The payloads do not depend on which GPUs encode them, nor on how
 // many: the tensors are spread over the GPUs named (ManyOptions::gpus,
 // quantize --gpus) and each is encoded whole on one. The spread itself needs
 // two GPUs; with one, the test checks the selection and its errors and skips
