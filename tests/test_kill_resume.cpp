@@ -61,6 +61,16 @@ std::string joined(const std::vector<std::string>& args) {
     return s;
 }
 
+// In a forked child: becomes the tool with `args`; exits 127 when it cannot.
+[[noreturn]] void exec_cli(const std::string& bin, const std::vector<std::string>& args) {
+    std::vector<char*> argv;
+    argv.push_back(const_cast<char*>(bin.c_str()));
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(bin.c_str(), argv.data());
+    ::_exit(127);
+}
+
 // Starts the tool with `args`, its output to `log`; returns its pid.
 pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
     const std::string bin = cli_binary();
@@ -71,12 +81,7 @@ pid_t spawn(const std::vector<std::string>& args, const fs::path& log) {
             ::dup2(fd, 1);
             ::dup2(fd, 2);
         }
-        std::vector<char*> argv;
-        argv.push_back(const_cast<char*>(bin.c_str()));
-        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        ::execv(bin.c_str(), argv.data());
-        ::_exit(127);
+        exec_cli(bin, args);
     }
     return pid;
 }
@@ -101,12 +106,7 @@ CliRun run_cli_file_limit(const std::vector<std::string>& args, rlim_t max_bytes
         ::getrlimit(RLIMIT_FSIZE, &lim);
         lim.rlim_cur = std::min(max_bytes, lim.rlim_max);
         if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
-        std::vector<char*> argv;
-        argv.push_back(const_cast<char*>(bin.c_str()));
-        for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        ::execv(bin.c_str(), argv.data());
-        ::_exit(127);
+        exec_cli(bin, args);
     }
     ::close(fds[1]);
     std::string out;
