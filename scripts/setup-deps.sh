@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages cortiq builds with, when they are missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev nlohmann-json3-dev
-      libcli11-dev libfmt-dev libpcre2-dev libssl-dev libgtest-dev googletest libbenchmark-dev python3)
+      libcli11-dev libfmt-dev libpcre2-dev libssl-dev libxxhash-dev libgtest-dev googletest libbenchmark-dev python3)
 # The sanitizer and fuzz builds (CMakePresets.json "asan", "fuzz"; .ci/run):
 # clang, its runtimes (ASan, UBSan, libFuzzer), its OpenMP and llvm-symbolizer.
 if [ "${CORTIQ_SANITIZER_DEPS:-0}" = 1 ]; then

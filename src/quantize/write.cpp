@@ -3,7 +3,8 @@
 // model, which has no tensor of its own there; the config, tokenizer and the
 // run's settings and per-tensor reports as metadata. total_params counts the
 // source's parameters (a tied head once, as the embedding); linear_* count
-// every encoded tensor, the head included.
+// every encoded tensor, the head included. Every tensor and the header carry
+// a checksum (io/checksum.hpp).
 #include <algorithm>
 #include <filesystem>
 
@@ -24,6 +25,7 @@ void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
         std::sort(names.begin(), names.end());
     }
     io::SafetensorsWriter wr;
+    wr.set_checksums(true);
     for (const auto& name : names) {
         if (ck.has(name)) rep.total_params += ck.info(name).numel();
         auto it = payloads.find(name);
