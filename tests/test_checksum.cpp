@@ -222,12 +222,12 @@ TEST_F(Checksum, SingleBitFlipsAcrossTheHeaderAreCaught) {
 }
 
 TEST_F(Checksum, AFileWithoutChecksumsLoadsAndInspectSaysSo) {
-    // the file as written before checksums: same tensors and metadata, no sums
+    // the file as written before checksums: same tensors and metadata, no
+    // sums (a writer without set_checksums drops the copied ones)
     const auto f = io::SafetensorsFile::open(original().string());
     io::SafetensorsWriter w;
     for (const auto& t : f.tensors()) w.add(t.name, t.dtype, t.shape, f.bytes(t));
-    for (const auto& [k, v] : f.metadata())
-        if (k != io::kTensorChecksumsKey && k != io::kHeaderChecksumKey) w.set_metadata(k, v);
+    for (const auto& [k, v] : f.metadata()) w.set_metadata(k, v);
     const fs::path p = dir_ / "old.safetensors";
     w.write(p.string());
     const auto c = io::check_checksums(io::SafetensorsFile::open(p.string()));
@@ -238,14 +238,19 @@ TEST_F(Checksum, AFileWithoutChecksumsLoadsAndInspectSaysSo) {
     EXPECT_TRUE(insp.damage.empty());
     EXPECT_NE(insp.text.find("no checksums"), std::string::npos) << insp.text;
     EXPECT_EQ(run_cli("inspect " + p.string()).code, 0);
-    // one of the two keys alone is damage, not an old file
-    io::SafetensorsWriter half;
-    for (const auto& t : f.tensors()) half.add(t.name, t.dtype, t.shape, f.bytes(t));
-    for (const auto& [k, v] : f.metadata())
-        if (k != io::kHeaderChecksumKey) half.set_metadata(k, v);
-    half.write(p.string());
-    EXPECT_FALSE(io::check_checksums(io::SafetensorsFile::open(p.string())).ok());
-    EXPECT_THROW(model::Model::load(p.string()), Error);
+    // one of the two keys alone is damage, not an old file: the header
+    // checksum's key renamed in place (same length, still valid JSON)
+    const fs::path half = copy("half.safetensors");
+    {
+        std::string bytes = test::slurp(half);
+        const size_t at = bytes.find(std::string(io::kHeaderChecksumKey));
+        ASSERT_NE(at, std::string::npos);
+        flip_bit(half, at + io::kHeaderChecksumKey.size() - 1, 2);  // ..._xxh3 → ..._xxh7
+    }
+    const auto hc = io::check_checksums(io::SafetensorsFile::open(half.string()));
+    EXPECT_TRUE(hc.present);
+    EXPECT_FALSE(hc.ok());
+    EXPECT_THROW(model::Model::load(half.string()), Error);
 }
 
 TEST_F(Checksum, AResumeRefusesADamagedJournalEntry) {

@@ -119,6 +119,8 @@ class SafetensorsWriter {
              std::span<const uint8_t> bytes);
     void add_f32(std::string name, std::vector<int64_t> shape, std::span<const float> values);
     void add_f32(std::string name, const MatF& m);  // shape [rows, cols]
+    // The checksum keys (io/checksum.hpp) are dropped: only set_checksums
+    // writes them, for this file's bytes.
     void set_metadata(std::string key, std::string value);
     // Record checksums of every tensor and of the header in the metadata
     // (io/checksum.hpp).

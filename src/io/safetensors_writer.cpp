@@ -50,6 +50,9 @@ void SafetensorsWriter::add_f32(std::string name, const MatF& m) {
 }
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+    // The checksum keys are the writer's own (set_checksums): copied from
+    // another file they would describe that file's bytes, not these.
+    if (key == kTensorChecksumsKey || key == kHeaderChecksumKey) return;
     metadata_[std::move(key)] = std::move(value);
 }
 
