@@ -52,7 +52,9 @@ std::string checksum_words(const io::ChecksumCheck& c) {
                            c.tensors_checked);
     std::string s = "payloads of intact tensors valid; CHECKSUM MISMATCH:";
     if (!c.header_error.empty()) s += " the header is damaged;";
-    if (!c.damaged.empty()) s += fmt::format(" {} damaged tensors", c.damaged.size());
+    if (!c.damaged.empty())
+        s +=
+            fmt::format(" {} damaged tensor{}", c.damaged.size(), c.damaged.size() == 1 ? "" : "s");
     return s;
 }
 
