@@ -112,7 +112,7 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
         }
     }
     EXPECT_EQ(payloads, 35);
-    EXPECT_NE(quant::inspect((d / "a.safetensors").string()).find("all payloads valid"),
+    EXPECT_NE(quant::inspect((d / "a.safetensors").string()).text.find("all payloads valid"),
               std::string::npos);
     // the compressed model runs, with its own embedded tokenizer
     const auto mq = model::Model::load((d / "a.safetensors").string());
@@ -384,7 +384,7 @@ TEST_F(Quantize, IncludeHeadCompressesTheTiedHeadAndResumesByteIdentically) {
     const double err = rel_error(w_head, w_embed);
     EXPECT_LT(err, 1.0) << err;
     EXPECT_LT(hr.err_fit, 1.0) << hr.err_fit;
-    const std::string listing = quant::inspect((d / "h.safetensors").string());
+    const std::string listing = quant::inspect((d / "h.safetensors").string()).text;
     EXPECT_NE(listing.find("lm_head.weight"), std::string::npos) << listing;
     EXPECT_NE(listing.find("all payloads valid"), std::string::npos) << listing;
 

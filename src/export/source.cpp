@@ -8,6 +8,7 @@
 #include "core/error.hpp"
 #include "export/steps.hpp"
 #include "io/carried_files.hpp"
+#include "io/checksum.hpp"
 
 namespace cortiq::hf {
 
@@ -53,6 +54,7 @@ Source read_source(const std::string& path, io::DType dtype) {
                  "{}: not a cortiq file (its metadata has no \"format\": \"cortiq-blr\"; export "
                  "reads the output of cortiq quantize)",
                  path);
+    io::verify_checksums(f);  // a damaged tensor must not reach the exported folder
     src.config = meta_entry(f, "config");
     for (std::string_view name : io::kOptionalCarriedFiles)
         if (auto it = md.find(std::string(name)); it != md.end())

@@ -56,6 +56,8 @@ class SafetensorsFile {
     std::span<const uint8_t> bytes(const TensorInfo& t) const;
     // Data section offset inside the file (for alignment checks).
     uint64_t data_offset() const { return data_offset_; }
+    // The file's first data_offset() bytes: the length and the header.
+    std::span<const uint8_t> header_bytes() const { return file_.bytes().first(data_offset_); }
 
   private:
     MappedFile file_;
@@ -117,14 +119,20 @@ class SafetensorsWriter {
              std::span<const uint8_t> bytes);
     void add_f32(std::string name, std::vector<int64_t> shape, std::span<const float> values);
     void add_f32(std::string name, const MatF& m);  // shape [rows, cols]
+    // The checksum keys (io/checksum.hpp) are dropped: only set_checksums
+    // writes them, for this file's bytes.
     void set_metadata(std::string key, std::string value);
+    // Record checksums of every tensor and of the header in the metadata
+    // (io/checksum.hpp).
+    void set_checksums(bool on) { checksums_ = on; }
     size_t size() const { return tensors_.size(); }
 
     // Writes `path`.tmp.<pid>, fsyncs, renames it to `path`. On any error the
     // temporary file is removed, `path` is left as it was, and cortiq::Error
     // is thrown.
     void write(const std::string& path) const;
-    // The serialised header JSON (without the length and padding).
+    // The serialised header JSON (without the length and padding); with
+    // checksums, the header's own is still the placeholder.
     std::string header_json() const;
 
   private:
@@ -139,6 +147,7 @@ class SafetensorsWriter {
     std::vector<Entry> tensors_;
     std::unordered_map<std::string, size_t> by_name_;
     std::map<std::string, std::string> metadata_;
+    bool checksums_ = false;
 };
 
 }  // namespace cortiq::io

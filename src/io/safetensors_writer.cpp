@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/parallel.hpp"
 #include "io/atomic_file.hpp"
+#include "io/checksum.hpp"
 #include "io/safetensors.hpp"
 
 namespace cortiq::io {
@@ -48,6 +50,9 @@ void SafetensorsWriter::add_f32(std::string name, const MatF& m) {
 }
 
 void SafetensorsWriter::set_metadata(std::string key, std::string value) {
+    // The checksum keys are the writer's own (set_checksums): copied from
+    // another file they would describe that file's bytes, not these.
+    if (key == kTensorChecksumsKey || key == kHeaderChecksumKey) return;
     metadata_[std::move(key)] = std::move(value);
 }
 
@@ -68,9 +73,20 @@ std::vector<size_t> SafetensorsWriter::layout_order() const {
 
 std::string SafetensorsWriter::header_json() const {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
-    if (!metadata_.empty()) {
+    std::map<std::string, std::string> metadata = metadata_;
+    if (checksums_) {
+        std::vector<std::string> sums(tensors_.size());
+        parallel_for(0, static_cast<int64_t>(tensors_.size()), [&](int64_t i) {
+            sums[static_cast<size_t>(i)] = hex64(xxh3_64(tensors_[static_cast<size_t>(i)].bytes));
+        });
+        nlohmann::ordered_json t = nlohmann::ordered_json::object();
+        for (size_t i : layout_order()) t[tensors_[i].name] = sums[i];
+        metadata[std::string(kTensorChecksumsKey)] = t.dump();
+        metadata[std::string(kHeaderChecksumKey)] = std::string(kHeaderChecksumPlaceholder);
+    }
+    if (!metadata.empty()) {
         nlohmann::ordered_json md = nlohmann::ordered_json::object();
-        for (const auto& [k, v] : metadata_) md[k] = v;
+        for (const auto& [k, v] : metadata) md[k] = v;
         h["__metadata__"] = std::move(md);
     }
     uint64_t off = 0;
@@ -89,6 +105,17 @@ void SafetensorsWriter::write(const std::string& path) const {
     header.append((8 - header.size() % 8) % 8, ' ');  // data section 8-aligned in the file
     uint8_t len[8];
     for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(uint64_t{header.size()} >> (8 * i));
+    if (checksums_) {
+        // The header's own checksum: over the length and the header with its
+        // digits as the placeholder, then written over the placeholder.
+        const size_t at = header_checksum_offset(header, kHeaderChecksumPlaceholder);
+        CORTIQ_CHECK(at != std::string::npos, "safetensors writer: {}: no header checksum field",
+                     path);
+        std::vector<uint8_t> prefix(len, len + 8);
+        prefix.insert(prefix.end(), header.begin(), header.end());
+        header.replace(at, kHeaderChecksumPlaceholder.size(),
+                       hex64(header_checksum(prefix, 8 + at)));
+    }
 
     TempFile tmp(path);
     tmp.write(len, 8);

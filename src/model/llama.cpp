@@ -6,6 +6,7 @@
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "core/blas_threads.hpp"
+#include "io/checksum.hpp"
 #include "io/safetensors.hpp"
 #include "model/blr_linear.hpp"
 #include "model/ops.hpp"
@@ -115,6 +116,7 @@ const Linear& Model::linear(int64_t layer, std::string_view name) const {
 
 Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
                              const LoadOptions& lo) {
+    if (lo.verify) io::verify_checksums(ckpt);
     io::ModelConfig c = cfg;
     io::resolve_prefix(c, ckpt);
     io::check_checkpoint(c, ckpt);
@@ -164,12 +166,17 @@ Model Model::load(const std::string& path, const LoadOptions& lo) {
         return from_checkpoint(cfg, io::Checkpoint::open(path), lo);
     }
     auto ckpt = io::Checkpoint::open(path);
+    // before the metadata's config is read: a damaged header is named as such
+    LoadOptions checked = lo;
+    if (lo.verify) io::verify_checksums(ckpt);
+    checked.verify = false;
     auto it = ckpt.metadata().find("config");
     CORTIQ_CHECK(it != ckpt.metadata().end(),
                  "{}: a single safetensors file needs the model config in its metadata "
                  "(\"config\"); pass the model folder instead",
                  path);
-    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt, lo);
+    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt,
+                           checked);
 }
 
 MatF Model::embed(std::span<const int32_t> tokens) const {

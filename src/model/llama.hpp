@@ -40,6 +40,9 @@ struct LoadOptions {
     // Dequantise compressed layers to float32 at load (the old path, for
     // checking); by default they stay packed (model/blr_linear.hpp).
     bool dequant = false;
+    // Check the file's checksums (io/checksum.hpp) before any weight is read;
+    // a file without checksums loads either way.
+    bool verify = true;
 };
 
 class Model {
@@ -47,7 +50,8 @@ class Model {
     // `path`: a Hugging Face folder (config.json + safetensors, sharded or
     // not), or a single safetensors file whose metadata holds "config" (the
     // config.json text). Linear weights stored as U8 are BLR or sign payloads,
-    // run packed (or dequantised on load with lo.dequant).
+    // run packed (or dequantised on load with lo.dequant). Both check the
+    // checkpoint's checksums first unless lo.verify is false.
     static Model load(const std::string& path, const LoadOptions& lo = {});
     static Model from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
                                  const LoadOptions& lo = {});

@@ -1,4 +1,5 @@
-// cortiq inspect: every tensor of a compressed file with its payload checked.
+// cortiq inspect: every tensor of a compressed file with its checksum and
+// payload checked.
 #include <fmt/format.h>
 
 #include <map>
@@ -6,6 +7,7 @@
 
 #include "blr/sign.hpp"
 #include "core/error.hpp"
+#include "io/checksum.hpp"
 #include "io/config.hpp"
 #include "io/safetensors.hpp"
 #include "quantize/quantize.hpp"
@@ -41,10 +43,45 @@ std::map<std::string, int64_t> carried_groups(const io::SafetensorsFile& f,
     return groups;
 }
 
+// The summary's words on the checksums, and the damage message naming the
+// file and everything damaged (empty when nothing is).
+std::string checksum_words(const io::ChecksumCheck& c) {
+    if (!c.present) return "all payloads valid; no checksums (written before cortiq had them)";
+    if (c.ok())
+        return fmt::format("all payloads valid; checksums match ({} tensors and the header)",
+                           c.tensors_checked);
+    std::string s = "payloads of intact tensors valid; CHECKSUM MISMATCH:";
+    if (!c.header_error.empty()) s += " the header is damaged;";
+    if (!c.damaged.empty())
+        s +=
+            fmt::format(" {} damaged tensor{}", c.damaged.size(), c.damaged.size() == 1 ? "" : "s");
+    return s;
+}
+
+std::string damage_message(const io::ChecksumCheck& c, const std::string& path) {
+    if (c.ok()) return {};
+    std::string s;
+    if (!c.header_error.empty())
+        s = fmt::format("{}: the header is damaged: {} (checksum mismatch)", path, c.header_error);
+    for (const auto& p : c.problems) s += fmt::format("{}{}: {}", s.empty() ? "" : "\n", path, p);
+    return s;
+}
+
+void add_checksums_json(nlohmann::json& out, const io::ChecksumCheck& c) {
+    out["checksums"] = {{"present", c.present},
+                        {"ok", c.present && c.ok()},
+                        {"header_ok", c.header_error.empty()},
+                        {"damaged", c.damaged}};
+}
+
 }  // namespace
 
-std::string inspect(const std::string& path, bool as_json) {
+Inspection inspect(const std::string& path, bool as_json) {
     const auto f = io::SafetensorsFile::open(path);
+    // before the payloads are read: a damaged one is named as such, not
+    // refused for what the damage did to its layout
+    const auto sums = io::check_checksums(f);
+    std::set<std::string> damaged(sums.damaged.begin(), sums.damaged.end());
     const auto& meta = f.metadata();
     nlohmann::json reports = nlohmann::json::object();
     if (auto it = meta.find("cortiq.tensors"); it != meta.end())
@@ -60,7 +97,13 @@ std::string inspect(const std::string& path, bool as_json) {
     for (const auto& t : f.tensors()) {
         const std::string what = fmt::format("{}: tensor '{}'", path, t.name);
         nlohmann::json row;
-        if (t.dtype == io::DType::U8) {
+        if (damaged.count(t.name)) {
+            s += fmt::format("{:<44} {:>14} {:>6} DAMAGED (checksum mismatch)\n", t.name,
+                             t.shape_str(), io::dtype_name(t.dtype));
+            row = {{"shape", t.shape},
+                   {"kind", std::string(io::dtype_name(t.dtype))},
+                   {"damaged", true}};
+        } else if (t.dtype == io::DType::U8) {
             const auto ps = blr::payload_shape(f.bytes(t), what);  // validates
             const double bpw = static_cast<double>(ps.bits) / static_cast<double>(ps.m * ps.n);
             const auto rj = reports.is_object() && reports.contains(t.name) ? reports[t.name]
@@ -90,9 +133,8 @@ std::string inspect(const std::string& path, bool as_json) {
         out["tensors"][t.name] = row;
     }
     const double bpw = blr_params ? static_cast<double>(blr_bits) / blr_params : 0.0;
-    s += fmt::format(
-        "{} tensors; compressed {} of {} parameters at {:.4f} bpw; all payloads valid\n",
-        f.tensors().size(), blr_params, total_params, bpw);
+    s += fmt::format("{} tensors; compressed {} of {} parameters at {:.4f} bpw; {}\n",
+                     f.tensors().size(), blr_params, total_params, bpw, checksum_words(sums));
     const auto carried = carried_groups(f, path);
     if (!carried.empty()) {
         std::string list;
@@ -104,7 +146,8 @@ std::string inspect(const std::string& path, bool as_json) {
     out["compressed_params"] = blr_params;
     out["total_params"] = total_params;
     out["compressed_bpw"] = bpw;
-    return as_json ? out.dump(2) + "\n" : s;
+    add_checksums_json(out, sums);
+    return {as_json ? out.dump(2) + "\n" : s, damage_message(sums, path)};
 }
 
 }  // namespace cortiq::quant

@@ -9,6 +9,7 @@
 #include "blr/sign.hpp"
 #include "core/error.hpp"
 #include "io/atomic_file.hpp"
+#include "io/checksum.hpp"
 #include "io/safetensors.hpp"
 
 #ifndef CORTIQ_VERSION
@@ -103,6 +104,9 @@ std::optional<LayerRecord> Journal::load(int64_t key,
     const auto f = io::SafetensorsFile::open(path);  // its errors name the file
     const std::string advice =
         fmt::format("remove it to encode {} again, or pass --force to start over", entry_name(key));
+    // A damaged payload would otherwise reach the output under a fresh checksum.
+    if (const auto c = io::check_checksums(f); !c.ok())
+        CORTIQ_FAIL("{}; {}", c.message(path), advice);
     const auto& meta = f.metadata();
     auto meta_of = [&](const char* k) -> const std::string& {
         const auto it = meta.find(k);
@@ -179,6 +183,7 @@ std::optional<LayerRecord> Journal::load(int64_t key,
 
 void Journal::save(int64_t key, const LayerRecord& rec) const {
     io::SafetensorsWriter w;
+    w.set_checksums(true);
     nlohmann::json names = nlohmann::json::array();
     for (const auto& [name, bytes] : rec.payloads) {
         w.add(name, io::DType::U8, {static_cast<int64_t>(bytes.size())},

@@ -235,8 +235,17 @@ double drift_shrinkage(const MatD& w, const MatD& d, const MatD& cross_sel, cons
 // semi-definite (a convex combination of two such matrices).
 void shrink_to_diagonal(MatD& h, double s);
 
+// A file's listing and what is damaged in it.
+struct Inspection {
+    std::string text;  // the listing, or JSON with `json`
+    // Empty when the checksums match or the file has none; else one message
+    // naming the file and each damaged tensor (or the header).
+    std::string damage;
+};
+
 // One line per tensor (name, shape, kind, bpw, rank, paths, errors) after
-// validating every payload; throws on the first invalid one.
-std::string inspect(const std::string& path, bool json = false);
+// checking every checksum and validating every intact payload; throws on the
+// first invalid payload. Damaged tensors are marked and listed in `damage`.
+Inspection inspect(const std::string& path, bool json = false);
 
 }  // namespace cortiq::quant

@@ -4,7 +4,8 @@
 // generation files (io/carried_files.hpp), the run's settings and per-tensor
 // reports as metadata. total_params counts the
 // source's parameters (a tied head once, as the embedding); linear_* count
-// every encoded tensor, the head included.
+// every encoded tensor, the head included. Every tensor and the header carry
+// a checksum (io/checksum.hpp).
 #include <algorithm>
 #include <filesystem>
 
@@ -26,6 +27,7 @@ void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
         std::sort(names.begin(), names.end());
     }
     io::SafetensorsWriter wr;
+    wr.set_checksums(true);
     for (const auto& name : names) {
         if (ck.has(name)) rep.total_params += ck.info(name).numel();
         auto it = payloads.find(name);

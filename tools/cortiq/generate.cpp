@@ -1,4 +1,5 @@
-// cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S] [--dequant] [--json]
+// cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S] [--dequant]
+//                      [--no-verify] [--json]
 #include "model/generate.hpp"
 
 #include <fmt/format.h>
@@ -25,7 +26,7 @@ struct GenerateArgs {
     double temp = 0.0;
     uint64_t seed = 0;
     int threads = 0;
-    bool ignore_eos = false, dequant = false, json = false;
+    bool ignore_eos = false, dequant = false, no_verify = false, json = false;
 };
 
 void run(const GenerateArgs& a) {
@@ -33,6 +34,7 @@ void run(const GenerateArgs& a) {
     set_num_threads(a.threads);
     model::LoadOptions lo;
     lo.dequant = a.dequant;
+    lo.verify = !a.no_verify;
     auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
     const auto rt = model::make_runtime(*model, device);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
@@ -109,6 +111,7 @@ void add_generate(CLI::App& app) {
     cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
     cmd->add_flag("--dequant", a->dequant,
                   "dequantise compressed layers to float32 at load (default: run them packed)");
+    add_no_verify(cmd, a->no_verify);
     cmd->add_flag("--json", a->json, "print the text and figures as one JSON line");
     cmd->callback([a] { run(*a); });
 }

@@ -1,5 +1,5 @@
 // cortiq ppl MODEL --text FILE [--ctx 512] [--bos] [--device cpu|gpu] [--threads N] [--dequant]
-//                 [--json]
+//                 [--no-verify] [--json]
 #include "eval/ppl.hpp"
 
 #include <fmt/format.h>
@@ -23,7 +23,7 @@ struct PplArgs {
     std::string model, text, tokenizer, device = "cpu";
     int64_t ctx = 512, max_windows = 0;
     int threads = 0;
-    bool bos = false, json = false, quiet = false, dequant = false;
+    bool bos = false, json = false, quiet = false, dequant = false, no_verify = false;
 };
 
 void run(const PplArgs& a) {
@@ -31,6 +31,7 @@ void run(const PplArgs& a) {
     set_num_threads(a.threads);
     model::LoadOptions lo;
     lo.dequant = a.dequant;
+    lo.verify = !a.no_verify;
     auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
     const auto rt = model::make_runtime(*model, device);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
@@ -73,6 +74,7 @@ void add_ppl(CLI::App& app) {
                     "folder with tokenizer.json (default: the model's)");
     cmd->add_flag("--dequant", a->dequant,
                   "dequantise compressed layers to float32 at load (default: run them packed)");
+    add_no_verify(cmd, a->no_verify);
     cmd->add_flag("--json", a->json, "print the result as one JSON line");
     cmd->add_flag("--quiet", a->quiet, "no progress bar");
     cmd->callback([a] { run(*a); });

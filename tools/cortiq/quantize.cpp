@@ -3,10 +3,12 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 
 #include "commands.hpp"
+#include "core/error.hpp"
 #include "core/parallel.hpp"
 
 namespace cortiq::cli {
@@ -187,10 +189,16 @@ void add_quantize(CLI::App& app) {
 void add_inspect(CLI::App& app) {
     auto path = std::make_shared<std::string>();
     auto json = std::make_shared<bool>(false);
-    auto* cmd = app.add_subcommand("inspect", "list and validate the tensors of a cortiq file");
+    auto* cmd = app.add_subcommand(
+        "inspect", "list the tensors of a cortiq file, check their checksums and payloads");
     cmd->add_option("file", *path, "compressed .safetensors file")->required();
     cmd->add_flag("--json", *json, "print JSON");
-    cmd->callback([path, json] { fmt::print("{}", quant::inspect(*path, *json)); });
+    cmd->callback([path, json] {
+        const auto r = quant::inspect(*path, *json);
+        fmt::print("{}", r.text);
+        std::fflush(stdout);  // the listing before the error, also when both go to one pipe
+        CORTIQ_CHECK(r.damage.empty(), "{}", r.damage);
+    });
 }
 
 }  // namespace cortiq::cli

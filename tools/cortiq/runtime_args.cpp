@@ -11,4 +11,9 @@ model::Device runtime_device(const std::string& device) {
     return d;
 }
 
+void add_no_verify(CLI::App* cmd, bool& no_verify) {
+    cmd->add_flag("--no-verify", no_verify,
+                  "load the file without checking its checksums (a damaged file then runs)");
+}
+
 }  // namespace cortiq::cli
