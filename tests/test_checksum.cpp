@@ -193,6 +193,22 @@ TEST_F(Checksum, PplRefusesADamagedFileAndRunsItWithNoVerify) {
     EXPECT_EQ(gen.code, 0) << gen.out;
 }
 
+TEST_F(Checksum, ExportRefusesADamagedFileAndWritesNoFolder) {
+    const auto d = damages().front();  // a payload's sign bit
+    const fs::path p = copy("export.safetensors");
+    flip_bit(p, d.at, d.bit);
+    const fs::path out = dir_ / "exported";
+    const auto refused = run_cli("export " + p.string() + " " + out.string());
+    EXPECT_NE(refused.code, 0) << refused.out;
+    EXPECT_NE(refused.out.find("'" + d.tensor + "'"), std::string::npos) << refused.out;
+    EXPECT_NE(refused.out.find(p.string()), std::string::npos) << refused.out;
+    EXPECT_FALSE(fs::exists(out));
+    // the intact file exports
+    const auto ran = run_cli("export " + original().string() + " " + out.string());
+    EXPECT_EQ(ran.code, 0) << ran.out;
+    EXPECT_TRUE(fs::exists(out / "config.json"));
+}
+
 TEST_F(Checksum, SingleBitFlipsAcrossTheHeaderAreCaught) {
     const fs::path p = copy("header.safetensors");
     const uint64_t n = io::SafetensorsFile::open(p.string()).data_offset();
