@@ -236,3 +236,65 @@ TEST(Qwen35Quantize, BenchRecordsTheGramsOfAQwen35Linear) {
 }
 
 }  // namespace
+
+// --tune block+kd on the trained Qwen3.5 model, on the CPU: only BLR
+// payloads change (every other tensor byte-identical, every payload the same
+// size: rank and paths kept), each block's held-out error and the
+// distillation's held-out KL never end above where they started, and a run
+// interrupted after a tuned layer resumes into the same bytes.
+TEST(Qwen35Quantize, TunesHybridBlocksChangingOnlyThePayloads) {
+    const fs::path trained = kGolden / "tiny-qwen35-trained";
+    REQUIRE_DATA_AT(kCalib);
+    const auto d = scratch_dir("cortiq_q35t_", "run");
+    auto tuned_options = [&](const fs::path& out) {
+        auto o = options(out);
+        o.model_dir = trained.string();
+        o.calib.samples = 8;
+        o.calib.seqlen = 80;  // windows past the delta rule's checkpoint interval (64)
+        o.tune_mode = "block+kd";
+        o.tune.epochs = 2;
+        o.kd.epochs = 1;
+        return o;
+    };
+    auto plain = tuned_options(d / "plain.safetensors");
+    plain.tune_mode = "none";
+    quant::quantize(plain);
+    const auto rep = quant::quantize(tuned_options(d / "a.safetensors"));
+    std::printf("%s\n", rep.summary().c_str());
+
+    const auto p = io::SafetensorsFile::open((d / "plain.safetensors").string());
+    const auto t = io::SafetensorsFile::open((d / "a.safetensors").string());
+    ASSERT_EQ(p.tensors().size(), t.tensors().size());
+    int changed = 0;
+    for (const auto& info : p.tensors()) {
+        const auto& ti = t.info(info.name);
+        ASSERT_EQ(ti.dtype, info.dtype) << info.name;
+        ASSERT_EQ(ti.shape, info.shape) << info.name;
+        ASSERT_EQ(ti.nbytes(), info.nbytes()) << info.name;
+        const auto a = p.bytes(info), b = t.bytes(ti);
+        const bool same = std::equal(a.begin(), a.end(), b.begin(), b.end());
+        if (info.dtype != io::DType::U8) EXPECT_TRUE(same) << info.name << " changed";
+        changed += !same;
+    }
+    EXPECT_GT(changed, 0) << "tuning changed no payload";
+
+    // every block was tuned, DeltaNet and attention alike
+    const int64_t layers = model::Model::load(trained.string()).num_layers();
+    ASSERT_EQ(static_cast<int64_t>(rep.tuned_blocks.size()), layers);
+    for (const auto& b : rep.tuned_blocks)
+        EXPECT_LE(b.at("sel_after").get<double>(), b.at("sel_before").get<double>()) << b.dump();
+    ASSERT_TRUE(rep.distilled.is_object());
+    EXPECT_LE(rep.distilled.at("kl_sel_after").get<double>(),
+              rep.distilled.at("kl_sel_before").get<double>())
+        << rep.distilled.dump();
+
+    // interrupted after layer 1 (a DeltaNet layer, tuned), resumed: same bytes
+    auto o2 = tuned_options(d / "b.safetensors");
+    o2.interrupt_after_layer = 1;
+    EXPECT_THROW(quant::quantize(o2), Error);
+    o2.interrupt_after_layer = -1;
+    o2.resume = true;
+    quant::quantize(o2);
+    EXPECT_EQ(slurp(d / "a.safetensors"), slurp(d / "b.safetensors"));
+    fs::remove_all(d);
+}

@@ -95,7 +95,8 @@ void perturb_scales(tune::BlockParamsT<float>& p, double sigma) {
     std::mt19937_64 rng(7);
     std::normal_distribution<float> nd(0.0f, static_cast<float>(sigma));
     for (auto* l : p.linears())
-        for (auto& q : l->blr->paths)
+        if (l->blr)
+            for (auto& q : l->blr->paths)
             for (auto* v : {&q.h, &q.l, &q.g})
                 for (auto& x : *v) x *= std::exp(nd(rng));
 }
@@ -220,6 +221,8 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
     auto lb = before.linears();
     auto la = p.linears();
     for (size_t i = 0; i < la.size(); ++i) {
+        ASSERT_EQ(la[i]->blr.has_value(), lb[i]->blr.has_value());
+        if (!la[i]->blr) continue;
         const auto& a = *la[i]->blr;
         const auto& b = *lb[i]->blr;
         ASSERT_EQ(a.r, b.r);

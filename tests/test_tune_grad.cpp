@@ -50,8 +50,9 @@ void check(Problem& pr, Vec& v, const Vec& analytic, const std::string& what) {
     }
 }
 
-void check_block(bool qwen3) {
-    Problem pr{make_fixture(qwen3, qwen3 ? 7 : 3)};
+// Every gradient of the block of f (dx, norms, each BLR path's scales and
+// signs) against finite differences; returns the BLR paths checked.
+int check_all(Problem& pr, bool qk_norm) {
     Fixture& f = pr.f;
     BlockActsT<double> a;
     block_forward(f.p, f.d, pr.rope, f.x.data(), f.windows, f.L, a);
@@ -62,11 +63,11 @@ void check_block(bool qwen3) {
     check(pr, f.x, dx, "dx");
     check(pr, f.p.in_norm, g.in_norm, "input norm");
     check(pr, f.p.post_norm, g.post_norm, "post-attention norm");
-    if (qwen3) {
+    if (qk_norm) {
         check(pr, f.p.q_norm, g.q_norm, "q norm");
         check(pr, f.p.k_norm, g.k_norm, "k norm");
     }
-    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down", "qkv", "z", "b", "a", "out"};
     auto lins = f.p.linears();
     int checked = 0;
     for (size_t i = 0; i < lins.size(); ++i) {
@@ -83,7 +84,12 @@ void check_block(bool qwen3) {
             ++checked;
         }
     }
-    EXPECT_EQ(checked, 10);
+    return checked;
+}
+
+void check_block(bool qwen3) {
+    Problem pr{make_fixture(qwen3, qwen3 ? 7 : 3)};
+    EXPECT_EQ(check_all(pr, qwen3), 10);
 }
 
 TEST(TuneGrad, LlamaBlockWithBiasesMatchesFiniteDifferences) {
@@ -92,6 +98,20 @@ TEST(TuneGrad, LlamaBlockWithBiasesMatchesFiniteDifferences) {
 
 TEST(TuneGrad, Qwen3BlockWithQkNormsMatchesFiniteDifferences) {
     check_block(true);
+}
+
+// Qwen3.5's attention block: the output gate made by q_proj, partial RoPE.
+TEST(TuneGrad, Qwen35GatedAttentionBlockMatchesFiniteDifferences) {
+    Problem pr{make_gated_attention_fixture(13)};
+    EXPECT_EQ(check_all(pr, true), 10);
+}
+
+// Qwen3.5's Gated DeltaNet block, windows longer than the delta rule's
+// checkpoint interval.
+TEST(TuneGrad, Qwen35GatedDeltaNetBlockMatchesFiniteDifferences) {
+    Problem pr{make_delta_fixture(17)};
+    ASSERT_GT(pr.f.L, kTuneDeltaChunk);
+    EXPECT_EQ(check_all(pr, false), 10);  // qkv 2, z 1, out 2, gate 1, up 2, down 2
 }
 
 TEST(TuneGrad, DistillationLossMatchesFiniteDifferencesAndVanishesAtTheTeacher) {

@@ -38,6 +38,11 @@ std::vector<float> to_f(const Vec& v) {
 
 BlockParamsT<float> to_f(const BlockParamsT<double>& p) {
     BlockParamsT<float> o;
+    o.delta = p.delta;
+    o.conv = to_f(p.conv);
+    o.a_log = to_f(p.a_log);
+    o.dt_bias = to_f(p.dt_bias);
+    o.gnorm = to_f(p.gnorm);
     o.in_norm = to_f(p.in_norm);
     o.post_norm = to_f(p.post_norm);
     o.q_norm = to_f(p.q_norm);
@@ -84,8 +89,8 @@ void expect_close(const std::vector<float>& gpu, const Vec& cpu, const std::stri
     if (ratio > worst.ratio) worst = {ratio, what};
 }
 
-void check_block_gpu(bool qwen3, uint64_t seed, const Size& s, const char* label) {
-    Fixture f = make_fixture(qwen3, seed, s);
+void check_fixture_gpu(const Fixture& f, const char* label) {
+    const bool qwen3 = f.d.qk_norm;
     const int64_t N = f.windows * f.L, H = f.d.hidden;
     // the reference: CPU float64
     const RopeT<double> rope_d = rope_for<double>(f.inv_freq, f.L);
@@ -117,7 +122,7 @@ void check_block_gpu(bool qwen3, uint64_t seed, const Size& s, const char* label
         expect_close(hg.q_norm, g.q_norm, "q norm", worst);
         expect_close(hg.k_norm, g.k_norm, "k norm", worst);
     }
-    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down"};
+    const char* names[] = {"q", "k", "v", "o", "gate", "up", "down", "qkv", "z", "b", "a", "out"};
     int checked = 0;
     for (size_t i = 0; i < g.blr.size(); ++i) {
         ASSERT_EQ(g.blr[i].has_value(), hg.blr[i].has_value()) << names[i];
@@ -139,6 +144,10 @@ void check_block_gpu(bool qwen3, uint64_t seed, const Size& s, const char* label
                 label, 2 + 2 * (qwen3 ? 2 : 1) + 5 * checked, worst.ratio, worst.what.c_str());
 }
 
+void check_block_gpu(bool qwen3, uint64_t seed, const Size& s, const char* label) {
+    check_fixture_gpu(make_fixture(qwen3, seed, s), label);
+}
+
 constexpr Size kLarger{64, 4, 2, 16, 96, 3, 70, 12};
 
 TEST(TuneGradGpu, LlamaBlockWithBiasesMatchesTheCpuBlock) {
@@ -151,6 +160,13 @@ TEST(TuneGradGpu, Qwen3BlockWithQkNormsMatchesTheCpuBlock) {
     REQUIRE_GPU();
     check_block_gpu(true, 7, kSmall, "qwen3, test_tune_grad's fixture");
     check_block_gpu(true, 9, kLarger, "qwen3, 3 windows of 70");
+}
+
+TEST(TuneGradGpu, Qwen35GatedAttentionBlockMatchesTheCpuBlock) {
+    REQUIRE_GPU();
+    check_fixture_gpu(make_gated_attention_fixture(13), "qwen3.5 gated attention, small");
+    check_fixture_gpu(make_gated_attention_fixture(15, kLarger),
+                      "qwen3.5 gated attention, 3 windows of 70");
 }
 
 // A tuning problem with a known answer: the targets are the outputs of the

@@ -104,4 +104,54 @@ inline Fixture make_fixture(bool qwen3, uint64_t seed, const Size& s = kSmall) {
     return f;
 }
 
+// A Qwen3.5 gated-attention block: q_proj makes [query | gate] per head,
+// q/k norms, RoPE on half of each head (partial rotary), no biases.
+inline Fixture make_gated_attention_fixture(uint64_t seed, const Size& s = kSmall) {
+    Fixture f = make_fixture(true, seed, s);
+    std::mt19937_64 rng(seed + 1000);
+    f.d.attn_gate = true;
+    f.d.rotary_dim = s.head_dim / 2;
+    const int64_t qw = s.heads * s.head_dim;
+    f.p.q = blr_linear(rng, 2 * qw, s.hidden, s.rank ? s.rank : 3, 2, false);
+    f.inv_freq.resize(static_cast<size_t>(f.d.rotary_dim / 2));
+    return f;
+}
+
+// A Qwen3.5 Gated DeltaNet block: 2 key heads and 4 value heads (two value
+// heads per key head), dk 3, dv 4, a convolution of width 4; windows of 67
+// tokens, so the delta rule's backward crosses a checkpoint (every 64).
+inline Fixture make_delta_fixture(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Fixture f;
+    const int64_t H = 8, ffn = 12;
+    f.d = BlockDims{H, 0, 0, 0, ffn, 1e-6, false};
+    f.d.delta = {2, 4, 3, 4, 4};
+    f.windows = 2;
+    f.L = 67;
+    const DeltaDims& dd = f.d.delta;
+    auto ones_ish = [&](int64_t n) {
+        Vec v = randn(rng, n, 0.2);
+        for (auto& x : v) x += 1.0;
+        return v;
+    };
+    f.p.delta = true;
+    f.p.in_norm = ones_ish(H);
+    f.p.post_norm = ones_ish(H);
+    f.p.qkv = blr_linear(rng, dd.conv_dim(), H, 4, 2, false);
+    f.p.z = blr_linear(rng, dd.value_dim(), H, 3, 1, false);
+    f.p.b = dense_linear(rng, dd.v_heads, H);  // small layers stay dense, as in quantize
+    f.p.a = dense_linear(rng, dd.v_heads, H);
+    f.p.out = blr_linear(rng, H, dd.value_dim(), 4, 2, false);
+    f.p.conv = randn(rng, dd.conv_dim() * dd.conv_kernel, 0.5);
+    f.p.a_log = randn(rng, dd.v_heads, 0.5);
+    f.p.dt_bias = randn(rng, dd.v_heads, 0.5);
+    f.p.gnorm = ones_ish(dd.dv);
+    f.p.gate = blr_linear(rng, ffn, H, 4, 1, false);
+    f.p.up = blr_linear(rng, ffn, H, 4, 2, false);
+    f.p.down = blr_linear(rng, H, ffn, 5, 2, false);
+    f.x = randn(rng, f.windows * f.L * H);
+    f.c = randn(rng, f.windows * f.L * H);
+    return f;
+}
+
 }  // namespace cortiq::tune::fixtures

@@ -38,8 +38,8 @@ void resolve_tune_mode(QuantizeOptions& o) {
     o.tune_mode = resolve_tune_mode(o.tune_mode, o.device, hybrid);
     if (hybrid && o.device == encode::Device::gpu)
         o.tune_note =
-            "; --tune auto: none for a Qwen3.5 hybrid model (its blocks have no backward pass "
-            "yet; the GPU default block+kd does not apply)";
+            "; --tune auto: none for a Qwen3.5 hybrid model (its Gated DeltaNet blocks have no "
+            "CUDA backward pass yet; --tune block or block+kd tunes them on the CPU)";
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {
@@ -54,8 +54,6 @@ QuantizeReport quantize(const QuantizeOptions& o) {
     }
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     Inputs in = load_and_check(o, plan);
-    // tuning refuses what it cannot run (Qwen3.5's blocks) before any work
-    if (o.tuned()) dims_of(in.model.config());
     const Journal journal(o.out_path, in.settings, o.resume, o.force);
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;

@@ -51,7 +51,7 @@ struct QuantizeOptions {
     // "auto" (the command line's default) is resolved by resolve_tune_mode.
     std::string tune_mode = "none";
     // Set by resolve_tune_mode when "auto" gave less than the device's
-    // default (Qwen3.5: no backward pass of its blocks); the summary says it.
+    // default (Qwen3.5: its DeltaNet blocks tune on the CPU only); the summary says it.
     std::string tune_note;
     tune::TuneOptions tune;
     // 20 epochs with signs: on the GPU with the default 128 windows the
@@ -190,8 +190,8 @@ QuantizeReport quantize(const QuantizeOptions& o);
 // encoding: "block+kd" with --device gpu (block tuning and distillation run
 // on the GPU, tune/cuda), "none" on the CPU (minutes per layer on a few
 // cores; ask for it with --tune block or block+kd). A hybrid model (Qwen3.5,
-// whose blocks have no backward pass yet) gets "none" on both devices. Any
-// other mode is returned as it is.
+// whose Gated DeltaNet blocks tune on the CPU only) gets "none" on both
+// devices. Any other mode is returned as it is.
 std::string resolve_tune_mode(const std::string& mode, encode::Device device, bool hybrid = false);
 // Sets o.tune_mode from "auto" (resolve_tune_mode, reading o.model_dir's
 // config to tell a hybrid model) and o.tune_note when a hybrid model loses

@@ -14,22 +14,57 @@
 namespace cortiq::quant {
 
 tune::BlockDims dims_of(const io::ModelConfig& c) {
-    CORTIQ_CHECK(!c.hybrid() && !c.attn_gate && !c.norm_offset,
-                 "--tune: Qwen3.5 hybrid blocks have no backward pass yet; use --tune none");
-    return {c.hidden_size,       c.num_heads,    c.num_kv_heads, c.head_dim,
-            c.intermediate_size, c.rms_norm_eps, c.qk_norm};
+    tune::BlockDims d{c.hidden_size,       c.num_heads,    c.num_kv_heads, c.head_dim,
+                      c.intermediate_size, c.rms_norm_eps, c.qk_norm};
+    d.attn_gate = c.attn_gate;
+    d.rotary_dim = c.rotary_dim();
+    const io::DeltaNetConfig& dc = c.delta;
+    d.delta = {dc.k_heads, dc.v_heads, dc.k_dim, dc.v_dim, dc.conv_kernel};
+    return d;
 }
+
+namespace {
+
+// The names of a layer's linears in the order of tune::BlockParamsT::linears()
+// ("" where the layer has none in that slot).
+std::vector<std::string> slot_names(bool delta) {
+    static const char* const attention[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                            "self_attn.v_proj", "self_attn.o_proj"};
+    static const char* const mixer[] = {"linear_attn.in_proj_qkv", "linear_attn.in_proj_z",
+                                        "linear_attn.in_proj_b", "linear_attn.in_proj_a",
+                                        "linear_attn.out_proj"};
+    std::vector<std::string> out(tune::kLinearSlots);
+    if (!delta)
+        for (size_t i = 0; i < 4; ++i) out[tune::kQ + i] = attention[i];
+    out[tune::kGate] = "mlp.gate_proj";
+    out[tune::kUp] = "mlp.up_proj";
+    out[tune::kDown] = "mlp.down_proj";
+    if (delta)
+        for (size_t i = 0; i < 5; ++i) out[tune::kQkv + i] = mixer[i];
+    return out;
+}
+
+}  // namespace
 
 tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
     const model::LayerWeights& lw = run.model.layer(layer);
     tune::BlockParamsT<float> p;
+    p.delta = lw.mixer == io::Mixer::gated_delta;
     p.in_norm = lw.input_norm;
     p.post_norm = lw.post_attn_norm;
     p.q_norm = lw.q_norm;
     p.k_norm = lw.k_norm;
-    const auto& names = model::Model::linear_names();
+    if (p.delta) {
+        const model::DeltaNetWeights& dw = lw.delta;
+        p.conv.assign(dw.conv.data(), dw.conv.data() + dw.conv.size());
+        p.a_log = dw.a_log;
+        p.dt_bias = dw.dt_bias;
+        p.gnorm = dw.norm;
+    }
+    const auto names = slot_names(p.delta);
     auto lins = p.linears();
     for (size_t i = 0; i < names.size(); ++i) {
+        if (names[i].empty()) continue;
         const model::Linear& lin = run.model.linear(layer, names[i]);
         tune::LinearT<float>& t = *lins[i];
         t.m = lin.out_features();
@@ -47,7 +82,7 @@ tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
 }
 
 void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec) {
-    const auto& names = model::Model::linear_names();
+    const auto names = slot_names(p.delta);
     auto lins = p.linears();
     for (size_t i = 0; i < names.size(); ++i) {
         if (!lins[i]->blr) continue;
@@ -63,7 +98,7 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
-    const tune::BlockDims dims = dims_of(cfg);  // refuses the blocks it cannot tune
+    const tune::BlockDims dims = dims_of(cfg);
     CORTIQ_CHECK(cfg.sliding_window == 0 || cfg.sliding_window >= run.o.calib.seqlen,
                  "--tune block: a sliding window ({}) shorter than the calibration windows ({}) "
                  "is not supported",
@@ -73,9 +108,10 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     tune::BlockParamsT<float> p = block_params(run, layer);
     auto [xf, yf] = run.states.block_pairs(0, layer);
     auto [xs, ys] = run.states.block_pairs(1, layer);
-    // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in float32
-    const auto tune_fn =
-        run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
+    // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
+    // float32; a Gated DeltaNet block on the CPU (its mixer has no CUDA backward)
+    const auto tune_fn = run.o.device == encode::Device::gpu && !p.delta ? tune::tune_block_gpu
+                                                                         : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, run.o.tune);

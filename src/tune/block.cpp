@@ -4,49 +4,105 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "tune/block_detail.hpp"
 
 namespace cortiq::tune {
+
+using detail::lin_backward;
+using detail::lin_forward;
 
 namespace {
 
 template <class T>
-void lin_forward(const LinearT<T>& l, const T* x, int64_t rows, std::vector<T>& y,
-                 BlrCacheT<T>& cache) {
-    y.resize(static_cast<size_t>(rows * l.m));
-    if (l.blr) {
-        blr_forward(*l.blr, x, rows, y.data(), cache);
-        if (!l.bias.empty())
-            for (int64_t i = 0; i < rows; ++i)
-                for (int64_t j = 0; j < l.m; ++j) y[i * l.m + j] += l.bias[j];
-    } else {
-        linear_forward(x, rows, l.n, l.w.data(), l.m, l.bias.empty() ? nullptr : l.bias.data(),
-                       y.data());
-    }
-}
-
-// dx (rows × n) = ∂/∂x of the layer given dy, added into dx_acc when `add`;
-// the BLR gradients into g.
-template <class T>
-void lin_backward(const LinearT<T>& l, const T* x, int64_t rows, const BlrCacheT<T>& cache,
-                  const T* dy, std::vector<T>& dx, bool add, std::optional<BlrGradT<T>>& g,
-                  std::vector<T>& scratch) {
-    T* out = dx.data();
-    if (add) {
-        scratch.resize(static_cast<size_t>(rows * l.n));
-        out = scratch.data();
-    }
-    if (l.blr)
-        blr_backward(*l.blr, x, rows, cache, dy, out, *g);
-    else
-        linear_backward(dy, x, rows, l.n, l.w.data(), l.m, out, static_cast<T*>(nullptr),
-                        static_cast<T*>(nullptr));
-    if (add)
-        for (size_t i = 0; i < scratch.size(); ++i) dx[i] += scratch[i];
-}
-
-template <class T>
 T* opt_data(std::vector<T>& v) {
     return v.empty() ? nullptr : v.data();
+}
+
+// The attention mixer: a.n1 → mix (o_proj's output), as model/block.cpp.
+template <class T>
+void attention_mixer_forward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>& rope,
+                             BlockActsT<T>& a, std::vector<T>& mix) {
+    const int64_t L = a.L, windows = a.windows, N = windows * L, hd = d.head_dim;
+    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    const T eps = static_cast<T>(d.eps);
+    lin_forward(p.q, a.n1.data(), N, a.q_lin, a.cache[kQ]);
+    lin_forward(p.k, a.n1.data(), N, a.k_lin, a.cache[kK]);
+    lin_forward(p.v, a.n1.data(), N, a.v, a.cache[kV]);
+    if (d.attn_gate) {  // q_proj: [query | gate] per head
+        a.q_in.resize(N * qw);
+        a.gate_lin.resize(N * qw);
+        split_query_gate(a.q_lin.data(), N, d.heads, hd, a.q_in.data(), a.gate_lin.data());
+    } else {
+        a.q_in = a.q_lin;
+    }
+    a.q = a.q_in;
+    a.k = a.k_lin;
+    if (d.qk_norm) {
+        a.rstd_q.resize(N * d.heads);
+        a.rstd_k.resize(N * d.kv_heads);
+        rmsnorm_forward(a.q_in.data(), N * d.heads, hd, p.q_norm.data(), eps, a.q.data(),
+                        a.rstd_q.data());
+        rmsnorm_forward(a.k_lin.data(), N * d.kv_heads, hd, p.k_norm.data(), eps, a.k.data(),
+                        a.rstd_k.data());
+    }
+    rope_forward(a.q.data(), N, qw, d.heads, hd, d.rot(), L, rope.cos.data(), rope.sin.data());
+    rope_forward(a.k.data(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.data(), rope.sin.data());
+    a.core.resize(N * qw);
+    a.probs.resize(windows * d.heads * L * L);
+    for (int64_t w = 0; w < windows; ++w)
+        attention_forward(a.q.data() + w * L * qw, a.k.data() + w * L * kw, a.v.data() + w * L * kw,
+                          L, d.heads, d.kv_heads, hd, a.core.data() + w * L * qw,
+                          a.probs.data() + w * d.heads * L * L);
+    if (d.attn_gate) {
+        a.attn.resize(N * qw);
+        sigmoid_gate_forward(a.core.data(), a.gate_lin.data(), N * qw, a.attn.data());
+    } else {
+        a.attn = a.core;
+    }
+    lin_forward(p.o, a.attn.data(), N, mix, a.cache[kO]);
+}
+
+// Given dmix (N × hidden): dn1 overwritten, gradients into g.
+template <class T>
+void attention_mixer_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>& rope,
+                              BlockActsT<T>& a, const T* dmix, std::vector<T>& dn1,
+                              BlockGradsT<T>& g) {
+    const int64_t L = a.L, windows = a.windows, N = windows * L, hd = d.head_dim;
+    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    std::vector<T> scratch, dattn(N * qw), dcore(N * qw), dgate, dq(N * qw), dk(N * kw),
+        dv(N * kw);
+    lin_backward(p.o, a.attn.data(), N, a.cache[kO], dmix, dattn, false, g.blr[kO], scratch);
+    if (d.attn_gate) {
+        dgate.resize(N * qw);
+        sigmoid_gate_backward(dattn.data(), a.core.data(), a.gate_lin.data(), N * qw, dcore.data(),
+                              dgate.data());
+    } else {
+        dcore.swap(dattn);
+    }
+    for (int64_t w = 0; w < windows; ++w)
+        attention_backward(dcore.data() + w * L * qw, a.q.data() + w * L * qw,
+                           a.k.data() + w * L * kw, a.v.data() + w * L * kw,
+                           a.probs.data() + w * d.heads * L * L, L, d.heads, d.kv_heads, hd,
+                           dq.data() + w * L * qw, dk.data() + w * L * kw, dv.data() + w * L * kw);
+    rope_backward(dq.data(), N, qw, d.heads, hd, d.rot(), L, rope.cos.data(), rope.sin.data());
+    rope_backward(dk.data(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.data(), rope.sin.data());
+    if (d.qk_norm) {
+        std::vector<T> dql(N * qw), dkl(N * kw);
+        rmsnorm_backward(dq.data(), a.q_in.data(), p.q_norm.data(), a.rstd_q.data(), N * d.heads,
+                         hd, dql.data(), opt_data(g.q_norm));
+        rmsnorm_backward(dk.data(), a.k_lin.data(), p.k_norm.data(), a.rstd_k.data(),
+                         N * d.kv_heads, hd, dkl.data(), opt_data(g.k_norm));
+        dq.swap(dql);
+        dk.swap(dkl);
+    }
+    if (d.attn_gate) {  // back to q_proj's [query | gate] layout
+        std::vector<T> dqg(N * 2 * qw);
+        merge_query_gate(dq.data(), dgate.data(), N, d.heads, hd, dqg.data());
+        dq.swap(dqg);
+    }
+    lin_backward(p.q, a.n1.data(), N, a.cache[kQ], dq.data(), dn1, false, g.blr[kQ], scratch);
+    lin_backward(p.k, a.n1.data(), N, a.cache[kK], dk.data(), dn1, true, g.blr[kK], scratch);
+    lin_backward(p.v, a.n1.data(), N, a.cache[kV], dv.data(), dn1, true, g.blr[kV], scratch);
 }
 
 }  // namespace
@@ -81,90 +137,56 @@ RopeT<T> rope_for(const std::vector<float>& inv_freq, int64_t L) {
 template <class T>
 void block_forward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>& rope, const T* x,
                    int64_t windows, int64_t L, BlockActsT<T>& a) {
-    const int64_t N = windows * L, H = d.hidden, hd = d.head_dim;
-    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    const int64_t N = windows * L, H = d.hidden;
     const T eps = static_cast<T>(d.eps);
-    CORTIQ_ASSERT(rope.period == L, "RoPE table for {} positions, windows of {}", rope.period, L);
+    CORTIQ_ASSERT(p.delta || rope.period == L, "RoPE table for {} positions, windows of {}",
+                  rope.period, L);
     a.windows = windows;
     a.L = L;
-    a.cache.resize(7);
+    a.cache.resize(kLinearSlots);
     a.x.assign(x, x + N * H);
     a.n1.resize(N * H);
     a.rstd1.resize(N);
     rmsnorm_forward(x, N, H, p.in_norm.data(), eps, a.n1.data(), a.rstd1.data());
-    lin_forward(p.q, a.n1.data(), N, a.q_lin, a.cache[0]);
-    lin_forward(p.k, a.n1.data(), N, a.k_lin, a.cache[1]);
-    lin_forward(p.v, a.n1.data(), N, a.v, a.cache[2]);
-    a.q = a.q_lin;
-    a.k = a.k_lin;
-    if (d.qk_norm) {
-        a.rstd_q.resize(N * d.heads);
-        a.rstd_k.resize(N * d.kv_heads);
-        rmsnorm_forward(a.q_lin.data(), N * d.heads, hd, p.q_norm.data(), eps, a.q.data(),
-                        a.rstd_q.data());
-        rmsnorm_forward(a.k_lin.data(), N * d.kv_heads, hd, p.k_norm.data(), eps, a.k.data(),
-                        a.rstd_k.data());
-    }
-    rope_forward(a.q.data(), N, qw, d.heads, hd, L, rope.cos.data(), rope.sin.data());
-    rope_forward(a.k.data(), N, kw, d.kv_heads, hd, L, rope.cos.data(), rope.sin.data());
-    a.attn.resize(N * qw);
-    a.probs.resize(windows * d.heads * L * L);
-    for (int64_t w = 0; w < windows; ++w)
-        attention_forward(a.q.data() + w * L * qw, a.k.data() + w * L * kw, a.v.data() + w * L * kw,
-                          L, d.heads, d.kv_heads, hd, a.attn.data() + w * L * qw,
-                          a.probs.data() + w * d.heads * L * L);
-    lin_forward(p.o, a.attn.data(), N, a.h, a.cache[3]);
+    if (p.delta)
+        detail::delta_mixer_forward(p, d, a, a.h);
+    else
+        attention_mixer_forward(p, d, rope, a, a.h);
     for (int64_t i = 0; i < N * H; ++i) a.h[i] += x[i];
     a.n2.resize(N * H);
     a.rstd2.resize(N);
     rmsnorm_forward(a.h.data(), N, H, p.post_norm.data(), eps, a.n2.data(), a.rstd2.data());
-    lin_forward(p.gate, a.n2.data(), N, a.gate, a.cache[4]);
-    lin_forward(p.up, a.n2.data(), N, a.up, a.cache[5]);
+    lin_forward(p.gate, a.n2.data(), N, a.gate, a.cache[kGate]);
+    lin_forward(p.up, a.n2.data(), N, a.up, a.cache[kUp]);
     a.act.resize(N * d.ffn);
     swiglu_forward(a.gate.data(), a.up.data(), N * d.ffn, a.act.data());
-    lin_forward(p.down, a.act.data(), N, a.out, a.cache[6]);
+    lin_forward(p.down, a.act.data(), N, a.out, a.cache[kDown]);
     for (int64_t i = 0; i < N * H; ++i) a.out[i] += a.h[i];
 }
 
 template <class T>
 void block_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>& rope,
                     BlockActsT<T>& a, const T* dout, T* dx, BlockGradsT<T>& g) {
-    const int64_t L = a.L, windows = a.windows, N = windows * L, H = d.hidden, hd = d.head_dim;
-    const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
+    const int64_t N = a.windows * a.L, H = d.hidden;
     std::vector<T> scratch, dact(N * d.ffn), dgate(N * d.ffn), dup(N * d.ffn), dn2(N * H);
     std::vector<T> dh(dout, dout + N * H);
     // MLP: out = h + down(act)
-    lin_backward(p.down, a.act.data(), N, a.cache[6], dout, dact, false, g.blr[6], scratch);
+    lin_backward(p.down, a.act.data(), N, a.cache[kDown], dout, dact, false, g.blr[kDown],
+                 scratch);
     swiglu_backward(dact.data(), a.gate.data(), a.up.data(), N * d.ffn, dgate.data(), dup.data());
-    lin_backward(p.gate, a.n2.data(), N, a.cache[4], dgate.data(), dn2, false, g.blr[4], scratch);
-    lin_backward(p.up, a.n2.data(), N, a.cache[5], dup.data(), dn2, true, g.blr[5], scratch);
+    lin_backward(p.gate, a.n2.data(), N, a.cache[kGate], dgate.data(), dn2, false, g.blr[kGate],
+                 scratch);
+    lin_backward(p.up, a.n2.data(), N, a.cache[kUp], dup.data(), dn2, true, g.blr[kUp], scratch);
     std::vector<T> tmp(N * H);
     rmsnorm_backward(dn2.data(), a.h.data(), p.post_norm.data(), a.rstd2.data(), N, H, tmp.data(),
                      opt_data(g.post_norm));
     for (int64_t i = 0; i < N * H; ++i) dh[i] += tmp[i];
-    // attention: h = x + o(attn)
-    std::vector<T> dattn(N * qw), dq(N * qw), dk(N * kw), dv(N * kw);
-    lin_backward(p.o, a.attn.data(), N, a.cache[3], dh.data(), dattn, false, g.blr[3], scratch);
-    for (int64_t w = 0; w < windows; ++w)
-        attention_backward(dattn.data() + w * L * qw, a.q.data() + w * L * qw,
-                           a.k.data() + w * L * kw, a.v.data() + w * L * kw,
-                           a.probs.data() + w * d.heads * L * L, L, d.heads, d.kv_heads, hd,
-                           dq.data() + w * L * qw, dk.data() + w * L * kw, dv.data() + w * L * kw);
-    rope_backward(dq.data(), N, qw, d.heads, hd, L, rope.cos.data(), rope.sin.data());
-    rope_backward(dk.data(), N, kw, d.kv_heads, hd, L, rope.cos.data(), rope.sin.data());
-    if (d.qk_norm) {
-        std::vector<T> dql(N * qw), dkl(N * kw);
-        rmsnorm_backward(dq.data(), a.q_lin.data(), p.q_norm.data(), a.rstd_q.data(), N * d.heads,
-                         hd, dql.data(), opt_data(g.q_norm));
-        rmsnorm_backward(dk.data(), a.k_lin.data(), p.k_norm.data(), a.rstd_k.data(),
-                         N * d.kv_heads, hd, dkl.data(), opt_data(g.k_norm));
-        dq.swap(dql);
-        dk.swap(dkl);
-    }
+    // the mixer: h = x + mix(n1)
     std::vector<T> dn1(N * H);
-    lin_backward(p.q, a.n1.data(), N, a.cache[0], dq.data(), dn1, false, g.blr[0], scratch);
-    lin_backward(p.k, a.n1.data(), N, a.cache[1], dk.data(), dn1, true, g.blr[1], scratch);
-    lin_backward(p.v, a.n1.data(), N, a.cache[2], dv.data(), dn1, true, g.blr[2], scratch);
+    if (p.delta)
+        detail::delta_mixer_backward(p, d, a, dh.data(), dn1, g);
+    else
+        attention_mixer_backward(p, d, rope, a, dh.data(), dn1, g);
     rmsnorm_backward(dn1.data(), a.x.data(), p.in_norm.data(), a.rstd1.data(), N, H, tmp.data(),
                      opt_data(g.in_norm));
     if (dx)

@@ -73,9 +73,9 @@ namespace {
 // x' = R(±θ) x on the pairs (j, j + d/2) of every head: sign +1 forward, −1
 // for the transpose.
 template <class T>
-void rotate(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period, const T* cos,
-            const T* sin, T sign) {
-    const int64_t half = d / 2;
+void rotate(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t rot, int64_t period,
+            const T* cos, const T* sin, T sign) {
+    const int64_t half = rot / 2;  // the head's first `rot` values turn, the rest pass
 #pragma omp parallel for
     for (int64_t i = 0; i < rows; ++i) {
         const T* c = cos + (i % period) * half;
@@ -94,15 +94,15 @@ void rotate(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t pe
 }  // namespace
 
 template <class T>
-void rope_forward(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period,
-                  const T* cos, const T* sin) {
-    rotate(x, rows, ld, heads, d, period, cos, sin, T(1));
+void rope_forward(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t rot,
+                  int64_t period, const T* cos, const T* sin) {
+    rotate(x, rows, ld, heads, d, rot, period, cos, sin, T(1));
 }
 
 template <class T>
-void rope_backward(T* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period,
-                   const T* cos, const T* sin) {
-    rotate(dx, rows, ld, heads, d, period, cos, sin, T(-1));
+void rope_backward(T* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t rot,
+                   int64_t period, const T* cos, const T* sin) {
+    rotate(dx, rows, ld, heads, d, rot, period, cos, sin, T(-1));
 }
 
 // ── attention ───────────────────────────────────────────────────────────────────
@@ -324,15 +324,54 @@ double kl_forward_backward(const T* logits, const T* teacher_logp, int64_t rows,
     return total * scale;
 }
 
+// ── Qwen3.5's attention gate ────────────────────────────────────────────────────
+template <class T>
+void split_query_gate(const T* qg, int64_t rows, int64_t heads, int64_t d, T* q, T* gate) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t h = 0; h < heads; ++h) {
+            const T* src = qg + (i * heads + h) * 2 * d;
+            std::copy(src, src + d, q + (i * heads + h) * d);
+            std::copy(src + d, src + 2 * d, gate + (i * heads + h) * d);
+        }
+}
+
+template <class T>
+void merge_query_gate(const T* q, const T* gate, int64_t rows, int64_t heads, int64_t d, T* qg) {
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t h = 0; h < heads; ++h) {
+            T* dst = qg + (i * heads + h) * 2 * d;
+            std::copy(q + (i * heads + h) * d, q + (i * heads + h + 1) * d, dst);
+            std::copy(gate + (i * heads + h) * d, gate + (i * heads + h + 1) * d, dst + d);
+        }
+}
+
+template <class T>
+void sigmoid_gate_forward(const T* x, const T* gate, int64_t n, T* y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (T(1) + std::exp(-gate[i]));
+}
+
+template <class T>
+void sigmoid_gate_backward(const T* dy, const T* x, const T* gate, int64_t n, T* dx, T* dgate) {
+    for (int64_t i = 0; i < n; ++i) {
+        const T sg = T(1) / (T(1) + std::exp(-gate[i]));
+        dx[i] = dy[i] * sg;
+        dgate[i] = dy[i] * x[i] * sg * (T(1) - sg);
+    }
+}
+
 // ── instantiations ──────────────────────────────────────────────────────────────
 #define CORTIQ_TUNE_OPS(T)                                                                         \
+    template void split_query_gate<T>(const T*, int64_t, int64_t, int64_t, T*, T*);                \
+    template void merge_query_gate<T>(const T*, const T*, int64_t, int64_t, int64_t, T*);          \
+    template void sigmoid_gate_forward<T>(const T*, const T*, int64_t, T*);                        \
+    template void sigmoid_gate_backward<T>(const T*, const T*, const T*, int64_t, T*, T*);         \
     template void rmsnorm_forward<T>(const T*, int64_t, int64_t, const T*, T, T*, T*);             \
     template void rmsnorm_backward<T>(const T*, const T*, const T*, const T*, int64_t, int64_t,    \
                                       T*, T*);                                                     \
-    template void rope_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, const T*,       \
-                                  const T*);                                                       \
-    template void rope_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, const T*,      \
-                                   const T*);                                                      \
+    template void rope_forward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,        \
+                                  const T*, const T*);                                             \
+    template void rope_backward<T>(T*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,       \
+                                   const T*, const T*);                                            \
     template void attention_forward<T>(const T*, const T*, const T*, int64_t, int64_t, int64_t,    \
                                        int64_t, T*, T*);                                           \
     template void attention_backward<T>(const T*, const T*, const T*, const T*, const T*, int64_t, \

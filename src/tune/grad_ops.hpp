@@ -30,15 +30,17 @@ template <class T>
 void rmsnorm_backward(const T* dy, const T* x, const T* w, const T* rstd, int64_t rows, int64_t n,
                       T* dx, T* dw);
 
-// RoPE in place (HF rotate_half), row i at position i mod period; cos, sin:
-// period × d/2. x: rows × (heads · d), row stride ld.
+// RoPE in place (HF rotate_half) on the first `rot` values of each head of d
+// (rot = d but for Qwen3.5's partial rotary; the rest pass unchanged), row i
+// at position i mod period; cos, sin: period × rot/2. x: rows × (heads · d),
+// row stride ld.
 template <class T>
-void rope_forward(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period,
-                  const T* cos, const T* sin);
+void rope_forward(T* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t rot,
+                  int64_t period, const T* cos, const T* sin);
 // The transpose of the rotation (rotation by −angle), in place on dx.
 template <class T>
-void rope_backward(T* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t period,
-                   const T* cos, const T* sin);
+void rope_backward(T* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d, int64_t rot,
+                   int64_t period, const T* cos, const T* sin);
 
 // Causal grouped-query attention over one window of L tokens (positions
 // 0..L−1): for head h of kv group g = h / (heads / kv_heads),
@@ -59,6 +61,21 @@ void swiglu_forward(const T* gate, const T* up, int64_t n, T* y);
 // dgate = dy ∘ up ∘ σ(gate)(1 + gate(1 − σ(gate))), dup = dy ∘ silu(gate).
 template <class T>
 void swiglu_backward(const T* dy, const T* gate, const T* up, int64_t n, T* dgate, T* dup);
+
+// Qwen3.5's q_proj output, per row and head h, is [query_h (d) | gate_h (d)]:
+// split into q and gate (rows × heads·d each), and merge, its transpose
+// (the split's backward).
+template <class T>
+void split_query_gate(const T* qg, int64_t rows, int64_t heads, int64_t d, T* q, T* gate);
+template <class T>
+void merge_query_gate(const T* q, const T* gate, int64_t rows, int64_t heads, int64_t d, T* qg);
+
+// The attention's output gate: y = x ∘ σ(gate) over n values.
+template <class T>
+void sigmoid_gate_forward(const T* x, const T* gate, int64_t n, T* y);
+// dx = dy ∘ σ(gate), dgate = dy ∘ x ∘ σ(gate)(1 − σ(gate)) (overwritten).
+template <class T>
+void sigmoid_gate_backward(const T* dy, const T* x, const T* gate, int64_t n, T* dx, T* dgate);
 
 // Embedding lookup out[i] = table[tokens[i]] and its backward, the rows of
 // dout added into dtable[tokens[i]].

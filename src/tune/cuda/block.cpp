@@ -74,6 +74,11 @@ DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
     d.post_norm = upload_f(p.post_norm, st);
     d.q_norm = upload_f(p.q_norm, st);
     d.k_norm = upload_f(p.k_norm, st);
+    d.delta = p.delta;
+    d.conv = upload_f(p.conv, st);
+    d.a_log = upload_f(p.a_log, st);
+    d.dt_bias = upload_f(p.dt_bias, st);
+    d.gnorm = upload_f(p.gnorm, st);
     const auto src = p.linears();
     const auto dst = d.linears();
     for (size_t i = 0; i < src.size(); ++i) *dst[i] = upload_linear(*src[i], st);
@@ -167,34 +172,45 @@ void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, cons
     CORTIQ_ASSERT(rope.period == L, "RoPE table for {} positions, windows of {}", rope.period, L);
     a.windows = windows;
     a.L = L;
-    a.cache.resize(7);
+    a.cache.resize(kLinearSlots);
     ensure(a.x, N * H, st);
     copy_d2d(a.x.get(), x, N * H, st);
     ensure(a.n1, N * H, st);
     ensure(a.rstd1, N, st);
     rmsnorm_forward(g, x, N, H, p.in_norm.get(), eps, a.n1.get(), a.rstd1.get());
+    CORTIQ_CHECK(!p.delta, "--tune on the GPU: Gated DeltaNet blocks are tuned on the CPU only");
     lin_forward(g, p.q, a.n1.get(), N, a.q_lin, a.cache[0], a.blr);
     lin_forward(g, p.k, a.n1.get(), N, a.k_lin, a.cache[1], a.blr);
     lin_forward(g, p.v, a.n1.get(), N, a.v, a.cache[2], a.blr);
+    // q_in: the query (q_proj's output, or its query half with attn_gate)
+    const float* q_in = a.q_lin.get();
+    if (d.attn_gate) {
+        ensure(a.q_in, N * qw, st);
+        ensure(a.gate_lin, N * qw, st);
+        split_query_gate(g, a.q_lin.get(), N, d.heads, hd, a.q_in.get(), a.gate_lin.get());
+        q_in = a.q_in.get();
+    }
     ensure(a.q, N * qw, st);
     ensure(a.k, N * kw, st);
     if (d.qk_norm) {
         ensure(a.rstd_q, N * d.heads, st);
         ensure(a.rstd_k, N * d.kv_heads, st);
-        rmsnorm_forward(g, a.q_lin.get(), N * d.heads, hd, p.q_norm.get(), eps, a.q.get(),
-                        a.rstd_q.get());
+        rmsnorm_forward(g, q_in, N * d.heads, hd, p.q_norm.get(), eps, a.q.get(), a.rstd_q.get());
         rmsnorm_forward(g, a.k_lin.get(), N * d.kv_heads, hd, p.k_norm.get(), eps, a.k.get(),
                         a.rstd_k.get());
     } else {
-        copy_d2d(a.q.get(), a.q_lin.get(), N * qw, st);
+        copy_d2d(a.q.get(), q_in, N * qw, st);
         copy_d2d(a.k.get(), a.k_lin.get(), N * kw, st);
     }
-    rope_forward(g, a.q.get(), N, qw, d.heads, hd, L, rope.cos.get(), rope.sin.get());
-    rope_forward(g, a.k.get(), N, kw, d.kv_heads, hd, L, rope.cos.get(), rope.sin.get());
+    rope_forward(g, a.q.get(), N, qw, d.heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
+    rope_forward(g, a.k.get(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
     ensure(a.attn, N * qw, st);
     ensure(a.probs, windows * d.heads * L * L, st);
+    DVec& core = d.attn_gate ? a.core : a.attn;
+    ensure(core, N * qw, st);
     attention_forward(g, a.q.get(), a.k.get(), a.v.get(), windows, L, d.heads, d.kv_heads, hd,
-                      a.attn.get(), a.probs.get());
+                      core.get(), a.probs.get());
+    if (d.attn_gate) sigmoid_gate_forward(g, a.core.get(), a.gate_lin.get(), N * qw, a.attn.get());
     lin_forward(g, p.o, a.attn.get(), N, a.h, a.cache[3], a.blr);
     add_into(g, a.h.get(), x, N * H);
     ensure(a.n2, N * H, st);
@@ -230,25 +246,41 @@ void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, con
     add_into(g, a.dh.get(), a.tmp.get(), N * H);
     // attention: h = x + o(attn)
     lin_backward(g, p.o, a.attn.get(), N, a.cache[3], a.dh.get(), a.dattn, false, gr.blr[3], a.blr);
+    const float* dcore = a.dattn.get();
+    if (d.attn_gate) {
+        ensure(a.dcore, N * qw, st);
+        ensure(a.dqgate, N * qw, st);
+        sigmoid_gate_backward(g, a.dattn.get(), a.core.get(), a.gate_lin.get(), N * qw,
+                              a.dcore.get(), a.dqgate.get());
+        dcore = a.dcore.get();
+    }
     ensure(a.dq, N * qw, st);
     ensure(a.dk, N * kw, st);
     ensure(a.dv, N * kw, st);
     ensure(a.ds, windows * d.heads * L * L, st);
-    attention_backward(g, a.dattn.get(), a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
+    attention_backward(g, dcore, a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
                        d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
-    rope_backward(g, a.dq.get(), N, qw, d.heads, hd, L, rope.cos.get(), rope.sin.get());
-    rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, L, rope.cos.get(), rope.sin.get());
+    rope_backward(g, a.dq.get(), N, qw, d.heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
+    rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.get(),
+                  rope.sin.get());
     if (d.qk_norm) {
         ensure(a.dql, N * qw, st);
         ensure(a.dkl, N * kw, st);
-        rmsnorm_backward(g, a.dq.get(), a.q_lin.get(), p.q_norm.get(), a.rstd_q.get(), N * d.heads,
-                         hd, a.dql.get(), opt(gr.q_norm));
+        rmsnorm_backward(g, a.dq.get(), d.attn_gate ? a.q_in.get() : a.q_lin.get(),
+                         p.q_norm.get(), a.rstd_q.get(), N * d.heads, hd, a.dql.get(),
+                         opt(gr.q_norm));
         rmsnorm_backward(g, a.dk.get(), a.k_lin.get(), p.k_norm.get(), a.rstd_k.get(),
                          N * d.kv_heads, hd, a.dkl.get(), opt(gr.k_norm));
         std::swap(a.dq, a.dql);
         std::swap(a.dk, a.dkl);
     }
-    lin_backward(g, p.q, a.n1.get(), N, a.cache[0], a.dq.get(), a.dn1, false, gr.blr[0], a.blr);
+    const float* dq_lin = a.dq.get();
+    if (d.attn_gate) {  // back to q_proj's [query | gate] layout
+        ensure(a.dqg, N * 2 * qw, st);
+        merge_query_gate(g, a.dq.get(), a.dqgate.get(), N, d.heads, hd, a.dqg.get());
+        dq_lin = a.dqg.get();
+    }
+    lin_backward(g, p.q, a.n1.get(), N, a.cache[0], dq_lin, a.dn1, false, gr.blr[0], a.blr);
     lin_backward(g, p.k, a.n1.get(), N, a.cache[1], a.dk.get(), a.dn1, true, gr.blr[1], a.blr);
     lin_backward(g, p.v, a.n1.get(), N, a.cache[2], a.dv.get(), a.dn1, true, gr.blr[2], a.blr);
     rmsnorm_backward(g, a.dn1.get(), a.x.get(), p.in_norm.get(), a.rstd1.get(), N, H, a.tmp.get(),

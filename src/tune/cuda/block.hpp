@@ -21,11 +21,18 @@ struct DLinear {
 };
 
 struct DBlockParams {
+    bool delta = false;  // tune::BlockParamsT::delta
     DVec in_norm, post_norm, q_norm, k_norm;
     DLinear q, k, v, o, gate, up, down;
+    DLinear qkv, z, b, a, out;  // Gated DeltaNet
+    DVec conv, a_log, dt_bias, gnorm;
     // The linears in the order of tune::BlockParamsT::linears().
-    std::vector<DLinear*> linears() { return {&q, &k, &v, &o, &gate, &up, &down}; }
-    std::vector<const DLinear*> linears() const { return {&q, &k, &v, &o, &gate, &up, &down}; }
+    std::vector<DLinear*> linears() {
+        return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &z, &b, &a, &out};
+    }
+    std::vector<const DLinear*> linears() const {
+        return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &z, &b, &a, &out};
+    }
 };
 DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t stream);
 // What tuning changes (BLR scales and signs, norm weights) copied back into p.
@@ -51,6 +58,7 @@ struct DBlockActs {
     int64_t windows = 0, L = 0;
     DVec x, n1, rstd1, q_lin, k_lin, rstd_q, rstd_k, q, k, v, probs, attn, h, n2, rstd2, gate, up,
         act, out;
+    DVec q_in, gate_lin, core, dcore, dqgate, dqg;  // Qwen3.5's gated attention
     std::vector<DBlrCache> cache;  // per linear
     DBlrScratch blr;
     DVec dh, dact, dgate, dup, dn2, tmp, dattn, dq, dk, dv, dql, dkl, dn1, ds;

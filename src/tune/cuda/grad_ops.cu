@@ -99,8 +99,9 @@ __global__ void rmsnorm_backward_kernel(const float* dy, const float* x, const f
 
 // One thread per (row, head, pair j): sign +1 forward, −1 the transpose.
 __global__ void rotate_kernel(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                              int64_t period, const float* cos, const float* sin, float sign) {
-    const int64_t half = d / 2, total = rows * heads * half;
+                              int64_t rot, int64_t period, const float* cos, const float* sin,
+                              float sign) {
+    const int64_t half = rot / 2, total = rows * heads * half;
     for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
          t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t j = t % half, h = (t / half) % heads, i = t / (half * heads);
@@ -109,6 +110,37 @@ __global__ void rotate_kernel(float* x, int64_t rows, int64_t ld, int64_t heads,
         const float a = xh[j], b = xh[j + half], cj = cos[c], sj = sign * sin[c];
         xh[j] = a * cj - b * sj;
         xh[j + half] = b * cj + a * sj;
+    }
+}
+
+__global__ void query_gate_kernel(float* qg, float* q, float* gate, int64_t rows, int64_t heads,
+                                  int64_t d, bool merge) {
+    const int64_t total = rows * heads * d;
+    for (int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; t < total;
+         t += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t j = t % d, rh = t / d;  // rh = row · heads + head
+        float* src = qg + rh * 2 * d + j;
+        if (merge) {
+            src[0] = q[t];
+            src[d] = gate[t];
+        } else {
+            q[t] = src[0];
+            gate[t] = src[d];
+        }
+    }
+}
+
+__global__ void sigmoid_gate_kernel(const float* dy, const float* x, const float* gate, int64_t n,
+                                    float* y_or_dx, float* dgate) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const float sg = 1.0f / (1.0f + expf(-gate[i]));
+        if (!dy) {
+            y_or_dx[i] = x[i] * sg;
+        } else {
+            y_or_dx[i] = dy[i] * sg;
+            dgate[i] = dy[i] * x[i] * sg * (1.0f - sg);
+        }
     }
 }
 
@@ -190,18 +222,48 @@ void rmsnorm_backward(const Gpu& g, const float* dy, const float* x, const float
 }
 
 void rope_forward(const Gpu& g, float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                  int64_t period, const float* cos, const float* sin) {
+                  int64_t rot, int64_t period, const float* cos, const float* sin) {
     if (rows == 0) return;
-    rotate_kernel<<<blocks_for(rows * heads * (d / 2)), kThreads, 0, g.stream()>>>(
-        x, rows, ld, heads, d, period, cos, sin, 1.0f);
+    rotate_kernel<<<blocks_for(rows * heads * (rot / 2)), kThreads, 0, g.stream()>>>(
+        x, rows, ld, heads, d, rot, period, cos, sin, 1.0f);
     CUDA_LAUNCH_CHECK();
 }
 
 void rope_backward(const Gpu& g, float* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                   int64_t period, const float* cos, const float* sin) {
+                  int64_t rot, int64_t period, const float* cos, const float* sin) {
     if (rows == 0) return;
-    rotate_kernel<<<blocks_for(rows * heads * (d / 2)), kThreads, 0, g.stream()>>>(
-        dx, rows, ld, heads, d, period, cos, sin, -1.0f);
+    rotate_kernel<<<blocks_for(rows * heads * (rot / 2)), kThreads, 0, g.stream()>>>(
+        dx, rows, ld, heads, d, rot, period, cos, sin, -1.0f);
+    CUDA_LAUNCH_CHECK();
+}
+
+void split_query_gate(const Gpu& g, const float* qg, int64_t rows, int64_t heads, int64_t d,
+                      float* q, float* gate) {
+    if (rows * heads * d == 0) return;
+    query_gate_kernel<<<blocks_for(rows * heads * d), kThreads, 0, g.stream()>>>(
+        const_cast<float*>(qg), q, gate, rows, heads, d, false);
+    CUDA_LAUNCH_CHECK();
+}
+
+void merge_query_gate(const Gpu& g, const float* q, const float* gate, int64_t rows, int64_t heads,
+                      int64_t d, float* qg) {
+    if (rows * heads * d == 0) return;
+    query_gate_kernel<<<blocks_for(rows * heads * d), kThreads, 0, g.stream()>>>(
+        qg, const_cast<float*>(q), const_cast<float*>(gate), rows, heads, d, true);
+    CUDA_LAUNCH_CHECK();
+}
+
+void sigmoid_gate_forward(const Gpu& g, const float* x, const float* gate, int64_t n, float* y) {
+    if (n == 0) return;
+    sigmoid_gate_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(nullptr, x, gate, n, y,
+                                                                     nullptr);
+    CUDA_LAUNCH_CHECK();
+}
+
+void sigmoid_gate_backward(const Gpu& g, const float* dy, const float* x, const float* gate,
+                           int64_t n, float* dx, float* dgate) {
+    if (n == 0) return;
+    sigmoid_gate_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(dy, x, gate, n, dx, dgate);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -48,10 +48,11 @@ void rmsnorm_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, cons
 void rmsnorm_backward(const Gpu& g, const float* dy, const float* x, const float* w,
                       const float* rstd, int64_t rows, int64_t n, float* dx, float* dw);
 
+// rot: the values of each head that turn (tune::rope_forward).
 void rope_forward(const Gpu& g, float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                  int64_t period, const float* cos, const float* sin);
+                  int64_t rot, int64_t period, const float* cos, const float* sin);
 void rope_backward(const Gpu& g, float* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                   int64_t period, const float* cos, const float* sin);
+                   int64_t rot, int64_t period, const float* cos, const float* sin);
 
 // Causal GQA over `windows` windows of L tokens at once (attention.cu):
 // q, out: windows·L × heads·d; k, v: windows·L × kv_heads·d; probs:
@@ -64,6 +65,15 @@ void attention_backward(const Gpu& g, const float* dout, const float* q, const f
                         const float* v, const float* probs, int64_t windows, int64_t L,
                         int64_t heads, int64_t kv_heads, int64_t d, float* dq, float* dk, float* dv,
                         float* ds);
+
+// Qwen3.5's attention gate (tune::split_query_gate … sigmoid_gate_backward).
+void split_query_gate(const Gpu& g, const float* qg, int64_t rows, int64_t heads, int64_t d,
+                      float* q, float* gate);
+void merge_query_gate(const Gpu& g, const float* q, const float* gate, int64_t rows, int64_t heads,
+                      int64_t d, float* qg);
+void sigmoid_gate_forward(const Gpu& g, const float* x, const float* gate, int64_t n, float* y);
+void sigmoid_gate_backward(const Gpu& g, const float* dy, const float* x, const float* gate,
+                           int64_t n, float* dx, float* dgate);
 
 void swiglu_forward(const Gpu& g, const float* gate, const float* up, int64_t n, float* y);
 void swiglu_backward(const Gpu& g, const float* dy, const float* gate, const float* up, int64_t n,
