@@ -97,8 +97,8 @@ void perturb_scales(tune::BlockParamsT<float>& p, double sigma) {
     for (auto* l : p.linears())
         if (l->blr)
             for (auto& q : l->blr->paths)
-            for (auto* v : {&q.h, &q.l, &q.g})
-                for (auto& x : *v) x *= std::exp(nd(rng));
+                for (auto* v : {&q.h, &q.l, &q.g})
+                    for (auto& x : *v) x *= std::exp(nd(rng));
 }
 
 }  // namespace

@@ -110,8 +110,8 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     auto [xs, ys] = run.states.block_pairs(1, layer);
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
     // float32; a Gated DeltaNet block on the CPU (its mixer has no CUDA backward)
-    const auto tune_fn = run.o.device == encode::Device::gpu && !p.delta ? tune::tune_block_gpu
-                                                                         : tune::tune_block;
+    const auto tune_fn =
+        run.o.device == encode::Device::gpu && !p.delta ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, run.o.tune);

@@ -69,8 +69,7 @@ void attention_mixer_backward(const BlockParamsT<T>& p, const BlockDims& d, cons
                               BlockGradsT<T>& g) {
     const int64_t L = a.L, windows = a.windows, N = windows * L, hd = d.head_dim;
     const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
-    std::vector<T> scratch, dattn(N * qw), dcore(N * qw), dgate, dq(N * qw), dk(N * kw),
-        dv(N * kw);
+    std::vector<T> scratch, dattn(N * qw), dcore(N * qw), dgate, dq(N * qw), dk(N * kw), dv(N * kw);
     lin_backward(p.o, a.attn.data(), N, a.cache[kO], dmix, dattn, false, g.blr[kO], scratch);
     if (d.attn_gate) {
         dgate.resize(N * qw);
@@ -171,8 +170,7 @@ void block_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>
     std::vector<T> scratch, dact(N * d.ffn), dgate(N * d.ffn), dup(N * d.ffn), dn2(N * H);
     std::vector<T> dh(dout, dout + N * H);
     // MLP: out = h + down(act)
-    lin_backward(p.down, a.act.data(), N, a.cache[kDown], dout, dact, false, g.blr[kDown],
-                 scratch);
+    lin_backward(p.down, a.act.data(), N, a.cache[kDown], dout, dact, false, g.blr[kDown], scratch);
     swiglu_backward(dact.data(), a.gate.data(), a.up.data(), N * d.ffn, dgate.data(), dup.data());
     lin_backward(p.gate, a.n2.data(), N, a.cache[kGate], dgate.data(), dn2, false, g.blr[kGate],
                  scratch);

@@ -70,7 +70,19 @@ struct BlockParamsT {
 };
 // Where each linear sits in linears().
 enum LinearSlot : size_t {
-    kQ, kK, kV, kO, kGate, kUp, kDown, kQkv, kZ, kB, kA, kOut, kLinearSlots
+    kQ,
+    kK,
+    kV,
+    kO,
+    kGate,
+    kUp,
+    kDown,
+    kQkv,
+    kZ,
+    kB,
+    kA,
+    kOut,
+    kLinearSlots
 };
 
 // Gradients of what tuning changes: the BLR layers (same order as

@@ -102,11 +102,11 @@ void delta_mixer_backward(const BlockParamsT<T>& p, const BlockDims& d, BlockAct
     lin_backward(p.a, a.n1.data(), N, a.cache[kA], da.data(), dn1, true, g.blr[kA], scratch);
 }
 
-#define CORTIQ_TUNE_DELTA_BLOCK(T)                                                              \
-    template void delta_mixer_forward<T>(const BlockParamsT<T>&, const BlockDims&,             \
-                                         BlockActsT<T>&, std::vector<T>&);                     \
-    template void delta_mixer_backward<T>(const BlockParamsT<T>&, const BlockDims&,            \
-                                          BlockActsT<T>&, const T*, std::vector<T>&,           \
+#define CORTIQ_TUNE_DELTA_BLOCK(T)                                                                 \
+    template void delta_mixer_forward<T>(const BlockParamsT<T>&, const BlockDims&, BlockActsT<T>&, \
+                                         std::vector<T>&);                                         \
+    template void delta_mixer_backward<T>(const BlockParamsT<T>&, const BlockDims&,                \
+                                          BlockActsT<T>&, const T*, std::vector<T>&,               \
                                           BlockGradsT<T>&);
 
 CORTIQ_TUNE_DELTA_BLOCK(float)

@@ -261,14 +261,12 @@ void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, con
     attention_backward(g, dcore, a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
                        d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
     rope_backward(g, a.dq.get(), N, qw, d.heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
-    rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.get(),
-                  rope.sin.get());
+    rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
     if (d.qk_norm) {
         ensure(a.dql, N * qw, st);
         ensure(a.dkl, N * kw, st);
-        rmsnorm_backward(g, a.dq.get(), d.attn_gate ? a.q_in.get() : a.q_lin.get(),
-                         p.q_norm.get(), a.rstd_q.get(), N * d.heads, hd, a.dql.get(),
-                         opt(gr.q_norm));
+        rmsnorm_backward(g, a.dq.get(), d.attn_gate ? a.q_in.get() : a.q_lin.get(), p.q_norm.get(),
+                         a.rstd_q.get(), N * d.heads, hd, a.dql.get(), opt(gr.q_norm));
         rmsnorm_backward(g, a.dk.get(), a.k_lin.get(), p.k_norm.get(), a.rstd_k.get(),
                          N * d.kv_heads, hd, a.dkl.get(), opt(gr.k_norm));
         std::swap(a.dq, a.dql);

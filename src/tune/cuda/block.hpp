@@ -59,7 +59,7 @@ struct DBlockActs {
     DVec x, n1, rstd1, q_lin, k_lin, rstd_q, rstd_k, q, k, v, probs, attn, h, n2, rstd2, gate, up,
         act, out;
     DVec q_in, gate_lin, core, dcore, dqgate, dqg;  // Qwen3.5's gated attention
-    std::vector<DBlrCache> cache;  // per linear
+    std::vector<DBlrCache> cache;                   // per linear
     DBlrScratch blr;
     DVec dh, dact, dgate, dup, dn2, tmp, dattn, dq, dk, dv, dql, dkl, dn1, ds;
 };
