@@ -231,18 +231,18 @@ __device__ void sum_columns(ColumnSums& cs, int par, const Place& p, int64_t dk,
 }
 
 // One backward step (the header's equations) at staged step s, row `row`;
-// prev: this thread's slot of the state before the step in `steps`.
+// prev: this thread's rows of the state before the step.
 template <int kRows>
 __device__ void backward_step(const Stage& st, int s, const Place& p, const DeltaRule& r,
-                              int64_t row, const float* prev, float (&dS)[kRows], ColumnSums& cs,
-                              int par, float* dv, float* part) {
+                              int64_t row, const float (&prev)[kRows], float (&dS)[kRows],
+                              ColumnSums& cs, int par, float* dv, float* part) {
     const float decay = expf(st.g[s]), beta = st.beta[s];
     const float* k = st.k[s];
     const float* qh = st.q[s];
     const float d_o = st.dout[s][p.cc];
     float P[kRows];  // P = e^g S_prev
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) P[i] = decay * prev[i * kThreads];
+    for (int i = 0; i < kRows; ++i) P[i] = decay * prev[i];
     float kv = 0;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) kv += P[i] * k[i * kGroup + p.rg];
@@ -273,6 +273,16 @@ __device__ void backward_step(const Stage& st, int s, const Place& p, const Delt
     }
     fold_columns(vk, p.lane);
     sum_columns(cs, par, p, r.dk, vq, vk, dbeta, dg, part);
+}
+
+// This thread's rows of the state before step `step` of the chunk (`steps`:
+// slot step·kRows·kThreads + i·kThreads + tid, written by recompute_chunk).
+template <int kRows>
+__device__ __forceinline__ void load_slot(const float* steps, int64_t step, int tid,
+                                          float (&s)[kRows]) {
+    const float* slot = steps + step * kRows * kThreads + tid;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) s[i] = slot[i * kThreads];
 }
 
 // Recomputes the states before steps t0 .. t0 + n − 1 from the chunk's
@@ -309,12 +319,13 @@ __global__ void __launch_bounds__(kThreads)
     float* my_steps = steps + ((p.b * H + p.h) * tiles + blockIdx.x) * chunk * kRows *
                                   static_cast<int64_t>(kThreads);
     float* my_part = part + static_cast<int64_t>(blockIdx.x) * rows * H * pn;
-    float dS[kRows] = {};
+    float dS[kRows] = {}, prev[kRows], next[kRows] = {};
     int par = 0;
     for (int64_t c = nch - 1; c >= 0; --c) {
         const int64_t t0 = c * chunk, n = r.L - t0 < chunk ? r.L - t0 : chunk;
         recompute_chunk<kRows>(st, r, p, states + ((p.b * nch + c) * H + p.h) * r.dk * r.dv, t0, n,
                                scale, my_steps);
+        load_slot(my_steps, n - 1, p.tid, prev);
         for (int64_t ts = t0 + (n - 1) / kStage * kStage; ts >= t0; ts -= kStage) {
             const int m = static_cast<int>(t0 + n - ts < kStage ? t0 + n - ts : kStage);
             __syncthreads();
@@ -322,10 +333,13 @@ __global__ void __launch_bounds__(kThreads)
             __syncthreads();
             for (int s = m - 1; s >= 0; --s) {
                 const int64_t row = p.b * r.L + ts + s;
-                const float* prev = my_steps + (ts - t0 + s) * kRows * kThreads + p.tid;
+                // the next (earlier) step's state, in flight during this step
+                if (ts + s > t0) load_slot(my_steps, ts + s - t0 - 1, p.tid, next);
                 backward_step(st, s, p, r, row, prev, dS, cs, par, dv,
                               my_part + (row * H + p.h) * pn);
                 par ^= 1;
+#pragma unroll
+                for (int i = 0; i < kRows; ++i) prev[i] = next[i];
             }
         }
     }
