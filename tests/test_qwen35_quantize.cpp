@@ -298,3 +298,43 @@ TEST(Qwen35Quantize, TunesHybridBlocksChangingOnlyThePayloads) {
     EXPECT_EQ(slurp(d / "a.safetensors"), slurp(d / "b.safetensors"));
     fs::remove_all(d);
 }
+
+// A hybrid checkpoint whose conv kernel has the wrong shape: --tune block
+// stops before any work with one error naming the tensor and its shapes.
+TEST(Qwen35Quantize, AConvKernelOfTheWrongShapeIsNamed) {
+    REQUIRE_DATA_AT(kCalib);
+    const auto d = scratch_dir("cortiq_q35bad_", "run");
+    const fs::path bad = d / "model";
+    fs::create_directories(bad);
+    for (const auto& e : fs::directory_iterator(kTiny))
+        if (e.path().extension() != ".safetensors")
+            fs::copy_file(e.path(), bad / e.path().filename());
+    const auto src = io::SafetensorsFile::open((kTiny / "model.safetensors").string());
+    io::SafetensorsWriter w;
+    std::string conv;
+    for (const auto& t : src.tensors()) {
+        const auto bytes = src.bytes(t);
+        std::vector<int64_t> shape = t.shape;
+        std::vector<uint8_t> data(bytes.begin(), bytes.end());
+        if (conv.empty() && ends_with(t.name, "linear_attn.conv1d.weight")) {
+            conv = t.name;
+            shape.back() -= 1;  // [C, 1, K] → [C, 1, K − 1]
+            data.resize(data.size() / (shape.back() + 1) * shape.back());
+        }
+        w.add(t.name, t.dtype, shape, std::move(data));
+    }
+    ASSERT_FALSE(conv.empty());
+    w.write((bad / "model.safetensors").string());
+    auto o = options(d / "out.safetensors");
+    o.model_dir = bad.string();
+    o.tune_mode = "block";
+    try {
+        quant::quantize(o);
+        ADD_FAILURE() << "a wrong conv kernel shape was accepted";
+    } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(conv), std::string::npos) << msg;
+    }
+    EXPECT_FALSE(fs::exists(d / "out.safetensors"));
+    fs::remove_all(d);
+}
