@@ -169,6 +169,11 @@ TEST(TuneGradGpu, Qwen35GatedAttentionBlockMatchesTheCpuBlock) {
                       "qwen3.5 gated attention, 3 windows of 70");
 }
 
+TEST(TuneGradGpu, Qwen35GatedDeltaNetBlockMatchesTheCpuBlock) {
+    REQUIRE_GPU();
+    check_fixture_gpu(make_delta_fixture(17), "qwen3.5 gated deltanet, 2 windows of 67");
+}
+
 // A tuning problem with a known answer: the targets are the outputs of the
 // same block with every scale perturbed by exp(±0.2 noise), the inputs random.
 struct TuneProblem {

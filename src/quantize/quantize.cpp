@@ -22,31 +22,19 @@
 
 namespace cortiq::quant {
 
-std::string resolve_tune_mode(const std::string& mode, encode::Device device, bool hybrid) {
+std::string resolve_tune_mode(const std::string& mode, encode::Device device) {
     if (mode != "auto") return mode;
-    return device == encode::Device::gpu && !hybrid ? "block+kd" : "none";
+    return device == encode::Device::gpu ? "block+kd" : "none";
 }
 
 void resolve_tune_mode(QuantizeOptions& o) {
-    if (o.tune_mode != "auto") return;
-    bool hybrid = false;
-    try {
-        hybrid = io::ModelConfig::load(o.model_dir).hybrid();
-    } catch (const Error&) {
-        // an unreadable config is reported by the run itself, with its context
-    }
-    o.tune_mode = resolve_tune_mode(o.tune_mode, o.device, hybrid);
-    if (hybrid && o.device == encode::Device::gpu)
-        o.tune_note =
-            "; --tune auto: none for a Qwen3.5 hybrid model (its Gated DeltaNet blocks have no "
-            "CUDA backward pass yet; --tune block or block+kd tunes them on the CPU)";
+    o.tune_mode = resolve_tune_mode(o.tune_mode, o.device);
 }
 
 QuantizeReport quantize(const QuantizeOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     QuantizeReport rep;
     rep.out_path = o.out_path;
-    rep.tune_note = o.tune_note;
     check_output(o);
     if (!o.gpus.empty()) {
         CORTIQ_CHECK(o.device == encode::Device::gpu, "--gpus needs --device gpu");

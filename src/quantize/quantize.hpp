@@ -50,9 +50,6 @@ struct QuantizeOptions {
     // (tune/distill.hpp) with the options in `kd`.
     // "auto" (the command line's default) is resolved by resolve_tune_mode.
     std::string tune_mode = "none";
-    // Set by resolve_tune_mode when "auto" gave less than the device's
-    // default (Qwen3.5: its DeltaNet blocks tune on the CPU only); the summary says it.
-    std::string tune_note;
     tune::TuneOptions tune;
     // 20 epochs with signs: on the GPU with the default 128 windows the
     // held-out KL of tiny-llama-6m was lowest at epochs 7 to 15, and the
@@ -177,7 +174,6 @@ struct QuantizeReport {
     // Tensors too small to compress usefully, left as they are (Qwen3.5's
     // in_proj_b / in_proj_a; quantize/steps.hpp small_by_default).
     std::vector<std::string> kept_small;
-    std::string tune_note;  // QuantizeOptions::tune_note
     std::string out_path;
     nlohmann::json to_json() const;
     std::string summary() const;
@@ -188,14 +184,11 @@ QuantizeReport quantize(const QuantizeOptions& o);
 
 // --tune auto: the best tuning the device runs in about the time of the
 // encoding: "block+kd" with --device gpu (block tuning and distillation run
-// on the GPU, tune/cuda), "none" on the CPU (minutes per layer on a few
-// cores; ask for it with --tune block or block+kd). A hybrid model (Qwen3.5,
-// whose Gated DeltaNet blocks tune on the CPU only) gets "none" on both
-// devices. Any other mode is returned as it is.
-std::string resolve_tune_mode(const std::string& mode, encode::Device device, bool hybrid = false);
-// Sets o.tune_mode from "auto" (resolve_tune_mode, reading o.model_dir's
-// config to tell a hybrid model) and o.tune_note when a hybrid model loses
-// the device's default tuning.
+// on the GPU, tune/cuda; Qwen3.5's hybrid blocks too), "none" on the CPU
+// (minutes per layer on a few cores; ask for it with --tune block or
+// block+kd). Any other mode is returned as it is.
+std::string resolve_tune_mode(const std::string& mode, encode::Device device);
+// Sets o.tune_mode from "auto" (resolve_tune_mode).
 void resolve_tune_mode(QuantizeOptions& o);
 
 // The least-squares target of --match original. With C = (1/T) Σ x_o x_cᵀ

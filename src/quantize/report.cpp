@@ -137,7 +137,7 @@ std::string QuantizeReport::summary() const {
                tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
                resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
                resumed_head ? ", lm_head resumed" : "") +
-           kept_small_note() + tune_note +
+           kept_small_note() +
            (encode_stages.entries().empty()
                 ? ""
                 : "\ncalibration: " + calib_parts.line() +

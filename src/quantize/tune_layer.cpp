@@ -14,8 +14,14 @@
 namespace cortiq::quant {
 
 tune::BlockDims dims_of(const io::ModelConfig& c) {
-    tune::BlockDims d{c.hidden_size,       c.num_heads,    c.num_kv_heads, c.head_dim,
-                      c.intermediate_size, c.rms_norm_eps, c.qk_norm};
+    tune::BlockDims d;
+    d.hidden = c.hidden_size;
+    d.heads = c.num_heads;
+    d.kv_heads = c.num_kv_heads;
+    d.head_dim = c.head_dim;
+    d.ffn = c.intermediate_size;
+    d.eps = c.rms_norm_eps;
+    d.qk_norm = c.qk_norm;
     d.attn_gate = c.attn_gate;
     d.rotary_dim = c.rotary_dim();
     const io::DeltaNetConfig& dc = c.delta;
@@ -108,10 +114,9 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     tune::BlockParamsT<float> p = block_params(run, layer);
     auto [xf, yf] = run.states.block_pairs(0, layer);
     auto [xs, ys] = run.states.block_pairs(1, layer);
-    // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
-    // float32; a Gated DeltaNet block on the CPU (its mixer has no CUDA backward)
+    // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in float32
     const auto tune_fn =
-        run.o.device == encode::Device::gpu && !p.delta ? tune::tune_block_gpu : tune::tune_block;
+        run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, run.o.tune);

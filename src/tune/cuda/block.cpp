@@ -3,6 +3,7 @@
 #include "tune/cuda/block.hpp"
 
 #include "core/error.hpp"
+#include "tune/cuda/block_detail.hpp"
 
 namespace cortiq::tune::cuda {
 
@@ -38,6 +39,12 @@ void into(const DVec& d, std::vector<float>& v, cudaStream_t st) {
     v = download_f(d.get(), d.size(), st);
 }
 
+float* opt(DVec& v) {
+    return v.empty() ? nullptr : v.get();
+}
+
+}  // namespace
+
 void lin_forward(const Gpu& g, const DLinear& l, const float* x, int64_t rows, DVec& y,
                  DBlrCache& cache, DBlrScratch& s) {
     ensure(y, rows * l.m, g.stream());
@@ -61,12 +68,6 @@ void lin_backward(const Gpu& g, const DLinear& l, const float* x, int64_t rows,
     else
         linear_backward_dx(g, dy, rows, l.n, l.w.get(), l.m, dx.get(), add);
 }
-
-float* opt(DVec& v) {
-    return v.empty() ? nullptr : v.get();
-}
-
-}  // namespace
 
 DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
     DBlockParams d;
@@ -163,25 +164,18 @@ DRope upload(const RopeT<float>& r, cudaStream_t st) {
     return {r.period, upload_f(r.cos, st), upload_f(r.sin, st)};
 }
 
-void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
-                   const float* x, int64_t windows, int64_t L, DBlockActs& a) {
-    const int64_t N = windows * L, H = d.hidden, hd = d.head_dim;
+namespace {
+
+// The attention mixer: a.n1 → a.h (o_proj's output), as tune/block.cpp.
+void attention_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d,
+                             const DRope& rope, DBlockActs& a) {
+    const int64_t L = a.L, windows = a.windows, N = windows * L, hd = d.head_dim;
     const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
     const float eps = static_cast<float>(d.eps);
     const cudaStream_t st = g.stream();
-    CORTIQ_ASSERT(rope.period == L, "RoPE table for {} positions, windows of {}", rope.period, L);
-    a.windows = windows;
-    a.L = L;
-    a.cache.resize(kLinearSlots);
-    ensure(a.x, N * H, st);
-    copy_d2d(a.x.get(), x, N * H, st);
-    ensure(a.n1, N * H, st);
-    ensure(a.rstd1, N, st);
-    rmsnorm_forward(g, x, N, H, p.in_norm.get(), eps, a.n1.get(), a.rstd1.get());
-    CORTIQ_CHECK(!p.delta, "--tune on the GPU: Gated DeltaNet blocks are tuned on the CPU only");
-    lin_forward(g, p.q, a.n1.get(), N, a.q_lin, a.cache[0], a.blr);
-    lin_forward(g, p.k, a.n1.get(), N, a.k_lin, a.cache[1], a.blr);
-    lin_forward(g, p.v, a.n1.get(), N, a.v, a.cache[2], a.blr);
+    lin_forward(g, p.q, a.n1.get(), N, a.q_lin, a.cache[kQ], a.blr);
+    lin_forward(g, p.k, a.n1.get(), N, a.k_lin, a.cache[kK], a.blr);
+    lin_forward(g, p.v, a.n1.get(), N, a.v, a.cache[kV], a.blr);
     // q_in: the query (q_proj's output, or its query half with attn_gate)
     const float* q_in = a.q_lin.get();
     if (d.attn_gate) {
@@ -211,41 +205,18 @@ void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, cons
     attention_forward(g, a.q.get(), a.k.get(), a.v.get(), windows, L, d.heads, d.kv_heads, hd,
                       core.get(), a.probs.get());
     if (d.attn_gate) sigmoid_gate_forward(g, a.core.get(), a.gate_lin.get(), N * qw, a.attn.get());
-    lin_forward(g, p.o, a.attn.get(), N, a.h, a.cache[3], a.blr);
-    add_into(g, a.h.get(), x, N * H);
-    ensure(a.n2, N * H, st);
-    ensure(a.rstd2, N, st);
-    rmsnorm_forward(g, a.h.get(), N, H, p.post_norm.get(), eps, a.n2.get(), a.rstd2.get());
-    lin_forward(g, p.gate, a.n2.get(), N, a.gate, a.cache[4], a.blr);
-    lin_forward(g, p.up, a.n2.get(), N, a.up, a.cache[5], a.blr);
-    ensure(a.act, N * d.ffn, st);
-    swiglu_forward(g, a.gate.get(), a.up.get(), N * d.ffn, a.act.get());
-    lin_forward(g, p.down, a.act.get(), N, a.out, a.cache[6], a.blr);
-    add_into(g, a.out.get(), a.h.get(), N * H);
+    lin_forward(g, p.o, a.attn.get(), N, a.h, a.cache[kO], a.blr);
 }
 
-void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
-                    DBlockActs& a, const float* dout, float* dx, DBlockGrads& gr) {
-    const int64_t L = a.L, windows = a.windows, N = windows * L, H = d.hidden, hd = d.head_dim;
+// Given a.dh: a.dn1 overwritten, gradients into gr.
+void attention_mixer_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d,
+                              const DRope& rope, DBlockActs& a, DBlockGrads& gr) {
+    const int64_t L = a.L, windows = a.windows, N = windows * L, hd = d.head_dim;
     const int64_t qw = d.heads * hd, kw = d.kv_heads * hd;
     const cudaStream_t st = g.stream();
-    ensure(a.dh, N * H, st);
-    copy_d2d(a.dh.get(), dout, N * H, st);
-    // MLP: out = h + down(act)
-    lin_backward(g, p.down, a.act.get(), N, a.cache[6], dout, a.dact, false, gr.blr[6], a.blr);
-    ensure(a.dgate, N * d.ffn, st);
-    ensure(a.dup, N * d.ffn, st);
-    swiglu_backward(g, a.dact.get(), a.gate.get(), a.up.get(), N * d.ffn, a.dgate.get(),
-                    a.dup.get());
-    lin_backward(g, p.gate, a.n2.get(), N, a.cache[4], a.dgate.get(), a.dn2, false, gr.blr[4],
-                 a.blr);
-    lin_backward(g, p.up, a.n2.get(), N, a.cache[5], a.dup.get(), a.dn2, true, gr.blr[5], a.blr);
-    ensure(a.tmp, N * H, st);
-    rmsnorm_backward(g, a.dn2.get(), a.h.get(), p.post_norm.get(), a.rstd2.get(), N, H, a.tmp.get(),
-                     opt(gr.post_norm));
-    add_into(g, a.dh.get(), a.tmp.get(), N * H);
     // attention: h = x + o(attn)
-    lin_backward(g, p.o, a.attn.get(), N, a.cache[3], a.dh.get(), a.dattn, false, gr.blr[3], a.blr);
+    lin_backward(g, p.o, a.attn.get(), N, a.cache[kO], a.dh.get(), a.dattn, false, gr.blr[kO],
+                 a.blr);
     const float* dcore = a.dattn.get();
     if (d.attn_gate) {
         ensure(a.dcore, N * qw, st);
@@ -278,9 +249,70 @@ void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, con
         merge_query_gate(g, a.dq.get(), a.dqgate.get(), N, d.heads, hd, a.dqg.get());
         dq_lin = a.dqg.get();
     }
-    lin_backward(g, p.q, a.n1.get(), N, a.cache[0], dq_lin, a.dn1, false, gr.blr[0], a.blr);
-    lin_backward(g, p.k, a.n1.get(), N, a.cache[1], a.dk.get(), a.dn1, true, gr.blr[1], a.blr);
-    lin_backward(g, p.v, a.n1.get(), N, a.cache[2], a.dv.get(), a.dn1, true, gr.blr[2], a.blr);
+    lin_backward(g, p.q, a.n1.get(), N, a.cache[kQ], dq_lin, a.dn1, false, gr.blr[kQ], a.blr);
+    lin_backward(g, p.k, a.n1.get(), N, a.cache[kK], a.dk.get(), a.dn1, true, gr.blr[kK], a.blr);
+    lin_backward(g, p.v, a.n1.get(), N, a.cache[kV], a.dv.get(), a.dn1, true, gr.blr[kV], a.blr);
+}
+
+}  // namespace
+
+void block_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                   const float* x, int64_t windows, int64_t L, DBlockActs& a) {
+    const int64_t N = windows * L, H = d.hidden;
+    const float eps = static_cast<float>(d.eps);
+    const cudaStream_t st = g.stream();
+    CORTIQ_ASSERT(p.delta || rope.period == L, "RoPE table for {} positions, windows of {}",
+                  rope.period, L);
+    a.windows = windows;
+    a.L = L;
+    a.cache.resize(kLinearSlots);
+    ensure(a.x, N * H, st);
+    copy_d2d(a.x.get(), x, N * H, st);
+    ensure(a.n1, N * H, st);
+    ensure(a.rstd1, N, st);
+    rmsnorm_forward(g, x, N, H, p.in_norm.get(), eps, a.n1.get(), a.rstd1.get());
+    if (p.delta)
+        delta_mixer_forward(g, p, d, a);
+    else
+        attention_mixer_forward(g, p, d, rope, a);
+    add_into(g, a.h.get(), x, N * H);
+    ensure(a.n2, N * H, st);
+    ensure(a.rstd2, N, st);
+    rmsnorm_forward(g, a.h.get(), N, H, p.post_norm.get(), eps, a.n2.get(), a.rstd2.get());
+    lin_forward(g, p.gate, a.n2.get(), N, a.gate, a.cache[kGate], a.blr);
+    lin_forward(g, p.up, a.n2.get(), N, a.up, a.cache[kUp], a.blr);
+    ensure(a.act, N * d.ffn, st);
+    swiglu_forward(g, a.gate.get(), a.up.get(), N * d.ffn, a.act.get());
+    lin_forward(g, p.down, a.act.get(), N, a.out, a.cache[kDown], a.blr);
+    add_into(g, a.out.get(), a.h.get(), N * H);
+}
+
+void block_backward(const Gpu& g, const DBlockParams& p, const BlockDims& d, const DRope& rope,
+                    DBlockActs& a, const float* dout, float* dx, DBlockGrads& gr) {
+    const int64_t N = a.windows * a.L, H = d.hidden;
+    const cudaStream_t st = g.stream();
+    ensure(a.dh, N * H, st);
+    copy_d2d(a.dh.get(), dout, N * H, st);
+    // MLP: out = h + down(act)
+    lin_backward(g, p.down, a.act.get(), N, a.cache[kDown], dout, a.dact, false, gr.blr[kDown],
+                 a.blr);
+    ensure(a.dgate, N * d.ffn, st);
+    ensure(a.dup, N * d.ffn, st);
+    swiglu_backward(g, a.dact.get(), a.gate.get(), a.up.get(), N * d.ffn, a.dgate.get(),
+                    a.dup.get());
+    lin_backward(g, p.gate, a.n2.get(), N, a.cache[kGate], a.dgate.get(), a.dn2, false,
+                 gr.blr[kGate], a.blr);
+    lin_backward(g, p.up, a.n2.get(), N, a.cache[kUp], a.dup.get(), a.dn2, true, gr.blr[kUp],
+                 a.blr);
+    ensure(a.tmp, N * H, st);
+    rmsnorm_backward(g, a.dn2.get(), a.h.get(), p.post_norm.get(), a.rstd2.get(), N, H, a.tmp.get(),
+                     opt(gr.post_norm));
+    add_into(g, a.dh.get(), a.tmp.get(), N * H);
+    // the mixer: h = x + mix(n1)
+    if (p.delta)
+        delta_mixer_backward(g, p, d, a, gr);
+    else
+        attention_mixer_backward(g, p, d, rope, a, gr);
     rmsnorm_backward(g, a.dn1.get(), a.x.get(), p.in_norm.get(), a.rstd1.get(), N, H, a.tmp.get(),
                      opt(gr.in_norm));
     if (dx) {

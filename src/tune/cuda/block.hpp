@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tune/block.hpp"
+#include "tune/cuda/delta_grad_ops.hpp"
 #include "tune/cuda/grad_ops.hpp"
 
 namespace cortiq::tune::cuda {
@@ -59,7 +60,11 @@ struct DBlockActs {
     DVec x, n1, rstd1, q_lin, k_lin, rstd_q, rstd_k, q, k, v, probs, attn, h, n2, rstd2, gate, up,
         act, out;
     DVec q_in, gate_lin, core, dcore, dqgate, dqg;  // Qwen3.5's gated attention
-    std::vector<DBlrCache> cache;                   // per linear
+    // Qwen3.5's Gated DeltaNet (names of tune::BlockActsT) and its backward's
+    DVec qkv_lin, conv_pre, qkv, qkv_n, inv_qk, z, b_lin, a_lin, g, beta, states, delta, rstd_g;
+    DVec dqkv, dqkv_lin, ddelta, dz, dg, dbeta, da, db;
+    DeltaRuleScratch rule;
+    std::vector<DBlrCache> cache;  // per linear
     DBlrScratch blr;
     DVec dh, dact, dgate, dup, dn2, tmp, dattn, dq, dk, dv, dql, dkl, dn1, ds;
 };
