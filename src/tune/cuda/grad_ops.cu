@@ -230,7 +230,7 @@ void rope_forward(const Gpu& g, float* x, int64_t rows, int64_t ld, int64_t head
 }
 
 void rope_backward(const Gpu& g, float* dx, int64_t rows, int64_t ld, int64_t heads, int64_t d,
-                  int64_t rot, int64_t period, const float* cos, const float* sin) {
+                   int64_t rot, int64_t period, const float* cos, const float* sin) {
     if (rows == 0) return;
     rotate_kernel<<<blocks_for(rows * heads * (rot / 2)), kThreads, 0, g.stream()>>>(
         dx, rows, ld, heads, d, rot, period, cos, sin, -1.0f);
@@ -256,7 +256,7 @@ void merge_query_gate(const Gpu& g, const float* q, const float* gate, int64_t r
 void sigmoid_gate_forward(const Gpu& g, const float* x, const float* gate, int64_t n, float* y) {
     if (n == 0) return;
     sigmoid_gate_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(nullptr, x, gate, n, y,
-                                                                     nullptr);
+                                                                    nullptr);
     CUDA_LAUNCH_CHECK();
 }
 
