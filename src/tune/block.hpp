@@ -14,6 +14,7 @@
 #include <optional>
 #include <vector>
 
+#include "tune/delta_grad_ops.hpp"
 #include "tune/grad_ops.hpp"
 
 namespace cortiq::tune {
@@ -38,6 +39,30 @@ struct BlockDims {
 
 // The delta rule's chunk in tuning: the checkpoints the backward recomputes from.
 inline constexpr int64_t kTuneDeltaChunk = 64;
+// The L2 norm's eps of q and k in the delta rule (transformers' l2norm).
+inline constexpr double kDeltaL2Eps = 1e-6;
+
+// The delta rule's inputs for windows × L rows: q, k, v side by side in
+// qkv_n (in_proj_qkv's columns after the convolution and the L2 norm), the
+// gates g and beta (rows × v_heads). Shared by the CPU and CUDA mixers.
+template <class T>
+DeltaRuleT<T> delta_rule_of(const DeltaDims& dd, int64_t windows, int64_t L, const T* qkv_n,
+                            const T* g, const T* beta) {
+    DeltaRuleT<T> r;
+    r.q = qkv_n;
+    r.k = qkv_n + dd.key_dim();
+    r.v = qkv_n + 2 * dd.key_dim();
+    r.g = g;
+    r.beta = beta;
+    r.windows = windows;
+    r.L = L;
+    r.ld_qk = r.ld_v = dd.conv_dim();
+    r.k_heads = dd.k_heads;
+    r.v_heads = dd.v_heads;
+    r.dk = dd.dk;
+    r.dv = dd.dv;
+    return r;
+}
 
 // A linear layer of the block: BLR (tunable) or dense (kept as it is), with an
 // optional bias.

@@ -12,31 +12,6 @@
 
 namespace cortiq::tune::detail {
 
-namespace {
-
-constexpr double kL2Eps = 1e-6;  // transformers' l2norm in the delta rule
-
-template <class T>
-DeltaRuleT<T> rule_of(const BlockDims& d, const BlockActsT<T>& a) {
-    const DeltaDims& dd = d.delta;
-    DeltaRuleT<T> r;
-    r.q = a.qkv_n.data();
-    r.k = a.qkv_n.data() + dd.key_dim();
-    r.v = a.qkv_n.data() + 2 * dd.key_dim();
-    r.g = a.g.data();
-    r.beta = a.beta.data();
-    r.windows = a.windows;
-    r.L = a.L;
-    r.ld_qk = r.ld_v = dd.conv_dim();
-    r.k_heads = dd.k_heads;
-    r.v_heads = dd.v_heads;
-    r.dk = dd.dk;
-    r.dv = dd.dv;
-    return r;
-}
-
-}  // namespace
-
 template <class T>
 void delta_mixer_forward(const BlockParamsT<T>& p, const BlockDims& d, BlockActsT<T>& a,
                          std::vector<T>& mix) {
@@ -57,14 +32,16 @@ void delta_mixer_forward(const BlockParamsT<T>& p, const BlockDims& d, BlockActs
                       a.conv_pre.data(), a.qkv.data());
     a.qkv_n = a.qkv;  // v passes; q and k (side by side) normalised per head
     a.inv_qk.resize(N * 2 * dd.k_heads);
-    l2norm_forward(a.qkv.data(), N, C, 2 * dd.k_heads, dd.dk, static_cast<T>(kL2Eps),
+    l2norm_forward(a.qkv.data(), N, C, 2 * dd.k_heads, dd.dk, static_cast<T>(kDeltaL2Eps),
                    a.qkv_n.data(), a.inv_qk.data());
     a.g.resize(N * H);
     a.beta.resize(N * H);
     delta_gates_forward(a.a_lin.data(), a.b_lin.data(), N, H, p.a_log.data(), p.dt_bias.data(),
                         a.g.data(), a.beta.data());
     a.delta.resize(N * dd.value_dim());
-    delta_rule_forward(rule_of(d, a), kTuneDeltaChunk, a.delta.data(), dd.value_dim(), a.states);
+    delta_rule_forward(
+        delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.data(), a.g.data(), a.beta.data()),
+        kTuneDeltaChunk, a.delta.data(), dd.value_dim(), a.states);
     a.attn.resize(N * dd.value_dim());
     a.rstd_g.resize(N * H);
     rmsnorm_gated_forward(a.delta.data(), a.z.data(), N * H, dd.dv, p.gnorm.data(),
@@ -84,9 +61,10 @@ void delta_mixer_backward(const BlockParamsT<T>& p, const BlockDims& d, BlockAct
                            static_cast<T*>(nullptr));
     // the rule's dq, dk, dv land in in_proj_qkv's column layout
     std::vector<T> dqkv(N * C), dg(N * H), dbeta(N * H);
-    delta_rule_backward(rule_of(d, a), kTuneDeltaChunk, a.states, ddelta.data(), V, dqkv.data(),
-                        dqkv.data() + dd.key_dim(), dqkv.data() + 2 * dd.key_dim(), dg.data(),
-                        dbeta.data());
+    delta_rule_backward(
+        delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.data(), a.g.data(), a.beta.data()),
+        kTuneDeltaChunk, a.states, ddelta.data(), V, dqkv.data(), dqkv.data() + dd.key_dim(),
+        dqkv.data() + 2 * dd.key_dim(), dg.data(), dbeta.data());
     std::vector<T> da(N * H), db(N * H);
     delta_gates_backward(dg.data(), dbeta.data(), a.a_lin.data(), a.beta.data(), N, H,
                          p.a_log.data(), p.dt_bias.data(), da.data(), db.data());

@@ -5,30 +5,6 @@
 
 namespace cortiq::tune::cuda {
 
-namespace {
-
-constexpr float kL2Eps = 1e-6f;  // transformers' l2norm in the delta rule
-
-DeltaRule rule_of(const BlockDims& d, const DBlockActs& a) {
-    const DeltaDims& dd = d.delta;
-    DeltaRule r;
-    r.q = a.qkv_n.get();
-    r.k = a.qkv_n.get() + dd.key_dim();
-    r.v = a.qkv_n.get() + 2 * dd.key_dim();
-    r.g = a.g.get();
-    r.beta = a.beta.get();
-    r.windows = a.windows;
-    r.L = a.L;
-    r.ld_qk = r.ld_v = dd.conv_dim();
-    r.k_heads = dd.k_heads;
-    r.v_heads = dd.v_heads;
-    r.dk = dd.dk;
-    r.dv = dd.dv;
-    return r;
-}
-
-}  // namespace
-
 void delta_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d, DBlockActs& a) {
     const DeltaDims& dd = d.delta;
     const int64_t N = a.windows * a.L, C = dd.conv_dim(), H = dd.v_heads, V = dd.value_dim();
@@ -49,14 +25,16 @@ void delta_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d
     CUDA_CHECK(cudaMemcpyAsync(a.qkv_n.get(), a.qkv.get(), sizeof(float) * N * C,
                                cudaMemcpyDeviceToDevice, st));
     ensure(a.inv_qk, N * 2 * dd.k_heads, st);
-    l2norm_forward(g, a.qkv.get(), N, C, 2 * dd.k_heads, dd.dk, kL2Eps, a.qkv_n.get(),
-                   a.inv_qk.get());
+    l2norm_forward(g, a.qkv.get(), N, C, 2 * dd.k_heads, dd.dk, static_cast<float>(kDeltaL2Eps),
+                   a.qkv_n.get(), a.inv_qk.get());
     ensure(a.g, N * H, st);
     ensure(a.beta, N * H, st);
     delta_gates_forward(g, a.a_lin.get(), a.b_lin.get(), N, H, p.a_log.get(), p.dt_bias.get(),
                         a.g.get(), a.beta.get());
     ensure(a.delta, N * V, st);
-    delta_rule_forward(g, rule_of(d, a), kTuneDeltaChunk, a.delta.get(), V, a.states);
+    delta_rule_forward(
+        g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
+        kTuneDeltaChunk, a.delta.get(), V, a.states);
     ensure(a.attn, N * V, st);
     ensure(a.rstd_g, N * H, st);
     rmsnorm_gated_forward(g, a.delta.get(), a.z.get(), N * H, dd.dv, p.gnorm.get(),
@@ -79,9 +57,10 @@ void delta_mixer_backward(const Gpu& g, const DBlockParams& p, const BlockDims& 
     ensure(a.dqkv, N * C, st);
     ensure(a.dg, N * H, st);
     ensure(a.dbeta, N * H, st);
-    delta_rule_backward(g, rule_of(d, a), kTuneDeltaChunk, a.states, a.ddelta.get(), V,
-                        a.dqkv.get(), a.dqkv.get() + dd.key_dim(), a.dqkv.get() + 2 * dd.key_dim(),
-                        a.dg.get(), a.dbeta.get(), a.rule);
+    delta_rule_backward(
+        g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
+        kTuneDeltaChunk, a.states, a.ddelta.get(), V, a.dqkv.get(), a.dqkv.get() + dd.key_dim(),
+        a.dqkv.get() + 2 * dd.key_dim(), a.dg.get(), a.dbeta.get(), a.rule);
     ensure(a.da, N * H, st);
     ensure(a.db, N * H, st);
     delta_gates_backward(g, a.dg.get(), a.dbeta.get(), a.a_lin.get(), a.beta.get(), N, H,
