@@ -325,13 +325,12 @@ RuleResult gpu_rule(const cuda::Gpu& gpu, const RuleCase& c, cuda::DeltaRuleScra
     return o;
 }
 
-void check_rule(uint64_t seed, const RuleShape& s, cuda::DeltaRuleScratch& scratch,
-                const char* label) {
+void check_rule(const cuda::Gpu& gpu, uint64_t seed, const RuleShape& s,
+                cuda::DeltaRuleScratch& scratch, const char* label) {
     SCOPED_TRACE(label);
     std::printf("[%s]\n", label);
     const RuleCase c(seed, s);
     const RuleResult ref = cpu_rule(c);
-    const cuda::Gpu gpu;
     Vec again;
     const RuleResult dev = gpu_rule(gpu, c, scratch, again);
     const int64_t kq = s.k_heads * s.dk, vw = s.v_heads * s.dv, rows = c.rows;
@@ -357,11 +356,15 @@ void check_rule(uint64_t seed, const RuleShape& s, cuda::DeltaRuleScratch& scrat
 
 TEST(TuneDeltaGradGpu, DeltaRuleMatchesTheCpu) {
     REQUIRE_GPU();
+    // One stream for all shapes: the scratch is freed and reallocated in order on it
+    // (a scratch outliving its stream cannot be freed).
+    const cuda::Gpu gpu;
     cuda::DeltaRuleScratch scratch;  // reused across the shapes, resized by each
-    check_rule(11, {2, 11, 4, 2, 4, 4, 5}, scratch, "test_tune_delta_grad's shape, chunk 4");
-    check_rule(12, {1, 200, 64, 2, 4, 32, 32}, scratch, "dk = dv = 32, L 200, chunk 64");
-    check_rule(13, {1, 130, 64, 2, 4, 128, 128}, scratch, "dk = dv = 128, L 130, chunk 64");
-    check_rule(14, {2, 37, 16, 1, 2, 48, 40}, scratch, "dk 48, dv 40 (two tiles, one partial)");
+    check_rule(gpu, 11, {2, 11, 4, 2, 4, 4, 5}, scratch, "test_tune_delta_grad's shape, chunk 4");
+    check_rule(gpu, 12, {1, 200, 64, 2, 4, 32, 32}, scratch, "dk = dv = 32, L 200, chunk 64");
+    check_rule(gpu, 13, {1, 130, 64, 2, 4, 128, 128}, scratch, "dk = dv = 128, L 130, chunk 64");
+    check_rule(gpu, 14, {2, 37, 16, 1, 2, 48, 40}, scratch,
+               "dk 48, dv 40 (two tiles, one partial)");
 }
 
 // Milliseconds per forward and backward of the delta rule at the 0.8B

@@ -5,6 +5,8 @@
 # copies the shared models and texts the GPU tests read into .carry.
 #   bash scripts/device/pack_gpu.sh [MODELS...]
 #   (default: the three shared models, which the GPU tests read)
+# BINS="build/tools/cortiq/cortiq" packs only the binaries named (a smaller
+# carry, for runs of the command-line tool alone).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data=../shared/data
@@ -13,6 +15,7 @@ bins=(build/tools/cortiq/cortiq build/tests/test_cuda_encoder build/tests/test_f
       build/tests/test_qwen35_gpu build/bench/bench_blr_gpu
       build/bench/bench_blr_cpu build/bench/bench_encode_gpu build/bench/bench_gemm_align_gpu
       build/bench/bench_launch_floor_gpu build/tests/test_kernels_gpu)
+[ -n "${BINS:-}" ] && read -ra bins <<< "$BINS"
 bash ../shared/tools/device-pack.sh .carry/gpu "${bins[@]}" > /dev/null
 # the binaries travel compressed too (the tree that travels is capped at 64 MiB)
 tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu bin && rm -rf .carry/gpu/bin

@@ -51,12 +51,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         return logits;
     };
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
-    // a student with Gated DeltaNet blocks distils on the CPU (see tune_layer.cpp);
-    // its teacher still runs on the GPU
-    const bool any_delta =
-        std::any_of(s.blocks.begin(), s.blocks.end(), [](const auto& b) { return b.delta; });
-    const auto distill =
-        run.o.device == encode::Device::gpu && !any_delta ? tune::distill_gpu : tune::distill;
+    const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     std::vector<std::vector<int32_t>> fit = cs.fit;
     const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,
                                                           0x7a2d0);  // fixed: reproducible

@@ -115,11 +115,9 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     auto [xf, yf] = run.states.block_pairs(0, layer);
     auto [xs, ys] = run.states.block_pairs(1, layer);
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
-    // float32. A Gated DeltaNet block tunes on the CPU: the CUDA delta rule
-    // (tune/cuda/delta_rule.cu) matches the CPU on 67-token windows but fails
-    // its own test at 200 tokens (tests/test_tune_delta_grad_gpu.cpp).
+    // float32, for every block kind.
     const auto tune_fn =
-        run.o.device == encode::Device::gpu && !p.delta ? tune::tune_block_gpu : tune::tune_block;
+        run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, run.o.tune);
