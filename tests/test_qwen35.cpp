@@ -110,19 +110,19 @@ TEST(Qwen35, LogitsMatchTransformers) {
 // against transformers' (ref_ppl.json, float32 from the same BF16 weights).
 // A mean NLL that agrees to 1e-4 relative moves the perplexity by about
 // 4e-4 relative; the two runtimes agree far closer (~1e-8) on this model.
-TEST(Qwen35, TrainedModelMatchesTransformersLogitsAndPerplexity) {
-    const auto g = load_golden35(kTrained);
-    const auto m = model::Model::load(kTrained.string());
+void check_trained_model(const fs::path& dir) {
+    SCOPED_TRACE(dir.filename().string());
+    const auto g = load_golden35(dir);
+    const auto m = model::Model::load(dir.string());
     const auto [worst, scale] = compare(m, g);
-    std::printf(
-        "tiny-qwen35-trained: max |logit − transformers| %.3g, max |logit| %.3g (rel %.3g)\n",
-        worst, scale, worst / scale);
+    std::printf("%s: max |logit − transformers| %.3g, max |logit| %.3g (rel %.3g)\n",
+                dir.filename().c_str(), worst, scale, worst / scale);
     EXPECT_GT(scale, 1.0);
     EXPECT_LT(worst, kGoldenTol * scale);
     REQUIRE_DATA_AT(kData / "text");
-    std::ifstream in(kTrained / "ref_ppl.json");
+    std::ifstream in(dir / "ref_ppl.json");
     const auto ref = nlohmann::json::parse(in);
-    const auto tok = io::Tokenizer::load(kTrained.string());
+    const auto tok = io::Tokenizer::load(dir.string());
     eval::PplOptions opt;
     opt.progress = false;
     opt.max_windows = 4;
@@ -137,6 +137,16 @@ TEST(Qwen35, TrainedModelMatchesTransformersLogitsAndPerplexity) {
         EXPECT_NEAR(got, want, 1e-4 * want) << text;
         EXPECT_LT(got, 200.0) << "a trained model, not a random one";
     }
+}
+
+TEST(Qwen35, TrainedModelMatchesTransformersLogitsAndPerplexity) {
+    check_trained_model(kTrained);
+}
+
+// tiny-qwen35-6m: the 6.7 M model of the README's tables (scripts/golden/train_qwen35.py
+// --preset 6m), held to the same agreement.
+TEST(Qwen35, SixMillionModelMatchesTransformersLogitsAndPerplexity) {
+    check_trained_model(kGolden / "tiny-qwen35-6m");
 }
 
 TEST(Qwen35, CausalLmLayoutGivesTheSameLogits) {
