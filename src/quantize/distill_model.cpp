@@ -3,7 +3,6 @@
 // on the original model's next-token distribution (tune/distill.hpp).
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 #include <memory>
 
