@@ -18,7 +18,7 @@ export OMP_WAIT_POLICY=passive
 rc=0
 case "${PHASE:-bench}" in
 bench)
-  timeout 300 $B/test_cuda_encoder --gtest_filter="${TEST_FILTER:-CudaKnots.GptqV*}" > $OUT/test_gptq.log 2>&1 || rc=1
+  timeout 300 $B/test_cuda_knots --gtest_filter="${TEST_FILTER:-CudaKnots.GptqV*}" > $OUT/test_gptq.log 2>&1 || rc=1
   grep -E '^\[  (PASSED|FAILED) |flips cpu|Failure' $OUT/test_gptq.log | head -30
   timeout ${BENCH_S:-420} $B/bench_encode_gpu --sizes ${SIZES:-4096x11008} --gptq-multi ${QS:-0,8} \
     --gptq-group ${GPTQ_GROUPS:-1} \
