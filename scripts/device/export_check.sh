@@ -14,7 +14,9 @@
 # sourcing .carry/gpu/env.sh when scripts/device/pack_gpu.sh made it, else
 # build/tools/cortiq/cortiq), DATA (a folder with models/ and text/; default
 # .carry when it has models/, else ../shared/data), CTX (256), WINDOWS (16),
-# RTOL (1e-4). Logs to $OUT (or LOG_DIR, default WORK_DIR).
+# RTOL (1e-4), PREMADE (a folder of NAME.safetensors files quantized
+# elsewhere, used instead of quantizing here: a smaller carry than the source
+# models). Logs to $OUT (or LOG_DIR, default WORK_DIR).
 set -u
 cd "$(dirname "$0")/../.."
 [ -f .carry/gpu/env.sh ] && source .carry/gpu/env.sh
@@ -41,7 +43,9 @@ check() {  # NAME MODEL_DIR [QUANTIZE FLAGS...]
   shift 2
   local q=$W/$name.safetensors hf=$W/$name-hf
   echo "== $name ($model)"
-  if ! "$CORTIQ" quantize "$model" --bpw 1 --calib "$CALIB" --samples 16 --seqlen 128 \
+  if [ -n "${PREMADE:-}" ] && [ -f "$PREMADE/$name.safetensors" ]; then
+    cp "$PREMADE/$name.safetensors" "$q"
+  elif ! "$CORTIQ" quantize "$model" --bpw 1 --calib "$CALIB" --samples 16 --seqlen 128 \
       --tune none --device cpu -q --force -o "$q" "$@" > "$LOG/$name.quantize.log" 2>&1; then
     echo "  quantize FAILED"; tail -3 "$LOG/$name.quantize.log"; failed=1; return
   fi

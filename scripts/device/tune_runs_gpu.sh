@@ -3,6 +3,8 @@
 # given) and their perplexity on 60 windows of three texts, for the tuning
 # tables of docs/tuning.md. Binaries and data from scripts/device/pack_gpu.sh.
 #   bash scripts/device/tune_runs_gpu.sh "NAME MODEL BPW [FLAGS...]" ... [-- "NAME ..." ...]
+# MODEL names a shared model (.carry/models/MODEL) or a folder of the tree
+# (tests/golden/tiny-qwen35-6m).
 # Runs inside a group (between '--') run at once on the GPU; groups run one
 # after another (time a run alone by giving it a group of its own). Prints a
 # line per run (wall seconds, true bpw, the three perplexities) and leaves
@@ -15,9 +17,10 @@ export OMP_WAIT_POLICY=passive
 one() {
   local name=$1 model=$2 bpw=$3
   shift 3
-  local t0 t1 p="" v
+  local t0 t1 p="" v src="$M/$model"
+  [ -d "$model" ] && src=$model
   t0=$(date +%s.%N)
-  if ! $C quantize "$M/$model" --bpw "$bpw" --device gpu --calib "$T/tinystories-calib.txt" \
+  if ! $C quantize "$src" --bpw "$bpw" --device gpu --calib "$T/tinystories-calib.txt" \
       -o "/tmp/$name.st" --force --json "$R/$name.json" "$@" > "$R/$name.log" 2>&1; then
     echo "FAILED $name: $(tail -2 "$R/$name.log")"
     return
