@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages cortiq builds with, when they are missing.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev nlohmann-json3-dev
-      libcli11-dev libfmt-dev libpcre2-dev libicu-dev libssl-dev libxxhash-dev libgtest-dev googletest libbenchmark-dev python3
+      libcli11-dev libfmt-dev libpcre2-dev libicu-dev libssl-dev libxxhash-dev libgtest-dev googletest libbenchmark-dev libopenmpi-dev openmpi-bin python3
       python3-dev python3-pybind11 pybind11-dev python3-numpy python3-pytest python3-setuptools
       python3-venv python3-torch)
 # The sanitizer and fuzz builds (CMakePresets.json "asan", "fuzz"; .ci/run):

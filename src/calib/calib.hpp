@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/matrix.hpp"
@@ -75,6 +76,13 @@ class GramAccumulator {
     int64_t tokens() const { return tokens_; }
     int64_t dim() const { return sum_.rows(); }
     MatD mean() const;
+    // The running sum (upper triangle) and its token count, to pass a sum on
+    // to another rank, which goes on adding to it (calib/sequential.cpp).
+    const MatD& sum() const { return sum_; }
+    void restore(MatD sum, int64_t tokens) {
+        sum_ = std::move(sum);
+        tokens_ = tokens;
+    }
 
   private:
     MatD sum_;
@@ -89,6 +97,12 @@ class CrossGramAccumulator {
     CrossGramAccumulator(int64_t na, int64_t nb) : sum_(na, nb) {}
     void add(const float* a, const float* b, int64_t rows);
     MatD mean() const;
+    const MatD& sum() const { return sum_; }  // as GramAccumulator's
+    int64_t tokens() const { return tokens_; }
+    void restore(MatD sum, int64_t tokens) {
+        sum_ = std::move(sum);
+        tokens_ = tokens;
+    }
 
   private:
     MatD sum_;

@@ -1,9 +1,13 @@
 #include "calib/sequential.hpp"
 
+#include <fmt/format.h>
+
 #include <optional>
 #include <tuple>
 
+#include "calib/rank_chain.hpp"
 #include "core/error.hpp"
+#include "dist/comm.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
 
@@ -17,13 +21,44 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
         if (original_) gpu_original_ = std::make_unique<GpuStates>(*original_, cs);
         return;
     }
-    for (const auto& w : cs.fit) xs_[0].push_back(m.embed(w));
-    for (const auto& w : cs.sel) xs_[1].push_back(m.embed(w));
-    if (original_) {
-        for (const auto& w : cs.fit) xo_[0].push_back(original_->embed(w));
-        for (const auto& w : cs.sel) xo_[1].push_back(original_->embed(w));
+    // Under mpirun each rank holds its contiguous share of each set's windows.
+    CORTIQ_CHECK(!dist::distributed() || device == model::Device::cpu,
+                 "quantize over several ranks runs with --device cpu only (for now)");
+    for (size_t set = 0; set < 2; ++set) {
+        const auto& windows = set == 0 ? cs.fit : cs.sel;
+        const auto [lo, hi] =
+            dist::share(static_cast<int64_t>(windows.size()), dist::rank(), dist::size());
+        for (int64_t w = lo; w < hi; ++w) {
+            xs_[set].push_back(m.embed(windows[static_cast<size_t>(w)]));
+            if (original_) xo_[set].push_back(original_->embed(windows[static_cast<size_t>(w)]));
+        }
     }
 }
+
+namespace {
+
+// A copy of one window's input (the distributed passes keep them until the
+// running sum reaches this rank).
+MatF copy_of(const float* x, int64_t rows, int64_t cols) {
+    MatF m(rows, cols);
+    std::copy(x, x + rows * cols, m.data());
+    return m;
+}
+
+// The sum of `kept` onto the running sum of the ranks before, passed on; the
+// mean over every rank's windows.
+MatD chained_gram(std::optional<GramAccumulator>& acc, const std::vector<MatF>& kept,
+                  const std::string& what) {
+    chain::receive(acc);
+    for (const MatF& x : kept) {
+        if (!acc) acc.emplace(x.cols());
+        acc->add(x.data(), x.rows(), x.cols());
+    }
+    chain::pass_on(acc);
+    return chain::mean_everywhere(acc, what);
+}
+
+}  // namespace
 
 SequentialCalib::~SequentialCalib() = default;
 
@@ -32,9 +67,14 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
     std::array<MatD, 2> h;
     for (size_t set = 0; set < 2; ++set) {
         std::optional<GramAccumulator> acc;  // sized by the first block that reaches the input
+        std::vector<MatF> kept;              // several ranks: the inputs, for the chain
         const model::LinearInputHook hook = [&](int64_t, std::string_view in, const float* x,
                                                 int64_t rows, int64_t cols) {
             if (in != input) return;
+            if (dist::distributed()) {
+                kept.push_back(copy_of(x, rows, cols));
+                return;
+            }
             if (!acc) acc.emplace(cols);
             acc->add(x, rows, cols);
         };
@@ -42,6 +82,11 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
         for (const MatF& x : xs_[set]) {
             act.x = x;
             m_.block(layer, 0, nullptr, act, &hook, input);  // nothing past this input is needed
+        }
+        const std::string what = fmt::format("block {}, input '{}'", layer, input);
+        if (dist::distributed()) {
+            h[set] = chained_gram(acc, kept, what);
+            continue;
         }
         CORTIQ_CHECK(acc, "block {} has no linear-layer input named '{}'", layer, input);
         h[set] = acc->mean();
@@ -77,7 +122,8 @@ SequentialCalib::GramSet SequentialCalib::cpu_pass_with_original(int64_t layer,
     for (size_t set = 0; set < 2; ++set) {
         std::optional<GramAccumulator> acc;
         std::optional<CrossGramAccumulator> cross;
-        MatF xo;  // the original model's input, one window
+        std::vector<std::pair<MatF, MatF>> kept;  // several ranks: (x_o, x_c) per window
+        MatF xo;                                  // the original model's input, one window
         model::BlockActivations act;
         for (size_t w = 0; w < xs_[set].size(); ++w) {
             const model::LinearInputHook keep = [&](int64_t, std::string_view in, const float* x,
@@ -95,6 +141,10 @@ SequentialCalib::GramSet SequentialCalib::cpu_pass_with_original(int64_t layer,
                 if (in != input) return;
                 CORTIQ_ASSERT(rows == xo.rows() && cols == xo.cols(), "input '{}' changed shape",
                               in);
+                if (dist::distributed()) {
+                    kept.emplace_back(xo, copy_of(x, rows, cols));
+                    return;
+                }
                 if (!cross) cross.emplace(cols, cols);
                 cross->add(xo.data(), x, rows);
                 if (!with_gram) return;
@@ -103,6 +153,24 @@ SequentialCalib::GramSet SequentialCalib::cpu_pass_with_original(int64_t layer,
             };
             act.x = xs_[set][w];
             m_.block(layer, 0, nullptr, act, &pair, input);
+        }
+        if (dist::distributed()) {
+            const std::string what = fmt::format("block {}, input '{}'", layer, input);
+            chain::receive(cross);
+            if (with_gram) chain::receive(acc);
+            for (const auto& [a, b] : kept) {
+                if (!cross) cross.emplace(a.cols(), b.cols());
+                cross->add(a.data(), b.data(), a.rows());
+                if (!with_gram) continue;
+                if (!acc) acc.emplace(b.cols());
+                acc->add(b.data(), b.rows(), b.cols());
+            }
+            chain::pass_on(cross);
+            if (with_gram) chain::pass_on(acc);
+            (set == 0 ? out.cross_fit : out.cross_sel) =
+                chain::mean_everywhere(cross, what + " (cross Gram)");
+            if (with_gram) (set == 0 ? out.h_fit : out.h_sel) = chain::mean_everywhere(acc, what);
+            continue;
         }
         CORTIQ_CHECK(cross, "no windows in set {} for the cross Gram of '{}'", set, input);
         (set == 0 ? out.cross_fit : out.cross_sel) = cross->mean();
@@ -118,14 +186,19 @@ std::pair<MatD, MatD> SequentialCalib::head_grams() {
     std::array<MatD, 2> h;
     MatF normed;
     for (size_t set = 0; set < 2; ++set) {
-        GramAccumulator acc(hidden);
+        std::optional<GramAccumulator> acc(hidden);
+        std::vector<MatF> kept;                // several ranks: the inputs, for the chain
+        if (dist::distributed()) acc.reset();  // the chain brings the sum so far
         for (const MatF& x : xs_[set]) {
             if (normed.rows() != x.rows()) normed = MatF(x.rows(), hidden);
             model::rmsnorm(x.data(), x.rows(), hidden, m_.final_norm().data(),
                            static_cast<float>(cfg.rms_norm_eps), normed.data());
-            acc.add(normed.data(), normed.rows(), hidden);
+            if (dist::distributed())
+                kept.push_back(normed);
+            else
+                acc->add(normed.data(), normed.rows(), hidden);
         }
-        h[set] = acc.mean();
+        h[set] = dist::distributed() ? chained_gram(acc, kept, "the head's input") : acc->mean();
     }
     return {std::move(h[0]), std::move(h[1])};
 }
@@ -146,7 +219,32 @@ std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int
         original_->block(layer, 0, nullptr, act);
         w = std::move(act.out);
     }
+    if (dist::distributed()) gather_on_root(x, y);
     return {std::move(x), std::move(y)};
+}
+
+// Several ranks: every rank's pairs, in window order, on rank 0 (which tunes);
+// the other ranks keep none.
+void SequentialCalib::gather_on_root(std::vector<MatF>& x, std::vector<MatF>& y) {
+    if (dist::rank() != 0) {
+        const int64_t n = static_cast<int64_t>(x.size());
+        dist::send(&n, sizeof n, 0);
+        for (size_t i = 0; i < x.size(); ++i) {
+            dist::send(x[i], 0);
+            dist::send(y[i], 0);
+        }
+        x.clear();
+        y.clear();
+        return;
+    }
+    for (int r = 1; r < dist::size(); ++r) {
+        int64_t n = 0;
+        dist::recv(&n, sizeof n, r);
+        for (int64_t i = 0; i < n; ++i) {
+            x.push_back(dist::recv_matf(r));
+            y.push_back(dist::recv_matf(r));
+        }
+    }
 }
 
 void SequentialCalib::weight_changed(int64_t layer, std::string_view name) {

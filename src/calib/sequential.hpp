@@ -55,7 +55,8 @@ class SequentialCalib {
     // Block tuning's data for block `layer` over the fit (set 0) or held-out
     // (set 1) windows: x, the hidden states entering it as the compressed
     // model computes them; y, the original model's outputs of the block (its
-    // own states through its block; needs `original`).
+    // own states through its block; needs `original`). Under mpirun: every
+    // rank's windows on rank 0, none on the others.
     std::pair<std::vector<MatF>, std::vector<MatF>> block_pairs(int set, int64_t layer);
     // After m.linear(layer, name).w was replaced (the GPU copy follows).
     void weight_changed(int64_t layer, std::string_view name);
@@ -64,6 +65,7 @@ class SequentialCalib {
 
   private:
     GramSet cpu_pass_with_original(int64_t layer, std::string_view input, bool with_gram);
+    void gather_on_root(std::vector<MatF>& x, std::vector<MatF>& y);
 
     model::Model& m_;
     const model::Model* original_;

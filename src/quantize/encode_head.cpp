@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "blr/sign.hpp"
+#include "dist/comm.hpp"
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
@@ -15,7 +16,7 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const QuantizeOptions& o = run.o;
     const auto& cfg = run.model.config();
     const int64_t vocab = cfg.vocab_size, hidden = cfg.hidden_size;
-    if (auto old = run.journal.load(kHeadKey, {{kHead, vocab, hidden}})) {  // checked there
+    if (auto old = load_journalled(run, kHeadKey, {{kHead, vocab, hidden}})) {  // checked there
         run.payloads[kHead] = old->payloads[0].second;
         run.report.tensors.push_back(old->reports[0]);
         run.bar.advance(vocab * hidden, "lm_head resumed");
@@ -35,19 +36,31 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const auto [h_fit, h_sel] = run.states.head_grams();
     run.report.add_calib("head", seconds_since(calib_start));
     const auto encode_start = std::chrono::steady_clock::now();
-    const auto enc = encode_group(
-        jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile,
-        fmt::format("{} (lm_head)", o.model_dir), [&](size_t, const encode::Encoded& e) {
-            if (o.verbose) run.bar.print(fmt::format("{:<40} {}{}", kHead, e.line, stage_note(e)));
-            run.bar.advance(vocab * hidden, kHead);
-        });
+    EncodedTensor head;
+    const std::string what = fmt::format("{} (lm_head)", o.model_dir);
+    if (dist::distributed()) {
+        head = std::move(encode_on_ranks(
+            run, jobs, {kHead}, h_fit, h_sel, what, [&](size_t, const EncodedTensor& t) {
+                if (o.verbose) run.bar.print(fmt::format("{:<40} {}", kHead, t.report.line));
+                run.bar.advance(vocab * hidden, kHead);
+            })[0]);
+    } else {
+        auto enc = encode_group(
+            jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
+            [&](size_t, const encode::Encoded& e) {
+                if (o.verbose)
+                    run.bar.print(fmt::format("{:<40} {}{}", kHead, e.line, stage_note(e)));
+                run.bar.advance(vocab * hidden, kHead);
+            });
+        run.report.encode_stages.merge(enc[0].stages);
+        head = {std::move(enc[0].payload), report_of(kHead, jobs[0], enc[0], o.enc.method)};
+    }
     run.report.encode_seconds += seconds_since(encode_start);
-    run.report.encode_stages.merge(enc[0].stages);
-    blr::validate_any(enc[0].payload, kHead, vocab, hidden);
-    run.payloads[kHead] = enc[0].payload;
+    blr::validate_any(head.payload, kHead, vocab, hidden);
+    run.payloads[kHead] = head.payload;
     LayerRecord rec;
-    rec.payloads.emplace_back(kHead, enc[0].payload);
-    rec.reports.push_back(report_of(kHead, jobs[0], enc[0], o.enc.method));
+    rec.payloads.emplace_back(kHead, head.payload);
+    rec.reports.push_back(head.report);
     run.report.tensors.push_back(rec.reports[0]);
     run.journal.save(kHeadKey, rec);
     CORTIQ_CHECK(o.interrupt_after_layer != run.model.num_layers(),

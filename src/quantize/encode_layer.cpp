@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "blr/sign.hpp"
+#include "dist/comm.hpp"
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
@@ -65,7 +66,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
                 expected.push_back({tensor_name(c, layer, lin),
                                     run.model.linear(layer, lin).out_features(),
                                     run.model.linear(layer, lin).in_features()});
-    if (auto old = run.journal.load(layer, expected)) return resume_layer(run, layer, *old);
+    if (auto old = load_journalled(run, layer, expected)) return resume_layer(run, layer, *old);
     LayerRecord rec;
     for (const auto& g : input_groups(c, layer)) {
         std::vector<GroupJob> jobs;
@@ -83,26 +84,37 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         if (o.test_grams_of_previous_layer) swapped = previous_layer_grams(run, g.input, grams);
         const MatD& h_fit = o.test_grams_of_previous_layer ? swapped.first : grams.h_fit;
         const MatD& h_sel = o.test_grams_of_previous_layer ? swapped.second : grams.h_sel;
+        std::vector<std::string> names;
+        for (const GroupJob& j : jobs) names.push_back(tensor_name(c, layer, j.name));
+        auto announce = [&](size_t i, const std::string& line) {
+            const double alpha = grams.drift_alpha[i];
+            if (o.verbose)
+                run.bar.print(fmt::format("{:<40} {}{}", names[i], line,
+                                          alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : ""));
+            run.bar.advance(jobs[i].w.size(), names[i]);
+        };
         const auto t0 = std::chrono::steady_clock::now();
-        const auto enc = encode_group(
-            jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
-            [&](size_t i, const encode::Encoded& e) {
-                const std::string name = tensor_name(c, layer, jobs[i].name);
-                const double alpha = grams.drift_alpha[i];
-                if (o.verbose)
-                    run.bar.print(fmt::format(
-                        "{:<40} {}{}{}", name, e.line,
-                        alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : "", stage_note(e)));
-                run.bar.advance(jobs[i].w.size(), name);
-            });
+        std::vector<EncodedTensor> enc;
+        if (dist::distributed()) {
+            enc = encode_on_ranks(
+                run, jobs, names, h_fit, h_sel, what,
+                [&](size_t i, const EncodedTensor& t) { announce(i, t.report.line); });
+        } else {
+            auto group = encode_group(
+                jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
+                [&](size_t i, const encode::Encoded& e) { announce(i, e.line + stage_note(e)); });
+            for (size_t i = 0; i < jobs.size(); ++i) {
+                run.report.encode_stages.merge(group[i].stages);
+                enc.push_back({std::move(group[i].payload),
+                               report_of(names[i], jobs[i], group[i], o.enc.method)});
+            }
+        }
         run.report.encode_seconds += seconds_since(t0);
-        for (const auto& e : enc) run.report.encode_stages.merge(e.stages);
         for (size_t i = 0; i < jobs.size(); ++i) {
-            const std::string name = tensor_name(c, layer, jobs[i].name);
             install_payload(run, layer, jobs[i].name, enc[i].payload);
-            TensorReport r = report_of(name, jobs[i], enc[i], o.enc.method);
+            TensorReport r = enc[i].report;
             r.drift_alpha = grams.drift_alpha[i];
-            rec.payloads.emplace_back(name, enc[i].payload);
+            rec.payloads.emplace_back(names[i], enc[i].payload);
             rec.reports.push_back(r);
             run.report.tensors.push_back(r);
         }

@@ -41,6 +41,9 @@ class Journal {
     // Creates OUT.journal (or reopens it with `resume` when its settings
     // match; `force` discards an old one). Throws with advice otherwise.
     Journal(const std::string& out_path, const nlohmann::json& settings, bool resume, bool force);
+    // The journal of a rank other than 0 under mpirun: rank 0 keeps the
+    // journal; this one loads nothing and saves nothing.
+    static Journal inactive() { return Journal(); }
     // The entry of `key` (layer index, -1 for the head) if one was saved. It
     // must hold exactly the `expected` tensors (any order), each a valid
     // payload of its shape with its report; returned in `expected`'s order.
@@ -51,7 +54,8 @@ class Journal {
     std::string file_of(int64_t key) const;
 
   private:
-    std::string dir_;
+    Journal() = default;
+    std::string dir_;  // empty: inactive()
 };
 
 }  // namespace cortiq::quant

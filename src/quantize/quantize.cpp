@@ -9,6 +9,9 @@
 //      hidden states moved through the compressed layer;
 //   4. with --include-head, lm_head last (encode_head.cpp);
 //   5. write the compressed checkpoint (write.cpp).
+// Under mpirun (dist/comm.hpp) every rank runs steps 1–4 on its share of the
+// calibration windows and of each layer's tensors (ranks.cpp); rank 0 alone
+// keeps the journal, distils and writes.
 #include "quantize/quantize.hpp"
 
 #include <chrono>
@@ -17,6 +20,7 @@
 
 #include "core/gpu.hpp"
 #include "core/parallel.hpp"
+#include "dist/comm.hpp"
 #include "io/config.hpp"
 #include "quantize/steps.hpp"
 
@@ -31,18 +35,34 @@ void resolve_tune_mode(QuantizeOptions& o) {
     o.tune_mode = resolve_tune_mode(o.tune_mode, o.device);
 }
 
-QuantizeReport quantize(const QuantizeOptions& o) {
+namespace {
+
+// Under mpirun rank 0 reports and writes; the other ranks work silently.
+QuantizeOptions options_of_this_rank(const QuantizeOptions& o) {
+    QuantizeOptions local = o;
+    if (dist::is_root()) return local;
+    local.progress = false;
+    local.verbose = false;
+    local.on_progress = nullptr;
+    return local;
+}
+
+}  // namespace
+
+QuantizeReport quantize(const QuantizeOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
+    const QuantizeOptions o = options_of_this_rank(options);
     QuantizeReport rep;
     rep.out_path = o.out_path;
-    check_output(o);
+    if (dist::is_root()) check_output(o);
     if (!o.gpus.empty()) {
         CORTIQ_CHECK(o.device == encode::Device::gpu, "--gpus needs --device gpu");
         use_gpu(o.gpus.front());  // calibration and tuning run on the first
     }
     const Plan plan(o.bpw, o.plan_path, o.include_head);
     Inputs in = load_and_check(o, plan);
-    const Journal journal(o.out_path, in.settings, o.resume, o.force);
+    const Journal journal =
+        dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;
     Progress bar("quantize", work.weights, "weights", o.progress, o.on_progress);
@@ -69,6 +89,7 @@ QuantizeReport quantize(const QuantizeOptions& o) {
         rep.add_calib("advance", seconds_since(advance_start));
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
+    if (!dist::is_root()) return rep;  // rank 0 distils and writes
     if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
     bar.finish();
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -107,6 +108,29 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
 // the output's payloads); `linear` as Model::linear_names().
 void install_payload(Run& run, int64_t layer, const std::string& linear,
                      const std::vector<uint8_t>& bytes);
+
+// ── several ranks under mpirun (ranks.cpp) ─────────────────────────────────────
+// One encoded tensor: its payload and its report.
+struct EncodedTensor {
+    std::vector<uint8_t> payload;
+    TensorReport report;
+};
+// A layer record as bytes (reports as the journal keeps them, lines too) and back.
+std::vector<uint8_t> record_bytes(const LayerRecord& rec);
+LayerRecord record_of(const std::vector<uint8_t>& b);
+// `rec` from rank `root` on every rank (nothing with one process).
+void broadcast_record(LayerRecord& rec, int root);
+// Rank 0's journal entry of `key` (Journal::load) on every rank.
+std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
+                                           const std::vector<JournalTensor>& expected);
+// The jobs dealt out to the ranks (job i to rank i mod n), each encoded by its
+// rank as encode_group would, then broadcast; every rank returns every result
+// in job order, on_done(i, result) called in that order. `names`: the jobs'
+// tensor names.
+std::vector<EncodedTensor> encode_on_ranks(
+    Run& run, const std::vector<GroupJob>& jobs, const std::vector<std::string>& names,
+    const MatD& h_fit, const MatD& h_sel, const std::string& what,
+    const std::function<void(size_t, const EncodedTensor&)>& on_done);
 
 // ── encode one decoder layer (encode_layer.cpp) ──────────────────────────────
 // From the journal when it holds the layer, else calibrated, encoded, put in

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "commands.hpp"
 #include "core/error.hpp"
+#include "dist/comm.hpp"
 
 namespace {
 
@@ -29,6 +31,18 @@ void wait_passively(char** argv) {
     execv("/proc/self/exe", argv);  // returns only on failure: run as we are
 }
 
+// One message and a non-zero exit; under mpirun the message names the rank
+// and the whole job ends (the other ranks would wait for this one forever).
+int fail(const std::string& message, int code) {
+    if (!cortiq::dist::distributed()) {
+        fmt::print(stderr, "{}\n", message);
+        return code;
+    }
+    cortiq::dist::abort_all(fmt::format("{} (rank {} of {}; ending every rank)", message,
+                                        cortiq::dist::rank(), cortiq::dist::size()),
+                            code);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -48,11 +62,9 @@ int main(int argc, char** argv) {
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const cortiq::Error& e) {
-        fmt::print(stderr, "cortiq: error: {}\n", e.what());
-        return 1;
+        return fail(fmt::format("cortiq: error: {}", e.what()), 1);
     } catch (const std::exception& e) {
-        fmt::print(stderr, "cortiq: error: {}\n", e.what());
-        return 2;
+        return fail(fmt::format("cortiq: error: {}", e.what()), 2);
     }
     return 0;
 }

@@ -10,6 +10,7 @@
 #include "commands.hpp"
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "dist/comm.hpp"
 
 namespace cortiq::cli {
 
@@ -159,11 +160,16 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--resume", a->o.resume, "continue an interrupted run from its journal");
     cmd->add_flag("--force", a->o.force, "overwrite the output / discard an old journal");
     cmd->add_option("--json", a->json, "write the run's summary as JSON to this file");
+    auto mpi = std::make_shared<bool>(false);
+    cmd->add_flag("--mpi", *mpi,
+                  "run as one rank of an MPI job (implied when started by mpirun): the "
+                  "calibration windows and each layer's tensors are shared out, the file is the "
+                  "same as one process writes");
     cmd->add_flag("-q,--quiet", a->quiet, "no per-tensor lines or progress bar");
     cmd->add_flag("--profile", a->o.profile,
                   "seconds per encoder stage on each tensor's line and in total (with "
                   "--device gpu every stage then waits for the device)");
-    cmd->callback([a] {
+    cmd->callback([a, mpi] {
         set_num_threads(a->threads);
         a->o.enc.method = encode::parse_method(a->method);
         a->o.enc.paths = encode::parse_paths(a->paths);
@@ -176,7 +182,13 @@ void add_quantize(CLI::App& app) {
         a->o.calib.samples = parse_samples(a->samples);
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
+        // under mpirun (or --mpi) every rank runs this command; rank 0 reports
+        if (*mpi || dist::launched_by_mpi()) dist::init(*mpi);
         const auto rep = quant::quantize(a->o);
+        if (!dist::is_root()) return;
+        if (dist::distributed())
+            fmt::print("{} ranks calibrated and encoded together (rank 0 wrote the file)\n",
+                       dist::size());
         fmt::print("{}\n", rep.summary());
         if (!a->json.empty()) {
             std::ofstream f(a->json);

@@ -1,0 +1,146 @@
+// quantize() under mpirun (docs/distributed.md): what the ranks exchange.
+// Rank 0 keeps the journal and writes the file; each layer's tensors are
+// dealt out to the ranks (tensor i of an input to rank i mod n) and every
+// payload is broadcast from the rank that encoded it, so that every rank
+// holds the same compressed model for the next layer's calibration. Each
+// tensor is encoded by exactly the computation one process would do, on the
+// same Grams (calib/rank_chain.hpp), so the file does not depend on n.
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "dist/comm.hpp"
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+namespace {
+
+uint64_t get_u64(const std::vector<uint8_t>& b, size_t& at) {
+    CORTIQ_ASSERT(at + sizeof(uint64_t) <= b.size(), "a layer record from another rank is short");
+    uint64_t v = 0;
+    std::memcpy(&v, b.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+}
+
+}  // namespace
+
+// [json length][json: names, reports, lines][payloads, in order]
+std::vector<uint8_t> record_bytes(const LayerRecord& rec) {
+    nlohmann::json j = {{"names", nlohmann::json::array()},
+                        {"sizes", nlohmann::json::array()},
+                        {"reports", nlohmann::json::array()}};
+    for (const auto& [name, bytes] : rec.payloads) {
+        j["names"].push_back(name);
+        j["sizes"].push_back(bytes.size());
+    }
+    for (const auto& r : rec.reports) {
+        nlohmann::json rj = r.to_json(true);
+        rj["name"] = r.name;
+        rj["line"] = r.line;
+        j["reports"].push_back(std::move(rj));
+    }
+    const std::string text = j.dump();
+    size_t total = sizeof(uint64_t) + text.size();
+    for (const auto& [name, bytes] : rec.payloads) total += bytes.size();
+    std::vector<uint8_t> b(total);
+    const uint64_t n = text.size();
+    std::memcpy(b.data(), &n, sizeof n);
+    size_t at = sizeof n;
+    std::memcpy(b.data() + at, text.data(), text.size());
+    at += text.size();
+    for (const auto& [name, bytes] : rec.payloads) {
+        if (!bytes.empty()) std::memcpy(b.data() + at, bytes.data(), bytes.size());
+        at += bytes.size();
+    }
+    return b;
+}
+
+LayerRecord record_of(const std::vector<uint8_t>& b) {
+    size_t at = 0;
+    const uint64_t n = get_u64(b, at);
+    CORTIQ_ASSERT(at + n <= b.size(), "a layer record from another rank is short");
+    const auto j = nlohmann::json::parse(b.begin() + static_cast<std::ptrdiff_t>(at),
+                                         b.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+    LayerRecord rec;
+    for (size_t i = 0; i < j["names"].size(); ++i) {
+        const size_t size = j["sizes"][i].get<size_t>();
+        CORTIQ_ASSERT(at + size <= b.size(), "a layer record from another rank is short");
+        rec.payloads.emplace_back(
+            j["names"][i].get<std::string>(),
+            std::vector<uint8_t>(b.begin() + static_cast<std::ptrdiff_t>(at),
+                                 b.begin() + static_cast<std::ptrdiff_t>(at + size)));
+        at += size;
+    }
+    for (const auto& rj : j["reports"]) {
+        TensorReport r = TensorReport::from_json(rj["name"].get<std::string>(), rj);
+        r.line = rj["line"].get<std::string>();
+        rec.reports.push_back(std::move(r));
+    }
+    return rec;
+}
+
+void broadcast_record(LayerRecord& rec, int root) {
+    if (!dist::distributed()) return;
+    std::vector<uint8_t> b;
+    if (dist::rank() == root) b = record_bytes(rec);
+    dist::broadcast(b, root);
+    if (dist::rank() != root) rec = record_of(b);
+}
+
+std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
+                                           const std::vector<JournalTensor>& expected) {
+    if (!dist::distributed()) return run.journal.load(key, expected);
+    std::optional<LayerRecord> old;
+    int64_t found = 0;
+    if (dist::is_root()) {
+        old = run.journal.load(key, expected);
+        found = old ? 1 : 0;
+    }
+    if (!dist::broadcast(found, 0)) return std::nullopt;
+    if (!old) old.emplace();
+    broadcast_record(*old, 0);
+    return old;
+}
+
+std::vector<EncodedTensor> encode_on_ranks(
+    Run& run, const std::vector<GroupJob>& jobs, const std::vector<std::string>& names,
+    const MatD& h_fit, const MatD& h_sel, const std::string& what,
+    const std::function<void(size_t, const EncodedTensor&)>& on_done) {
+    const QuantizeOptions& o = run.o;
+    const int ranks = dist::size(), me = dist::rank();
+    std::vector<GroupJob> own;
+    std::vector<size_t> own_index;
+    for (size_t i = 0; i < jobs.size(); ++i)
+        if (static_cast<int>(i % static_cast<size_t>(ranks)) == me) {
+            own.push_back(jobs[i]);
+            own_index.push_back(i);
+        }
+    std::vector<EncodedTensor> out(jobs.size());
+    if (!own.empty()) {
+        auto enc = encode_group(own, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
+                                [](size_t, const encode::Encoded&) {});
+        for (size_t k = 0; k < own.size(); ++k) {
+            const size_t i = own_index[k];
+            out[i] = {std::move(enc[k].payload),
+                      report_of(names[i], jobs[i], enc[k], o.enc.method)};
+            run.report.encode_stages.merge(enc[k].stages);
+        }
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        const int owner = static_cast<int>(i % static_cast<size_t>(ranks));
+        LayerRecord one;
+        if (me == owner) {
+            one.payloads.emplace_back(names[i], std::move(out[i].payload));
+            one.reports.push_back(out[i].report);
+        }
+        broadcast_record(one, owner);
+        out[i] = {std::move(one.payloads.at(0).second), one.reports.at(0)};
+        on_done(i, out[i]);
+    }
+    return out;
+}
+
+}  // namespace cortiq::quant
