@@ -12,6 +12,7 @@
 #include "calib/gpu_drift.hpp"
 #include "core/blas_threads.hpp"
 #include "core/profile.hpp"
+#include "dist/comm.hpp"
 #include "linalg/blas.hpp"
 #include "quantize/steps.hpp"
 
@@ -40,7 +41,7 @@ bool drift_on_gpu(const QuantizeOptions& o) {
 }  // namespace
 
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
-                           const std::string& what) {
+                           const std::string& what, const std::vector<int>* owners) {
     const auto t0 = std::chrono::steady_clock::now();
     InputGrams g{{}, {}, std::vector<double>(jobs.size(), -1.0)};
     MatD cross_fit, cross_sel;
@@ -73,9 +74,13 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
             // over the OpenMP threads instead.
             const OneBlasThread one;
             const DriftFit fit = drift_fit(cross_fit, g.h_fit, c);  // once for every weight
-            for (const GroupJob& j : jobs) {
-                calib::DriftStep s{drift_step(j.w, fit), 0.0};
-                s.alpha = drift_shrinkage(j.w, s.d, cross_sel, g.h_sel);
+            for (size_t i = 0; i < jobs.size(); ++i) {
+                if (owners && (*owners)[i] != dist::rank()) {  // another rank encodes it
+                    steps.push_back({MatD(), -1.0});
+                    continue;
+                }
+                calib::DriftStep s{drift_step(jobs[i].w, fit), 0.0};
+                s.alpha = drift_shrinkage(jobs[i].w, s.d, cross_sel, g.h_sel);
                 steps.push_back(std::move(s));
             }
         }

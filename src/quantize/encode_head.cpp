@@ -39,11 +39,13 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     EncodedTensor head;
     const std::string what = fmt::format("{} (lm_head)", o.model_dir);
     if (dist::distributed()) {
-        head = std::move(encode_on_ranks(
-            run, jobs, {kHead}, h_fit, h_sel, what, [&](size_t, const EncodedTensor& t) {
-                if (o.verbose) run.bar.print(fmt::format("{:<40} {}", kHead, t.report.line));
-                run.bar.advance(vocab * hidden, kHead);
-            })[0]);
+        head = std::move(
+            encode_on_ranks(run, jobs, {kHead}, {0}, {-1.0}, h_fit, h_sel, what,
+                            [&](size_t, const EncodedTensor& t) {
+                                if (o.verbose)
+                                    run.bar.print(fmt::format("{:<40} {}", kHead, t.report.line));
+                                run.bar.advance(vocab * hidden, kHead);
+                            })[0]);
     } else {
         auto enc = encode_group(
             jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,

@@ -79,15 +79,18 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         if (jobs.empty()) continue;
         const std::string what =
             fmt::format("{} (layer {} input of {})", o.model_dir, layer, g.input);
-        const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what);
+        // several ranks: who encodes each tensor (and makes its drift target)
+        const std::vector<int> owners =
+            dist::distributed() ? owners_of(jobs, dist::size()) : std::vector<int>();
+        const InputGrams grams = calibrate_input(run, layer, g.input, jobs, what,
+                                                 dist::distributed() ? &owners : nullptr);
         std::pair<MatD, MatD> swapped;  // the testing hook's Grams, else unused
         if (o.test_grams_of_previous_layer) swapped = previous_layer_grams(run, g.input, grams);
         const MatD& h_fit = o.test_grams_of_previous_layer ? swapped.first : grams.h_fit;
         const MatD& h_sel = o.test_grams_of_previous_layer ? swapped.second : grams.h_sel;
         std::vector<std::string> names;
         for (const GroupJob& j : jobs) names.push_back(tensor_name(c, layer, j.name));
-        auto announce = [&](size_t i, const std::string& line) {
-            const double alpha = grams.drift_alpha[i];
+        auto announce = [&](size_t i, const std::string& line, double alpha) {
             if (o.verbose)
                 run.bar.print(fmt::format("{:<40} {}{}", names[i], line,
                                           alpha >= 0 ? fmt::format(" | drift {:.2f}", alpha) : ""));
@@ -96,24 +99,26 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
         const auto t0 = std::chrono::steady_clock::now();
         std::vector<EncodedTensor> enc;
         if (dist::distributed()) {
-            enc = encode_on_ranks(
-                run, jobs, names, h_fit, h_sel, what,
-                [&](size_t i, const EncodedTensor& t) { announce(i, t.report.line); });
+            enc = encode_on_ranks(run, jobs, names, owners, grams.drift_alpha, h_fit, h_sel, what,
+                                  [&](size_t i, const EncodedTensor& t) {
+                                      announce(i, t.report.line, t.report.drift_alpha);
+                                  });
         } else {
-            auto group = encode_group(
-                jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus, o.profile, what,
-                [&](size_t i, const encode::Encoded& e) { announce(i, e.line + stage_note(e)); });
+            auto group = encode_group(jobs, h_fit, h_sel, o.enc, o.device, o.jobs, o.gpus,
+                                      o.profile, what, [&](size_t i, const encode::Encoded& e) {
+                                          announce(i, e.line + stage_note(e), grams.drift_alpha[i]);
+                                      });
             for (size_t i = 0; i < jobs.size(); ++i) {
                 run.report.encode_stages.merge(group[i].stages);
                 enc.push_back({std::move(group[i].payload),
                                report_of(names[i], jobs[i], group[i], o.enc.method)});
+                enc.back().report.drift_alpha = grams.drift_alpha[i];
             }
         }
         run.report.encode_seconds += seconds_since(t0);
         for (size_t i = 0; i < jobs.size(); ++i) {
             install_payload(run, layer, jobs[i].name, enc[i].payload);
-            TensorReport r = enc[i].report;
-            r.drift_alpha = grams.drift_alpha[i];
+            const TensorReport& r = enc[i].report;
             rec.payloads.emplace_back(names[i], enc[i].payload);
             rec.reports.push_back(r);
             run.report.tensors.push_back(r);

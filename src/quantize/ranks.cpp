@@ -1,12 +1,13 @@
 // quantize() under mpirun (docs/distributed.md): what the ranks exchange.
 // Rank 0 keeps the journal and writes the file; each layer's tensors are
-// dealt out to the ranks (tensor i of an input to rank i mod n) and every
+// dealt out to the ranks (owners_of: largest first, to the least loaded) and every
 // payload is broadcast from the rank that encoded it, so that every rank
 // holds the same compressed model for the next layer's calibration. Each
 // tensor is encoded by exactly the computation one process would do, on the
 // same Grams (calib/rank_chain.hpp), so the file does not depend on n.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "dist/comm.hpp"
@@ -105,16 +106,32 @@ std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
     return old;
 }
 
+std::vector<int> owners_of(const std::vector<GroupJob>& jobs, int ranks) {
+    std::vector<size_t> order(jobs.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return jobs[a].w.size() > jobs[b].w.size(); });
+    std::vector<int64_t> load(static_cast<size_t>(ranks), 0);
+    std::vector<int> owner(jobs.size(), 0);
+    for (size_t i : order) {
+        const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+        owner[i] = static_cast<int>(least);
+        load[static_cast<size_t>(least)] += jobs[i].w.size();
+    }
+    return owner;
+}
+
 std::vector<EncodedTensor> encode_on_ranks(
     Run& run, const std::vector<GroupJob>& jobs, const std::vector<std::string>& names,
-    const MatD& h_fit, const MatD& h_sel, const std::string& what,
+    const std::vector<int>& owners, const std::vector<double>& drift_alpha, const MatD& h_fit,
+    const MatD& h_sel, const std::string& what,
     const std::function<void(size_t, const EncodedTensor&)>& on_done) {
     const QuantizeOptions& o = run.o;
-    const int ranks = dist::size(), me = dist::rank();
+    const int me = dist::rank();
     std::vector<GroupJob> own;
     std::vector<size_t> own_index;
     for (size_t i = 0; i < jobs.size(); ++i)
-        if (static_cast<int>(i % static_cast<size_t>(ranks)) == me) {
+        if (owners[i] == me) {
             own.push_back(jobs[i]);
             own_index.push_back(i);
         }
@@ -126,17 +143,17 @@ std::vector<EncodedTensor> encode_on_ranks(
             const size_t i = own_index[k];
             out[i] = {std::move(enc[k].payload),
                       report_of(names[i], jobs[i], enc[k], o.enc.method)};
+            out[i].report.drift_alpha = drift_alpha[i];
             run.report.encode_stages.merge(enc[k].stages);
         }
     }
     for (size_t i = 0; i < jobs.size(); ++i) {
-        const int owner = static_cast<int>(i % static_cast<size_t>(ranks));
         LayerRecord one;
-        if (me == owner) {
+        if (me == owners[i]) {
             one.payloads.emplace_back(names[i], std::move(out[i].payload));
             one.reports.push_back(out[i].report);
         }
-        broadcast_record(one, owner);
+        broadcast_record(one, owners[i]);
         out[i] = {std::move(one.payloads.at(0).second), one.reports.at(0)};
         on_done(i, out[i]);
     }

@@ -101,8 +101,10 @@ struct InputGrams {
 };
 // The Grams of `input` of block `layer` with everything before it compressed;
 // with --match original each job's target moved towards the original outputs.
+// `owners` (several ranks): the rank that encodes each job; the drift targets
+// are made only for this rank's jobs (the others' drift_alpha stay −1).
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
-                           const std::string& what);
+                           const std::string& what, const std::vector<int>* owners = nullptr);
 
 // The payload becomes the layer's weight, for the model and its states (and
 // the output's payloads); `linear` as Model::linear_names().
@@ -123,13 +125,18 @@ void broadcast_record(LayerRecord& rec, int root);
 // Rank 0's journal entry of `key` (Journal::load) on every rank.
 std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
                                            const std::vector<JournalTensor>& expected);
-// The jobs dealt out to the ranks (job i to rank i mod n), each encoded by its
-// rank as encode_group would, then broadcast; every rank returns every result
-// in job order, on_done(i, result) called in that order. `names`: the jobs'
-// tensor names.
+// Which rank encodes each job: the largest first, each to the rank with the
+// fewest weights so far (ties: the lowest rank). Which rank encodes a tensor
+// does not change its bytes, only when the layer is done.
+std::vector<int> owners_of(const std::vector<GroupJob>& jobs, int ranks);
+// Each job encoded by its owner as encode_group would, its report's
+// drift_alpha set from `drift_alpha`, then broadcast; every rank returns every
+// result in job order, on_done(i, result) called in that order. `names`: the
+// jobs' tensor names.
 std::vector<EncodedTensor> encode_on_ranks(
     Run& run, const std::vector<GroupJob>& jobs, const std::vector<std::string>& names,
-    const MatD& h_fit, const MatD& h_sel, const std::string& what,
+    const std::vector<int>& owners, const std::vector<double>& drift_alpha, const MatD& h_fit,
+    const MatD& h_sel, const std::string& what,
     const std::function<void(size_t, const EncodedTensor&)>& on_done);
 
 // ── encode one decoder layer (encode_layer.cpp) ──────────────────────────────
