@@ -24,6 +24,7 @@ from ._core import (
     gpu_unavailable_reason,
     read_metadata,
     read_tensors,
+    sign_bits,
 )
 from . import _core
 import os as _os
@@ -31,7 +32,7 @@ import os as _os
 __all__ = [
     "Error", "InvariantError", "Model", "PackedLinear", "PplResult", "Tokenizer", "__version__",
     "dequant", "gpu_available", "gpu_unavailable_reason", "load", "quantize", "read_metadata",
-    "read_tensors",
+    "read_tensors", "sign_bits",
 ]
 
 

@@ -1,11 +1,14 @@
 """Compressed layers inside PyTorch models (needs PyTorch).
 
-BLRLinear is an nn.Module holding one BLR (or sign) payload; its forward runs
-the packed CPU kernel the cortiq runtime uses. patch(model, file) puts one in
-place of every nn.Linear whose weight the cortiq file compresses.
+BLRLinear is an nn.Module holding one BLR (or sign) payload. On the CPU its
+forward runs the packed kernel the cortiq runtime uses; on any other device
+torch has (CUDA) it runs the factored product with torch's own operations,
+its signs kept packed, 1 bit each, on that device and unpacked per call:
+y = Σ_paths h ∘ (S_U (ℓ ∘ (S_Vᵀ (g ∘ x)))) (SPEC §1). patch(model, file) puts
+one in place of every nn.Linear whose weight the cortiq file compresses.
 
-What is not here: CUDA (inputs must be on the CPU) and gradients for the
-payload (the input's gradient is given, through the dense weight).
+What is not here: gradients for the payload (the input's gradient is given,
+through the dense weight on the CPU, through the factored product elsewhere).
 """
 
 import os
@@ -40,6 +43,28 @@ class _PackedProduct(torch.autograd.Function):
         return dy @ ctx.module.dense_weight(), None
 
 
+def _unpack_signs(bits, r, dtype):
+    """[k, ceil(r/8)] uint8 (bit j of byte c: column 8c + j, set for +1) to a
+    [k, r] matrix of ±1 in `dtype`, on the bits' device."""
+    shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
+    ones = (bits.unsqueeze(-1) >> shifts) & 1  # [k, bytes, 8]
+    ones = ones.reshape(bits.shape[0], -1)[:, :r]
+    return ones.to(dtype) * 2 - 1
+
+
+def factored_product(x, paths, r):
+    """y = x Ŵᵀ as Σ_paths h ∘ (S_U (ℓ ∘ (S_Vᵀ (g ∘ x)))) with torch operations
+    in float32, for x [rows, n] on any device; `paths`: (h, l, g, su_bits,
+    sv_bits) per path on that device (cortiq.sign_bits gives the bits)."""
+    x = x.to(torch.float32)
+    y = None
+    for h, l, g, su, sv in paths:
+        t = (x * g) @ _unpack_signs(sv, r, torch.float32)  # [rows, r]
+        part = ((t * l) @ _unpack_signs(su, r, torch.float32).T) * h
+        y = part if y is None else y + part
+    return y
+
+
 class BLRLinear(torch.nn.Module):
     """y = x Ŵᵀ + b with Ŵ held as a BLR or sign payload and run packed.
 
@@ -56,6 +81,7 @@ class BLRLinear(torch.nn.Module):
         self._name = name
         self._packed = _core.PackedLinear(data, name)
         self._dense = None
+        self._factors = None  # (device, paths) for factored_product
         self.in_features = self._packed.in_features
         self.out_features = self._packed.out_features
         self.register_buffer("payload", torch.from_numpy(data.copy()))
@@ -70,8 +96,9 @@ class BLRLinear(torch.nn.Module):
 
     def _load_from_state_dict(self, *args, **kwargs):
         super()._load_from_state_dict(*args, **kwargs)
-        self._packed = _core.PackedLinear(self.payload.numpy(), self._name)
+        self._packed = _core.PackedLinear(self.payload.cpu().numpy(), self._name)
         self._dense = None
+        self._factors = None
 
     def dense_weight(self):
         """Ŵ [out_features, in_features] in float32 (made once, on request)."""
@@ -79,15 +106,33 @@ class BLRLinear(torch.nn.Module):
             self._dense = torch.from_numpy(self._packed.dense())
         return self._dense
 
+    def device_factors(self, device):
+        """Scales and packed signs of every path on `device` (made once per
+        device): what factored_product reads. A sign payload has none: it runs
+        as its dense weight there."""
+        device = torch.device(device)
+        if self._factors is None or self._factors[0] != device:
+            if self._packed.kind != "blr":
+                paths = None
+            else:
+                bits = _core.sign_bits(self.payload.cpu().numpy(), self._name)
+                paths = [tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device)
+                               for a in (h, l, g, su, sv))
+                         for (h, l, g), (su, sv) in zip(self._packed.scales(), bits)]
+            self._factors = (device, paths)
+        return self._factors[1]
+
     def forward(self, x):
-        if x.device.type != "cpu":
-            raise NotImplementedError(
-                f"{self._name}: BLRLinear runs on the CPU only (input on {x.device})")
         if x.shape[-1] != self.in_features:
             raise _core.Error(f"{self._name}: input has {x.shape[-1]} features, expected "
                               f"{self.in_features}")
         rows = x.reshape(-1, self.in_features).to(torch.float32).contiguous()
-        y = _PackedProduct.apply(rows, self)
+        if x.device.type == "cpu":
+            y = _PackedProduct.apply(rows, self)
+        else:
+            paths = self.device_factors(x.device)
+            y = (factored_product(rows, paths, self._packed.rank) if paths is not None
+                 else rows @ self.dense_weight().to(x.device).T)
         y = y.reshape(*x.shape[:-1], self.out_features).to(x.dtype)
         if self.bias is not None:
             y = y + self.bias.to(x.dtype)

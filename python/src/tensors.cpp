@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "blr/model.hpp"
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "core/error.hpp"
@@ -103,6 +104,33 @@ py::dict read_tensors(const std::filesystem::path& path, bool only_payloads) {
     return out;
 }
 
+// ±1 entries of a k × r sign matrix packed 8 to a byte along r: byte c of
+// row i holds columns 8c…8c+7, bit j (the least significant first) set
+// where the sign is +1.
+py::array_t<uint8_t> sign_bits_of(const MatD& s) {
+    const int64_t k = s.rows(), r = s.cols(), bytes = (r + 7) / 8;
+    py::array_t<uint8_t> out({k, bytes});
+    uint8_t* o = out.mutable_data();
+    std::memset(o, 0, static_cast<size_t>(k * bytes));
+    for (int64_t i = 0; i < k; ++i)
+        for (int64_t j = 0; j < r; ++j)
+            if (s(i, j) > 0) o[i * bytes + j / 8] |= static_cast<uint8_t>(1u << (j % 8));
+    return out;
+}
+
+// Each path's sign matrices S_U (m × r) and S_V (n × r), 1 bit per sign
+// (sign_bits_of): the packed form a GPU-side product unpacks (cortiq.torch).
+py::list sign_bits(const Bytes& payload, const std::string& name) {
+    blr::validate_any(bytes_of(payload), name);
+    CORTIQ_CHECK(!blr::is_sign_payload(bytes_of(payload)),
+                 "{}: a sign payload has no low-rank factors", name);
+    const blr::Factors f = blr::unpack(bytes_of(payload));
+    py::list out;
+    for (const auto& q : f.paths)
+        out.append(py::make_tuple(sign_bits_of(q.su), sign_bits_of(q.sv)));
+    return out;
+}
+
 }  // namespace
 
 void bind_tensors(py::module_& m) {
@@ -130,6 +158,9 @@ void bind_tensors(py::module_& m) {
         },
         py::arg("payload"), py::arg("name") = "payload",
         "The dense weight of a BLR or sign payload (float32)");
+    m.def("sign_bits", &sign_bits, py::arg("payload"), py::arg("name") = "payload",
+          "[(S_U bits [m, ceil(r/8)], S_V bits [n, ceil(r/8)])] per path of a BLR payload, "
+          "uint8, bit j of byte c: column 8c + j, set for +1");
     m.def("read_tensors", &read_tensors, py::arg("path"), py::arg("only_payloads") = false,
           "{name: numpy array} of a safetensors file or model folder");
     m.def(

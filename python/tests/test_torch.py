@@ -123,3 +123,76 @@ def test_patch_refuses_a_model_without_the_layer(stories_file):
     assert not any(isinstance(m, ctorch.BLRLinear) for m in model.modules())  # left as it was
     replaced = ctorch.patch(model, stories_file[0], strict=False)
     assert len(replaced) == 4 * 7 + 1 and not any(p.startswith("model.layers.4.") for p in replaced)
+
+
+def _factored_output(layer, x, device):
+    with torch.no_grad():
+        paths = layer.device_factors(device)
+        xs = torch.from_numpy(x).to(device)
+        return ctorch.factored_product(xs, paths, layer._packed.rank).cpu().numpy()
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_factored_product_equals_dequant_then_dense(rows, stories_file):
+    """The torch path BLRLinear takes off the CPU (packed signs unpacked per
+    call, the factored product in float32), run here on the CPU: the same
+    float32 rounding bound as the packed kernel against x Ŵᵀ."""
+    rng = np.random.default_rng(10 + rows)
+    payloads = cortiq.read_tensors(stories_file[0], only_payloads=True)
+    checked = 0
+    for name, p in payloads.items():
+        layer = ctorch.BLRLinear(p, name=name)
+        if layer._packed.kind != "blr":
+            continue
+        x = rng.standard_normal((rows, layer.in_features)).astype(np.float32)
+        y = _factored_output(layer, x, "cpu").astype(np.float64)
+        ref = x.astype(np.float64) @ cortiq.dequant(p, name).astype(np.float64).T
+        bound = rounding_bound(layer._packed, x)
+        assert np.all(np.abs(y - ref) <= bound), name
+        assert bound.max() < 1e-2 * np.abs(ref).max(), name
+        checked += 1
+    assert checked > 0
+
+
+def test_sign_bits_hold_the_payload_signs(stories_file):
+    """Σ_p diag(h) S_U diag(ℓ) S_Vᵀ diag(g) rebuilt from sign_bits and the
+    scales equals the dequantised weight; one flipped bit changes it."""
+    name = "model.layers.1.self_attn.q_proj.weight"
+    p = cortiq.read_tensors(stories_file[0], only_payloads=True)[name]
+    layer = ctorch.BLRLinear(p, name=name)
+    r = layer._packed.rank
+    w = np.zeros((layer.out_features, layer.in_features))
+    for (h, l, g), (su, sv) in zip(layer._packed.scales(), cortiq.sign_bits(p, name)):
+        u = ctorch._unpack_signs(torch.from_numpy(su), r, torch.float64).numpy()
+        v = ctorch._unpack_signs(torch.from_numpy(sv), r, torch.float64).numpy()
+        assert set(np.unique(u)) <= {-1.0, 1.0} and u.shape == (layer.out_features, r)
+        w += (h[:, None] * u * l[None, :]) @ (v * g[:, None]).T
+    ref = cortiq.dequant(p, name).astype(np.float64)
+    assert np.abs(w - ref).max() <= 1e-5 * np.abs(ref).max()
+    # bit 0 of S_U's first byte is entry (0, 0): flipping it moves row 0 alone,
+    # by −2 h₀ s ℓ₀ (g ∘ S_V[:, 0]) where s was the entry's sign
+    su, sv = cortiq.sign_bits(p, name)[0]
+    h, l, g = (a.astype(np.float64) for a in layer._packed.scales()[0])
+    before = ctorch._unpack_signs(torch.from_numpy(su), r, torch.float64).numpy()
+    su[0, 0] ^= 1
+    after = ctorch._unpack_signs(torch.from_numpy(su), r, torch.float64).numpy()
+    changed = np.argwhere(after != before)
+    assert changed.tolist() == [[0, 0]]
+    v0 = ctorch._unpack_signs(torch.from_numpy(sv), r, torch.float64).numpy()[:, 0]
+    delta = (after - before)[0, 0] * h[0] * l[0] * (v0 * g)
+    assert np.abs(delta).max() > 0 and (after - before)[0, 0] == -2 * before[0, 0]
+    with pytest.raises(cortiq.Error):
+        cortiq.sign_bits(np.zeros(8, dtype=np.uint8), "junk")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device for torch")
+def test_blr_linear_on_cuda_equals_the_cpu_kernel(stories_file):
+    rng = np.random.default_rng(4)
+    for name, p in cortiq.read_tensors(stories_file[0], only_payloads=True).items():
+        layer = ctorch.BLRLinear(p, name=name)
+        x = rng.standard_normal((3, layer.in_features)).astype(np.float32)
+        with torch.no_grad():
+            cpu = layer(torch.from_numpy(x)).numpy().astype(np.float64)
+            gpu = layer.to("cuda")(torch.from_numpy(x).cuda()).cpu().numpy().astype(np.float64)
+            layer.to("cpu")
+        assert np.all(np.abs(gpu - cpu) <= 2 * rounding_bound(layer._packed, x)), name
