@@ -229,6 +229,37 @@ TEST(QuantizeTune, DistillationOnRandomTokenWindowsIsCountedAndReproducible) {
     fs::remove_all(d);
 }
 
+// Distillation reports as it runs (the progress callback, which also draws
+// its line with an ETA): every pass's windows and each held-out evaluation,
+// the last one that of pass 3.
+TEST(QuantizeTune, DistillationReportsEveryPassAsItRuns) {
+    REQUIRE_DATA_AT(kModel);
+    const fs::path d = test::scratch_dir("cortiq_tune_", "progress");
+    auto o = tuned_options(d / "p.safetensors");
+    o.tune_mode = "kd";
+    o.kd.epochs = 3;
+    o.kd.patience = 0;
+    o.kd_random = 0;
+    std::vector<std::string> stages;
+    int64_t done = 0, total = 0;
+    o.on_progress = [&](const std::string& stage, int64_t n, int64_t of) {
+        if (stage.rfind("pass ", 0) != 0) return;
+        stages.push_back(stage);
+        done = n;
+        total = of;
+    };
+    const auto rep = quant::quantize(o);
+    const int64_t fit = rep.distilled.at("fit_windows").get<int64_t>();
+    EXPECT_EQ(total, 3 * fit);  // at most 3 passes over the fit windows
+    EXPECT_EQ(done, total);     // patience 0: all 3 ran
+    ASSERT_GE(stages.size(), 3u);
+    int evaluations = 0;
+    for (const auto& st : stages) evaluations += st.find("held-out KL") != std::string::npos;
+    EXPECT_GE(evaluations, 3) << "an evaluation of each pass";
+    EXPECT_EQ(stages.back().rfind("pass 3/3: held-out KL", 0), 0u) << stages.back();
+    fs::remove_all(d);
+}
+
 // Extra calibration windows (--calib-random, --calib-generated) reach every
 // stage: with one per window the fit and held-out sets double, the setting is
 // recorded under `key`, the file is reproducible, and it differs from the run

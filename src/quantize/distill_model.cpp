@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/memory_usage.hpp"
+#include "core/progress.hpp"
 #include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
@@ -54,7 +55,21 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     std::vector<std::vector<int32_t>> fit = cs.fit;
     const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,
                                                           0x7a2d0);  // fixed: reproducible
-    const tune::DistillResult r = distill(s, teacher, fit, cs.sel, run.o.kd);
+    // A line with an ETA while it runs: at most `epochs` passes over the
+    // windows (fewer when the held-out KL stops falling: --kd-patience).
+    tune::TuneOptions kd = run.o.kd;
+    Progress bar("distilling", static_cast<int64_t>(kd.epochs) * static_cast<int64_t>(fit.size()),
+                 "windows", run.o.progress, run.o.on_progress);
+    std::string last;  // the last evaluation, shown after the ETA
+    kd.on_progress = [&](const tune::EpochProgress& e) {
+        if (e.evaluated)
+            last = fmt::format("pass {}/{}: held-out KL {:.4f}, best {:.4f} (pass {})", e.epoch,
+                               e.epochs, e.held_out, e.best, e.kept);
+        bar.advance(static_cast<int64_t>(e.windows_stepped),
+                    last.empty() ? fmt::format("pass {}/{}", e.epoch, e.epochs) : last);
+    };
+    const tune::DistillResult r = distill(s, teacher, fit, cs.sel, kd);
+    bar.finish(fmt::format("{} of at most {} passes run", r.epochs_run, kd.epochs));
     if (r.best_epoch > 0)
         for (int64_t l = 0; l < run.model.num_layers(); ++l)
             install_block(run, l, s.blocks[static_cast<size_t>(l)], nullptr);

@@ -90,8 +90,8 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
     if (!dist::is_root()) return rep;  // rank 0 distils and writes
+    bar.finish();  // distillation draws its own line (its ETA is its own)
     if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
-    bar.finish();
 
     write_output(o, in.checkpoint, in.settings, run.payloads, rep);
     journal.remove();

@@ -66,7 +66,8 @@ struct QuantizeOptions {
                             .lr_signs = 1e-4,
                             .latent_init = 1e-2,
                             .lr_norms = 0.0,
-                            .patience = 4};
+                            .patience = 4,
+                            .on_progress = {}};
     // Distillation also on windows of uniformly random token ids, this many
     // per fit window (the teacher's outputs on them; no text). The
     // calibration text exercises few of the embedding's directions; random

@@ -144,7 +144,7 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     res.best_epoch = run_epochs(
         fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] { return sel.x.empty() ? ev.relative(p, fit) : ev.relative(p, sel); },
-        [&] { best = p; });
+        [&] { best = p; }, o.on_progress);
     p = std::move(best);
     res.fit_after = ev.relative(p, fit);
     res.flips = sign_changes(start, p);

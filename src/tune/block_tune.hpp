@@ -17,6 +17,7 @@
 #include "blr/model.hpp"
 #include "core/matrix.hpp"
 #include "tune/block.hpp"
+#include "tune/epochs.hpp"
 
 namespace cortiq::tune {
 
@@ -31,6 +32,7 @@ struct TuneOptions {
     double lr_norms = 0.0;      // Adam step on the RMSNorm weights (0: fixed)
     double beta1 = 0.9, beta2 = 0.999;
     int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
+    EpochCallback on_progress;  // every step and evaluation (epochs.hpp); may be empty
 };
 
 struct BlockTuneResult {

@@ -129,7 +129,8 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     };
     r.best_epoch = run_epochs(
         fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
-        [&] { return sel.empty() ? mean_kl(fit) : mean_kl(sel); }, [&] { best = s.blocks; });
+        [&] { return sel.empty() ? mean_kl(fit) : mean_kl(sel); }, [&] { best = s.blocks; },
+        o.on_progress);
     s.blocks = std::move(best);
     r.kl_fit_after = mean_kl(fit);
     for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);

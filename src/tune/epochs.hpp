@@ -11,19 +11,35 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
 
 namespace cortiq::tune {
 
+// Where a schedule stands, for a progress line: after each optimiser step
+// (`windows_stepped` windows more; `evaluated` false) and after each pass's
+// held-out evaluation (`evaluated` true, `held_out` its loss, `best` the
+// lowest so far, `kept` its pass).
+struct EpochProgress {
+    int epoch = 0, epochs = 0;
+    size_t windows_stepped = 0;
+    bool evaluated = false;
+    double held_out = 0, best = 0;
+    int kept = 0;
+};
+using EpochCallback = std::function<void(const EpochProgress&)>;
+
 // step(order, first, count): one optimiser step on windows order[first ..
 // first + count); held_out(): the loss that chooses; keep(): copy the current
 // state as the best. `best` holds the loss to beat (the start's) and ends as
 // the best reached; `ran` the passes run. Returns the epoch kept (0: the start).
+// `on_progress` (may be empty) hears of every step and every evaluation.
 template <class Step, class HeldOut, class Keep>
 int run_epochs(size_t windows, size_t batch, int epochs, int patience, uint64_t seed, double& best,
-               int& ran, Step&& step, HeldOut&& held_out, Keep&& keep) {
+               int& ran, Step&& step, HeldOut&& held_out, Keep&& keep,
+               const EpochCallback& on_progress = {}) {
     std::mt19937_64 rng(seed);  // fixed: a run is reproducible
     std::vector<size_t> order(windows);
     std::iota(order.begin(), order.end(), size_t{0});
@@ -32,14 +48,18 @@ int run_epochs(size_t windows, size_t batch, int epochs, int patience, uint64_t 
     for (int e = 1; e <= epochs; ++e) {
         ran = e;
         std::shuffle(order.begin(), order.end(), rng);
-        for (size_t first = 0; first < order.size(); first += batch)
-            step(order, first, std::min(batch, order.size() - first));
+        for (size_t first = 0; first < order.size(); first += batch) {
+            const size_t count = std::min(batch, order.size() - first);
+            step(order, first, count);
+            if (on_progress) on_progress({e, epochs, count, false, 0, best, kept});
+        }
         const double loss = held_out();
         if (loss < best) {
             best = loss;
             kept = e;
             keep();
         }
+        if (on_progress) on_progress({e, epochs, 0, true, loss, best, kept});
         if (patience > 0 && e - kept >= patience) break;
     }
     return kept;

@@ -139,7 +139,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     res.best_epoch = run_epochs(
         fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] { return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); },
-        [&] { cuda::download_into(dp, best, st); });
+        [&] { cuda::download_into(dp, best, st); }, o.on_progress);
     p = std::move(best);
     res.fit_after = ev.relative(cuda::upload(p, st), dfit);
     res.flips = sign_changes(start, p);

@@ -212,7 +212,8 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
         [&] {
             for (size_t l = 0; l < best.size(); ++l)
                 cuda::download_into(tr.ds.blocks[l], best[l], st);
-        });
+        },
+        o.on_progress);
     s.blocks = std::move(best);
     for (size_t l = 0; l < s.blocks.size(); ++l) tr.ds.blocks[l] = cuda::upload(s.blocks[l], st);
     r.kl_fit_after = tr.mean_kl(fit, false, batch);
