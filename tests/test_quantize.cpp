@@ -247,6 +247,18 @@ TEST_F(Quantize, CalibrationPartsAddUpToAtMostItsSeconds) {
         if (e.stage == "advance") EXPECT_EQ(e.calls, layers - 1);
         if (e.stage == "grams" || e.stage == "drift") EXPECT_EQ(e.calls, 4 * layers) << e.stage;
     }
+    // the run's parts: each measured, none negative, together within the run
+    ASSERT_TRUE(j.contains("parts"));
+    double parts = 0;
+    for (const char* part :
+         {"load", "calibration", "encoding", "block_tuning", "distillation", "writing"}) {
+        ASSERT_TRUE(j["parts"].contains(part)) << part;
+        EXPECT_GE(j["parts"][part].get<double>(), 0.0) << part;
+        parts += j["parts"][part].get<double>();
+    }
+    for (const char* part : {"load", "calibration", "encoding", "writing"})
+        EXPECT_GT(j["parts"][part].get<double>(), 0.0) << part;
+    EXPECT_LE(parts, rep.seconds * (1 + 1e-9) + 1e-9);
     fs::remove_all(d);
 }
 

@@ -60,7 +60,9 @@ QuantizeReport quantize(const QuantizeOptions& options) {
         use_gpu(o.gpus.front());  // calibration and tuning run on the first
     }
     const Plan plan(o.bpw, o.plan_path, o.include_head);
+    const auto load_start = std::chrono::steady_clock::now();
     Inputs in = load_and_check(o, plan);
+    rep.load_seconds = seconds_since(load_start);
     const Journal journal =
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
     const WorkPlan work = plan_work(plan, in.model);
@@ -90,10 +92,12 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
     if (!dist::is_root()) return rep;  // rank 0 distils and writes
-    bar.finish();  // distillation draws its own line (its ETA is its own)
+    bar.finish();                      // distillation draws its own line (its ETA is its own)
     if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
 
+    const auto write_start = std::chrono::steady_clock::now();
     write_output(o, in.checkpoint, in.settings, run.payloads, rep);
+    rep.write_seconds = seconds_since(write_start);
     journal.remove();
     rep.file_bytes = static_cast<int64_t>(std::filesystem::file_size(o.out_path));
     rep.seconds = seconds_since(t0);

@@ -150,6 +150,9 @@ struct QuantizeReport {
     // embedding) and the output's size.
     int64_t total_params = 0, file_bytes = 0;
     double seconds = 0, encode_seconds = 0, calib_seconds = 0, tune_seconds = 0;
+    // Loading the model, checkpoint, tokenizer and calibration windows (the
+    // sampled ones of --calib-generated included), and writing the output.
+    double load_seconds = 0, write_seconds = 0;
     // QuantizeOptions::profile: the encoder's seconds per stage, summed over
     // the tensors encoded in this run (tensors in flight together add up
     // past the wall time).

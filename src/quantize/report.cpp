@@ -91,6 +91,16 @@ nlohmann::json QuantizeReport::to_json() const {
     nlohmann::json cp = nlohmann::json::object();
     for (const auto& e : calib_parts.entries()) cp[e.stage] = e.seconds;
     j["calib_parts"] = cp;
+    // Where the run's time went, one figure per part (the parts leave out
+    // only planning and the journal's bookkeeping).
+    double block_tuning = 0;
+    for (const auto& b : tuned_blocks) block_tuning += b.value("seconds", 0.0);
+    j["parts"] = {{"load", load_seconds},
+                  {"calibration", calib_seconds},
+                  {"encoding", encode_seconds},
+                  {"block_tuning", block_tuning},
+                  {"distillation", distilled.is_null() ? 0.0 : distilled.value("seconds", 0.0)},
+                  {"writing", write_seconds}};
     if (!encode_stages.entries().empty()) {
         nlohmann::json st = nlohmann::json::object();
         for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
