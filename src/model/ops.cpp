@@ -175,38 +175,46 @@ void attention(const float* q, int64_t T, int64_t ldq, const float* k, const flo
     // last row can see, which keeps the causal waste of the GEMM small.
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (T + kBlock - 1) / kBlock;
-    parallel_for(0, heads * blocks, [&](int64_t task) {
-        // Late blocks (more keys) first, for load balance.
-        const int64_t h = task % heads, b = blocks - 1 - task / heads, g = h / group;
-        const int64_t i0 = b * kBlock, nb = std::min(kBlock, T - i0);
-        const int64_t kmax = pos0 + i0 + nb;  // exclusive
-        const int64_t kmin = window > 0 ? std::max<int64_t>(0, pos0 + i0 - window + 1) : 0;
-        const int64_t nk = kmax - kmin;
-        thread_local std::vector<float> scores;  // grows once per thread
-        if (scores.size() < static_cast<size_t>(nb * nk))
-            scores.resize(static_cast<size_t>(nb * nk));
-        // S = scale · Q_blk K_gᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nb),
-                    static_cast<int>(nk), static_cast<int>(head_dim), scale,
-                    q + i0 * ldq + h * head_dim, static_cast<int>(ldq),
-                    k + kmin * ldkv + g * head_dim, static_cast<int>(ldkv), 0.0f, scores.data(),
-                    static_cast<int>(nk));
-        // Masked softmax per row over the visible keys [lo, hi].
-        for (int64_t r = 0; r < nb; ++r) {
-            float* s = scores.data() + r * nk;
-            const int64_t p = pos0 + i0 + r;
-            const int64_t lo = (window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - kmin;
-            const int64_t hi = p - kmin;
-            std::fill(s, s + lo, 0.0f);
-            softmax(s + lo, hi - lo + 1);
-            std::fill(s + hi + 1, s + nk, 0.0f);
-        }
-        // O_blk = P V_g
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nb),
-                    static_cast<int>(head_dim), static_cast<int>(nk), 1.0f, scores.data(),
-                    static_cast<int>(nk), v + kmin * ldkv + g * head_dim, static_cast<int>(ldkv),
-                    0.0f, out + i0 * ldo + h * head_dim, static_cast<int>(ldo));
-    });
+    // One token over a short context is microseconds of work: on the calling
+    // thread (see blr/sign_kernels.cpp's kSerialSigns), the same sums.
+    const int64_t work = heads * T * (pos0 + T) * head_dim;
+    const int64_t min_per_thread = work < (int64_t{1} << 18) ? heads * blocks : 1;
+    parallel_for(
+        0, heads * blocks,
+        [&](int64_t task) {
+            // Late blocks (more keys) first, for load balance.
+            const int64_t h = task % heads, b = blocks - 1 - task / heads, g = h / group;
+            const int64_t i0 = b * kBlock, nb = std::min(kBlock, T - i0);
+            const int64_t kmax = pos0 + i0 + nb;  // exclusive
+            const int64_t kmin = window > 0 ? std::max<int64_t>(0, pos0 + i0 - window + 1) : 0;
+            const int64_t nk = kmax - kmin;
+            thread_local std::vector<float> scores;  // grows once per thread
+            if (scores.size() < static_cast<size_t>(nb * nk))
+                scores.resize(static_cast<size_t>(nb * nk));
+            // S = scale · Q_blk K_gᵀ
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(nb),
+                        static_cast<int>(nk), static_cast<int>(head_dim), scale,
+                        q + i0 * ldq + h * head_dim, static_cast<int>(ldq),
+                        k + kmin * ldkv + g * head_dim, static_cast<int>(ldkv), 0.0f, scores.data(),
+                        static_cast<int>(nk));
+            // Masked softmax per row over the visible keys [lo, hi].
+            for (int64_t r = 0; r < nb; ++r) {
+                float* s = scores.data() + r * nk;
+                const int64_t p = pos0 + i0 + r;
+                const int64_t lo = (window > 0 ? std::max<int64_t>(0, p - window + 1) : 0) - kmin;
+                const int64_t hi = p - kmin;
+                std::fill(s, s + lo, 0.0f);
+                softmax(s + lo, hi - lo + 1);
+                std::fill(s + hi + 1, s + nk, 0.0f);
+            }
+            // O_blk = P V_g
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(nb),
+                        static_cast<int>(head_dim), static_cast<int>(nk), 1.0f, scores.data(),
+                        static_cast<int>(nk), v + kmin * ldkv + g * head_dim,
+                        static_cast<int>(ldkv), 0.0f, out + i0 * ldo + h * head_dim,
+                        static_cast<int>(ldo));
+        },
+        min_per_thread);
 }
 
 // silu(z)·u with e = exp(−|z|): sigmoid(z) = 1/(1+e) for z ≥ 0, e/(1+e) below.
