@@ -181,3 +181,22 @@ TEST(Mpi, AKilledRankEndsTheJobAndResumeFinishesTheSameFile) {
     EXPECT_TRUE(slurp(out) == slurp(plain)) << "the resumed file differs from the plain run's";
     fs::remove_all(dir);
 }
+
+// A rank that fails (here rank 0: the output's folder does not exist) prints
+// one message naming itself and ends every rank: the job exits non-zero
+// instead of leaving the other ranks waiting.
+TEST(Mpi, ARankThatFailsEndsEveryRankWithOneMessage) {
+    REQUIRE_MPI();
+    REQUIRE_DATA_AT(kData + "/models/stories260K");
+    const fs::path dir = cortiq::test::scratch_dir("cortiq_mpi_", "fail");
+    const fs::path log = dir / "fail.log";
+    const int rc = shell(mpirun(2) + cortiq::test::cli_binary() + " quantize " +
+                             stories_args(dir / "missing" / "out.safetensors"),
+                         log);
+    const std::string said = slurp(log);
+    EXPECT_NE(rc, 0) << said;
+    EXPECT_NE(said.find("cortiq: error:"), std::string::npos) << said;
+    EXPECT_NE(said.find("(rank 0 of 2; ending every rank)"), std::string::npos) << said;
+    EXPECT_FALSE(fs::exists(dir / "missing")) << said;
+    fs::remove_all(dir);
+}
