@@ -668,7 +668,7 @@ TEST(CalibSet, GeneratedWindowsAreTheModelsOwnSamplesReproducibly) {
 }
 
 // --calib-generated auto: 0.5 when tuning a model small enough to sample from
-// on the CPU, else 0; a value given is kept.
+// on the CPU (1.0 for a hybrid one), else 0; a value given is kept.
 TEST(CalibSet, GeneratedWindowsAutoFollowsTuningAndModelSize) {
     quant::QuantizeOptions o;
     o.verbose = false;
@@ -677,15 +677,20 @@ TEST(CalibSet, GeneratedWindowsAutoFollowsTuningAndModelSize) {
     for (const char* mode : {"block", "block+kd", "kd"}) {
         o.tune_mode = mode;
         EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.5) << mode;
+        EXPECT_EQ(quant::resolve_calib_generated(o, small, true), quant::kCalibGeneratedHybrid)
+            << mode;
         EXPECT_EQ(quant::resolve_calib_generated(o, big), 0.0) << mode;
+        EXPECT_EQ(quant::resolve_calib_generated(o, big, true), 0.0) << mode;
     }
     o.tune_mode = "none";
     EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.0);
+    EXPECT_EQ(quant::resolve_calib_generated(o, small, true), 0.0);
     o.calib_generated = 2.0;
     EXPECT_EQ(quant::resolve_calib_generated(o, big), 2.0);
     o.calib_generated = 0.0;
     o.tune_mode = "block";
     EXPECT_EQ(quant::resolve_calib_generated(o, small), 0.0);
+    EXPECT_EQ(quant::resolve_calib_generated(o, small, true), 0.0);
 }
 
 // --kd-random auto: 1 random-token window per fit window, none when sampled
@@ -703,15 +708,18 @@ TEST(CalibSet, KdRandomAutoFollowsSampledWindows) {
 }
 
 // --samples auto: 192 windows when tuning a model of at most 100 M
-// parameters, 128 otherwise; a count given is kept.
+// parameters (256 for a hybrid one), 128 otherwise; a count given is kept.
 TEST(CalibSet, SamplesAutoFollowsTuning) {
     quant::QuantizeOptions o;
     o.calib.samples = quant::kSamplesAuto;
     o.tune_mode = "block+kd";
     EXPECT_EQ(quant::resolve_samples(o, 6'000'000), quant::kSamplesTuned);
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000, true), quant::kSamplesTunedHybrid);
     EXPECT_EQ(quant::resolve_samples(o, 7'000'000'000), calib::CalibOptions{}.samples);
+    EXPECT_EQ(quant::resolve_samples(o, 7'000'000'000, true), calib::CalibOptions{}.samples);
     o.tune_mode = "none";
     EXPECT_EQ(quant::resolve_samples(o, 6'000'000), calib::CalibOptions{}.samples);
+    EXPECT_EQ(quant::resolve_samples(o, 6'000'000, true), calib::CalibOptions{}.samples);
     o.calib.samples = 40;
     EXPECT_EQ(quant::resolve_samples(o, 6'000'000), 40);
     o.tune_mode = "block";

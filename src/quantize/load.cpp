@@ -40,9 +40,9 @@ void check_output(const QuantizeOptions& o) {
     CORTIQ_CHECK(fs::is_directory(parent), "output folder {} does not exist", parent.string());
 }
 
-double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
+double resolve_calib_generated(const QuantizeOptions& o, int64_t params, bool hybrid) {
     if (o.calib_generated >= 0) return o.calib_generated;
-    if (tuned_small_model(o, params)) return 0.5;
+    if (tuned_small_model(o, params)) return hybrid ? kCalibGeneratedHybrid : 0.5;
     if (o.tuned() && o.verbose)
         fmt::print(stderr,
                    "calibration: --calib-generated auto is 0 for {:.0f} M parameters (sampling "
@@ -52,9 +52,10 @@ double resolve_calib_generated(const QuantizeOptions& o, int64_t params) {
     return 0.0;
 }
 
-int64_t resolve_samples(const QuantizeOptions& o, int64_t params) {
+int64_t resolve_samples(const QuantizeOptions& o, int64_t params, bool hybrid) {
     if (o.calib.samples != kSamplesAuto) return o.calib.samples;
-    return tuned_small_model(o, params) ? kSamplesTuned : calib::CalibOptions{}.samples;
+    if (!tuned_small_model(o, params)) return calib::CalibOptions{}.samples;
+    return hybrid ? kSamplesTunedHybrid : kSamplesTuned;
 }
 
 double resolve_kd_random(const QuantizeOptions& o, double generated) {
@@ -73,7 +74,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     for (const auto& p : o.calib_paths)
         calib_texts.push_back(io::read_text_file(p, "calibration text"));
     calib::CalibOptions co = o.calib;
-    co.samples = resolve_samples(o, in.model.num_params());
+    co.samples = resolve_samples(o, in.model.num_params(), cfg.hybrid());
     if (co.seqlen <= 0)
         co.seqlen = std::min<int64_t>(
             512, cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings : 512);
@@ -82,7 +83,7 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     // held out, for every stage (Grams, drift, block tuning, distillation)
     calib::add_random_windows(in.calib, o.calib_random, cfg.vocab_size, kCalibRandomSeed);
     // --calib-generated: windows sampled from the original model, the same way
-    const double generated = resolve_calib_generated(o, in.model.num_params());
+    const double generated = resolve_calib_generated(o, in.model.num_params(), cfg.hybrid());
     in.kd_random = resolve_kd_random(o, generated);
     if (generated > 0) {
         const auto t0 = std::chrono::steady_clock::now();

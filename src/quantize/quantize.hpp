@@ -129,6 +129,15 @@ inline constexpr int64_t kCalibGeneratedAutoParams = 100'000'000;
 // 55.10, KJV 62.33 → 57.93) for 90.6 s instead of 62.4 s.
 inline constexpr int64_t kSamplesAuto = -1;
 inline constexpr int64_t kSamplesTuned = 192;
+// A hybrid model (Qwen3.5: Gated DeltaNet layers) tuned at that size gets
+// kSamplesTunedHybrid windows and kCalibGeneratedHybrid sampled windows per
+// window. Measured on an H100 (tiny-qwen35-6m at 0.898 bpw, every other
+// default, docs/tuning.md): 192 windows and 0.5 gave 35.30 / 82.20 / 78.19 on
+// tinystories-valid / austen-heldout / kjv-heldout, 256 and 1.0 gave 35.14 /
+// 63.29 / 64.26 (256 and 0.5 is not measured; 192 and 1.0 gave 37.30 / 66.24 /
+// 69.41, 192 and 0.75 37.20 / 75.51 / 70.22).
+inline constexpr int64_t kSamplesTunedHybrid = 256;
+inline constexpr double kCalibGeneratedHybrid = 1.0;
 
 struct TensorReport {
     std::string name, method, line;

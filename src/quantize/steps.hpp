@@ -63,10 +63,12 @@ struct Inputs {
     double kd_random = 0.0;
 };
 Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
-// --calib-generated with kCalibGeneratedAuto resolved for a model of `params`.
-double resolve_calib_generated(const QuantizeOptions& o, int64_t params);
-// Calibration windows with kSamplesAuto resolved for a model of `params`.
-int64_t resolve_samples(const QuantizeOptions& o, int64_t params);
+// --calib-generated with kCalibGeneratedAuto resolved for a model of `params`
+// (`hybrid`: with Gated DeltaNet layers, quantize.hpp's kCalibGeneratedHybrid).
+double resolve_calib_generated(const QuantizeOptions& o, int64_t params, bool hybrid = false);
+// Calibration windows with kSamplesAuto resolved for a model of `params`
+// (`hybrid`: kSamplesTunedHybrid).
+int64_t resolve_samples(const QuantizeOptions& o, int64_t params, bool hybrid = false);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);
