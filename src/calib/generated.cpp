@@ -1,7 +1,10 @@
 #include "calib/generated.hpp"
 
+#include <cstring>
+
 #include "core/error.hpp"
 #include "core/parallel.hpp"
+#include "dist/comm.hpp"
 #include "model/generate.hpp"
 
 namespace cortiq::calib {
@@ -14,7 +17,12 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
                  "generated calibration windows: start token {} is outside the vocabulary ({})",
                  start, m.config().vocab_size);
     std::vector<std::vector<int32_t>> out(static_cast<size_t>(std::max<int64_t>(count, 0)));
-    parallel_for(0, static_cast<int64_t>(out.size()), [&](int64_t i) {
+    // Under mpirun each rank samples its share, then every rank gets all:
+    // window i depends on its seed alone, so the windows are those of one
+    // process.
+    const int64_t n = static_cast<int64_t>(out.size());
+    const auto [lo, hi] = dist::share(n, dist::rank(), dist::size());
+    parallel_for(lo, hi, [&](int64_t i) {
         model::GenerateOptions opt;
         opt.max_tokens = len - 1;
         opt.temperature = temperature;
@@ -26,6 +34,24 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
         w.insert(w.end(), ids.begin(), ids.end());
         CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == len);
     });
+    for (int r = 0; dist::distributed() && r < dist::size(); ++r) {
+        const auto [a, b] = dist::share(n, r, dist::size());
+        std::vector<uint8_t> bytes(static_cast<size_t>((b - a) * len) * sizeof(int32_t));
+        if (r == dist::rank())
+            for (int64_t i = a; i < b; ++i)
+                std::memcpy(bytes.data() + static_cast<size_t>((i - a) * len) * sizeof(int32_t),
+                            out[static_cast<size_t>(i)].data(),
+                            static_cast<size_t>(len) * sizeof(int32_t));
+        dist::broadcast(bytes, r);
+        if (r == dist::rank()) continue;
+        for (int64_t i = a; i < b; ++i) {
+            auto& w = out[static_cast<size_t>(i)];
+            w.resize(static_cast<size_t>(len));
+            std::memcpy(w.data(),
+                        bytes.data() + static_cast<size_t>((i - a) * len) * sizeof(int32_t),
+                        static_cast<size_t>(len) * sizeof(int32_t));
+        }
+    }
     return out;
 }
 

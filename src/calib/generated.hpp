@@ -19,8 +19,10 @@ namespace cortiq::calib {
 
 // `count` windows of `len` tokens: `start`, then len − 1 tokens sampled from
 // softmax(logits / temperature) of `m` through its KV cache, window i from a
-// generator of seed `seed + i`, on the CPU, windows in parallel. The same
-// windows whatever the thread count (the CPU forward does not depend on it).
+// generator of seed `seed + i`, on the CPU, windows in parallel (under
+// mpirun each rank samples a share and all ranks get every window). The same
+// windows whatever the thread or rank count (the CPU forward does not depend
+// on them).
 std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64_t count,
                                                     int64_t len, int32_t start, double temperature,
                                                     uint64_t seed);
