@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -631,7 +632,12 @@ TEST(CalibSet, GeneratedWindowsAreTheModelsOwnSamplesReproducibly) {
     const auto text = calib::make_calib_set(ids, o, "t");
     for (double r : {0.0, 0.5, 1.0}) {
         auto cs = text;
-        const int64_t added = calib::add_generated_windows(cs, r, m, 1, 99);
+        std::atomic<int64_t> heard{0};  // the progress callback, from the sampling threads
+        const int64_t added =
+            calib::add_generated_windows(cs, r, m, 1, 99, [&](int64_t k) { heard += k; });
+        EXPECT_EQ(heard.load(), added) << "r " << r;
+        EXPECT_EQ(added, calib::windows_to_add(static_cast<int64_t>(text.fit.size()), r) +
+                             calib::windows_to_add(static_cast<int64_t>(text.sel.size()), r));
         int64_t expect = 0;
         for (auto [set, base] : {std::pair{&cs.fit, &text.fit}, {&cs.sel, &text.sel}}) {
             const auto extra =

@@ -105,12 +105,16 @@ std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int
     return out;
 }
 
+int64_t windows_to_add(int64_t windows, double per_window) {
+    return static_cast<int64_t>(std::llround(per_window * static_cast<double>(windows)));
+}
+
 int64_t append_windows(std::vector<std::vector<int32_t>>& set, double per_window, const char* what,
                        const MakeWindows& make) {
     CORTIQ_CHECK(per_window >= 0 && std::isfinite(per_window),
                  "{} windows per window must be finite and non-negative, got {}", what, per_window);
     if (set.empty()) return 0;
-    const auto n = static_cast<int64_t>(std::llround(per_window * static_cast<double>(set.size())));
+    const int64_t n = windows_to_add(static_cast<int64_t>(set.size()), per_window);
     auto r = make(n, static_cast<int64_t>(set[0].size()));
     set.insert(set.end(), std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
     return n;

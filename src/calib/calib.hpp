@@ -57,6 +57,8 @@ std::vector<std::vector<int32_t>> random_windows(int64_t count, int64_t len, int
 // set's window length (none to an empty set), and returns how many; `what`
 // names them in the error for a negative or non-finite per_window.
 using MakeWindows = std::function<std::vector<std::vector<int32_t>>(int64_t count, int64_t len)>;
+// round(per_window · windows): how many append_windows adds to a set of `windows`.
+int64_t windows_to_add(int64_t windows, double per_window);
 int64_t append_windows(std::vector<std::vector<int32_t>>& set, double per_window, const char* what,
                        const MakeWindows& make);
 

@@ -11,7 +11,7 @@ namespace cortiq::calib {
 
 std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64_t count,
                                                     int64_t len, int32_t start, double temperature,
-                                                    uint64_t seed) {
+                                                    uint64_t seed, const WindowsDone& done) {
     CORTIQ_CHECK(len >= 2, "generated calibration windows need at least 2 tokens, not {}", len);
     CORTIQ_CHECK(start >= 0 && start < m.config().vocab_size,
                  "generated calibration windows: start token {} is outside the vocabulary ({})",
@@ -33,6 +33,7 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
         const auto ids = model::generate(m, prompt, opt);
         w.insert(w.end(), ids.begin(), ids.end());
         CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == len);
+        if (done) done(1);
     });
     for (int r = 0; dist::distributed() && r < dist::size(); ++r) {
         const auto [a, b] = dist::share(n, r, dist::size());
@@ -44,6 +45,7 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
                             static_cast<size_t>(len) * sizeof(int32_t));
         dist::broadcast(bytes, r);
         if (r == dist::rank()) continue;
+        if (done) done(b - a);
         for (int64_t i = a; i < b; ++i) {
             auto& w = out[static_cast<size_t>(i)];
             w.resize(static_cast<size_t>(len));
@@ -56,10 +58,10 @@ std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64
 }
 
 int64_t add_generated_windows(CalibSet& cs, double per_window, const model::Model& m, int32_t start,
-                              uint64_t seed) {
+                              uint64_t seed, const WindowsDone& done) {
     const auto sampled = [&](uint64_t s) {
-        return [&m, start, s](int64_t count, int64_t len) {
-            return generated_windows(m, count, len, start, 1.0, s);
+        return [&m, &done, start, s](int64_t count, int64_t len) {
+            return generated_windows(m, count, len, start, 1.0, s, done);
         };
     };
     const int64_t fit = append_windows(cs.fit, per_window, "generated", sampled(seed));

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "calib/calib.hpp"
@@ -23,14 +24,17 @@ namespace cortiq::calib {
 // mpirun each rank samples a share and all ranks get every window). The same
 // windows whatever the thread or rank count (the CPU forward does not depend
 // on them).
+// `done(k)` (optional, from any thread) hears of every k windows sampled (or,
+// under mpirun, received), for a progress line.
+using WindowsDone = std::function<void(int64_t)>;
 std::vector<std::vector<int32_t>> generated_windows(const model::Model& m, int64_t count,
                                                     int64_t len, int32_t start, double temperature,
-                                                    uint64_t seed);
+                                                    uint64_t seed, const WindowsDone& done = {});
 
 // round(per_window · |fit|) such windows join the fit set and round(per_window
 // · |sel|) the held-out set (seeds `seed` and `seed` + 2^32), with the length
 // of the set's windows. Returns the windows added.
 int64_t add_generated_windows(CalibSet& cs, double per_window, const model::Model& m, int32_t start,
-                              uint64_t seed);
+                              uint64_t seed, const WindowsDone& done = {});
 
 }  // namespace cortiq::calib

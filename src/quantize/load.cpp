@@ -7,6 +7,7 @@
 
 #include "calib/generated.hpp"
 #include "core/gpu.hpp"
+#include "core/progress.hpp"
 #include "io/hash.hpp"
 #include "io/text_file.hpp"
 #include "io/tokenizer.hpp"
@@ -88,8 +89,17 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     if (generated > 0) {
         const auto t0 = std::chrono::steady_clock::now();
         const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
+        // a line with an ETA: token by token on the CPU, seconds for a 6M
+        // model, much longer for large ones
+        Progress bar(
+            "sampling",
+            calib::windows_to_add(static_cast<int64_t>(in.calib.fit.size()), generated) +
+                calib::windows_to_add(static_cast<int64_t>(in.calib.sel.size()), generated),
+            "windows", o.progress, o.on_progress);
         const int64_t n =
-            calib::add_generated_windows(in.calib, generated, in.model, start, kCalibGeneratedSeed);
+            calib::add_generated_windows(in.calib, generated, in.model, start, kCalibGeneratedSeed,
+                                         [&](int64_t k) { bar.advance(k); });
+        bar.finish();
         if (o.verbose)
             fmt::print(
                 stderr, "calibration: {} windows of {} tokens sampled from the model in {:.1f} s\n",
