@@ -158,8 +158,25 @@ quant::QuantizeOptions tuned_options(const fs::path& out) {
 TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
     REQUIRE_DATA_AT(kModel);
     const fs::path d = test::scratch_dir("cortiq_tune_", "q");
+    // the quantize bar counts each layer twice, encoded and tuned, and ends
+    // at its total (its ETA includes the tuning), also when resumed
+    struct Heard {
+        int64_t done = 0, total = 0, tuned = 0;
+    };
+    auto listen = [](Heard& h) {
+        return [&h](const std::string& stage, int64_t done, int64_t total) {
+            if (stage.find("tuned") != std::string::npos) ++h.tuned;
+            h.done = done;
+            h.total = total;
+        };
+    };
+    Heard heard, heard_resumed;
     auto o = tuned_options(d / "t.safetensors");
+    o.on_progress = listen(heard);
     const auto rep = quant::quantize(o);
+    EXPECT_EQ(heard.tuned, 5);
+    EXPECT_EQ(heard.total, 2 * rep.linear_params);
+    EXPECT_EQ(heard.done, heard.total);
     ASSERT_EQ(rep.tuned_blocks.size(), 5u);
     for (const auto& b : rep.tuned_blocks) {
         EXPECT_LE(b["sel_after"].get<double>(), b["sel_before"].get<double>()) << b.dump();
@@ -190,8 +207,11 @@ TEST(QuantizeTune, SameSizesLossesRecordedAndResumesByteIdentically) {
     EXPECT_THROW(quant::quantize(o2), Error);
     o2.interrupt_after_layer = -1;
     o2.resume = true;
+    o2.on_progress = listen(heard_resumed);
     const auto rep2 = quant::quantize(o2);
     EXPECT_EQ(rep2.resumed_layers, 2);
+    EXPECT_EQ(heard_resumed.tuned, 3);  // layers 2..4; 0 and 1 come from the journal
+    EXPECT_EQ(heard_resumed.done, heard_resumed.total);
     EXPECT_EQ(test::slurp(d / "t.safetensors"), test::slurp(d / "r.safetensors"));
     fs::remove_all(d);
 }

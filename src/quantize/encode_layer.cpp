@@ -28,7 +28,8 @@ void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
         run.report.tensors.push_back(r);
         work += r.m * r.n;
     }
-    run.bar.advance(work, fmt::format("layer {} resumed", layer));
+    run.bar.advance(run.o.tune_blocks() ? 2 * work : work,  // encoded and tuned (quantize.cpp)
+                    fmt::format("layer {} resumed", layer));
     ++run.report.resumed_layers;
 }
 

@@ -67,7 +67,13 @@ QuantizeReport quantize(const QuantizeOptions& options) {
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;
-    Progress bar("quantize", work.weights, "weights", o.progress, o.on_progress);
+    // With block tuning each decoder layer's weights count twice, encoded and
+    // tuned, so that the ETA includes the tuning (at the 7B shape a layer's
+    // tuning took about as long as its encoding: docs/encoder_speed.md).
+    const int64_t head_weights =
+        work.head_bpw ? in.model.config().vocab_size * in.model.config().hidden_size : 0;
+    Progress bar("quantize", work.weights + (o.tune_blocks() ? work.weights - head_weights : 0),
+                 "weights", o.progress, o.on_progress);
 
     // the hidden states of every calibration window, on the forward device
     const auto calib_start = std::chrono::steady_clock::now();

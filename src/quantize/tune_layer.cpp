@@ -152,6 +152,9 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
                                        {"seconds", secs},
                                        {"peak_rss_bytes", peak_rss_bytes()}});
     if (dist::distributed()) broadcast_record(rec, 0);
+    int64_t weights = 0;  // the layer's tuning, on the quantize bar (quantize.cpp)
+    for (const auto& r : rec.reports) weights += r.m * r.n;
+    run.bar.advance(weights, fmt::format("layer {} tuned", layer));
     if (run.o.verbose)
         run.bar.print(fmt::format(
             "layer {} tuned: block error {:.4f} → {:.4f} (held out {:.4f} → {:.4f}), epoch {} "
