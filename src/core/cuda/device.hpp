@@ -80,7 +80,10 @@ class DeviceBuffer {
         return *this;
     }
     void reset() noexcept {
-        if (p_) cudaFreeAsync(p_, stream_);  // a failing free at teardown is not reportable
+        // A free that fails (at teardown, after its stream or the context is
+        // gone) cannot be reported from here; its error is taken off the
+        // thread so that the next launch check does not report it as its own.
+        if (p_ && cudaFreeAsync(p_, stream_) != cudaSuccess) (void)cudaGetLastError();
         p_ = nullptr;
         n_ = 0;
     }
