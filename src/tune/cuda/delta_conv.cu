@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "core/error.hpp"
+#include "model/cuda/kernels.hpp"
 #include "model/cuda/reduce.cuh"
 #include "tune/cuda/delta_grad_ops.hpp"
 
@@ -149,20 +150,8 @@ __global__ void l2norm_backward_kernel(const float* dy, const float* y, const fl
 }
 
 // ── gates, one thread per (row, value head) ───────────────────────────────────
-constexpr float kSoftplusThreshold = 20.0f;  // torch's softplus: the identity above it
-
-__global__ void gates_forward_kernel(const float* a, const float* b, int64_t n, int64_t heads,
-                                     const float* a_log, const float* dt_bias, float* g,
-                                     float* beta) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-        const int64_t h = i % heads;
-        const float z = a[i] + dt_bias[h];
-        const float softplus = z > kSoftplusThreshold ? z : log1pf(expf(z));
-        g[i] = -expf(a_log[h]) * softplus;
-        beta[i] = sigmoidf(b[i]);
-    }
-}
+// torch's softplus: the identity above it (as the runtime's forward)
+constexpr float kSoftplusThreshold = 20.0f;
 
 // da = dg · (−e^{a_log}) · σ(z) (1 above the threshold), db = dβ · β (1 − β).
 __global__ void gates_backward_kernel(const float* dg, const float* dbeta, const float* a,
@@ -301,13 +290,10 @@ void l2norm_backward(const Gpu& g, const float* dy, const float* y, const float*
     CUDA_LAUNCH_CHECK();
 }
 
+// The runtime's forward (model/cuda/delta_gates.cu), the same float32 operations.
 void delta_gates_forward(const Gpu& g, const float* a, const float* b, int64_t rows, int64_t heads,
                          const float* a_log, const float* dt_bias, float* gate, float* beta) {
-    const int64_t n = rows * heads;
-    if (n == 0) return;
-    gates_forward_kernel<<<blocks_for(n), kThreads, 0, g.stream()>>>(a, b, n, heads, a_log, dt_bias,
-                                                                     gate, beta);
-    CUDA_LAUNCH_CHECK();
+    model::cuda::delta_gates(a, b, rows, heads, a_log, dt_bias, gate, beta, g.stream());
 }
 
 void delta_gates_backward(const Gpu& g, const float* dgate, const float* dbeta, const float* a,
