@@ -88,23 +88,25 @@ std::pair<int64_t, int64_t> share(int64_t n, int r, int ranks) {
 
 void send(const void* data, size_t bytes, int to) {
     const auto* p = static_cast<const uint8_t*>(data);
-    for (size_t off = 0; off < bytes || off == 0; off += kPiece) {
+    size_t off = 0;
+    do {  // one message at least, so that an empty buffer is received as one
         const size_t n = std::min(kPiece, bytes - off);
         check(MPI_Send(p + off, static_cast<int>(n), MPI_BYTE, to, 0, MPI_COMM_WORLD),
               fmt::format("send to rank {}", to).c_str());
-        if (bytes == 0) break;
-    }
+        off += n;
+    } while (off < bytes);
 }
 
 void recv(void* data, size_t bytes, int from) {
     auto* p = static_cast<uint8_t*>(data);
-    for (size_t off = 0; off < bytes || off == 0; off += kPiece) {
+    size_t off = 0;
+    do {  // as send() cut it
         const size_t n = std::min(kPiece, bytes - off);
         check(MPI_Recv(p + off, static_cast<int>(n), MPI_BYTE, from, 0, MPI_COMM_WORLD,
                        MPI_STATUS_IGNORE),
               fmt::format("receive from rank {}", from).c_str());
-        if (bytes == 0) break;
-    }
+        off += n;
+    } while (off < bytes);
 }
 
 namespace {
@@ -117,10 +119,6 @@ void bcast_raw(void* data, size_t bytes, int root) {
     }
 }
 }  // namespace
-
-void barrier() {
-    check(MPI_Barrier(MPI_COMM_WORLD), "barrier");
-}
 
 void abort_all(const std::string& message, int code) {
     std::fprintf(stderr, "%s\n", message.c_str());
@@ -142,27 +140,12 @@ void bcast_raw(void*, size_t, int root) {
     CORTIQ_ASSERT(root == 0, "no MPI: broadcast");
 }
 }  // namespace
-void barrier() {}
 void abort_all(const std::string& message, int code) {
     std::fprintf(stderr, "%s\n", message.c_str());
     std::exit(code);
 }
 
 #endif
-
-void send_bytes(const std::vector<uint8_t>& b, int to) {
-    const uint64_t n = b.size();
-    send(&n, sizeof n, to);
-    send(b.data(), b.size(), to);
-}
-
-std::vector<uint8_t> recv_bytes(int from) {
-    uint64_t n = 0;
-    recv(&n, sizeof n, from);
-    std::vector<uint8_t> b(n);
-    recv(b.data(), n, from);
-    return b;
-}
 
 void send(const MatF& m, int to) {
     const int64_t shape[2] = {m.rows(), m.cols()};
@@ -189,22 +172,10 @@ void broadcast(std::vector<uint8_t>& b, int root) {
     bcast_raw(b.data(), b.size(), root);
 }
 
-void broadcast(std::string& s, int root) {
-    const int64_t n = broadcast(static_cast<int64_t>(s.size()), root);
-    s.resize(static_cast<size_t>(n));
-    bcast_raw(s.data(), s.size(), root);
-}
-
 void broadcast(MatD& m, int root) {
     const int64_t r = broadcast(m.rows(), root), c = broadcast(m.cols(), root);
     if (rank() != root) m = MatD(r, c);
     bcast_raw(m.data(), static_cast<size_t>(r * c) * sizeof(double), root);
-}
-
-void broadcast(MatF& m, int root) {
-    const int64_t r = broadcast(m.rows(), root), c = broadcast(m.cols(), root);
-    if (rank() != root) m = MatF(r, c);
-    bcast_raw(m.data(), static_cast<size_t>(r * c) * sizeof(float), root);
 }
 
 }  // namespace cortiq::dist

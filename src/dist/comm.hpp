@@ -39,8 +39,6 @@ std::pair<int64_t, int64_t> share(int64_t n, int r, int ranks);
 // Point to point, any size (sent in pieces below MPI's int count).
 void send(const void* data, size_t bytes, int to);
 void recv(void* data, size_t bytes, int from);
-void send_bytes(const std::vector<uint8_t>& b, int to);  // size, then bytes
-std::vector<uint8_t> recv_bytes(int from);
 
 void send(const MatF& m, int to);  // shape, then values
 MatF recv_matf(int from);
@@ -48,11 +46,7 @@ MatF recv_matf(int from);
 // `b` from `root` to every rank (its size too).
 void broadcast(std::vector<uint8_t>& b, int root);
 void broadcast(MatD& m, int root);
-void broadcast(MatF& m, int root);
-void broadcast(std::string& s, int root);
 int64_t broadcast(int64_t v, int root);
-
-void barrier();
 
 // Ends every rank of the job: `message` printed by this rank first (the
 // command line's error path, so that no rank waits for one that failed).

@@ -16,13 +16,7 @@ namespace cortiq::quant {
 namespace {
 
 void resume_layer(Run& run, int64_t layer, const LayerRecord& old) {
-    const std::string prefix = run.model.config().layer_prefix(layer);
-    for (const auto& [name, bytes] : old.payloads) {
-        CORTIQ_CHECK(name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 7,
-                     "journal: tensor '{}' is not one of layer {} ({}...)", name, layer, prefix);
-        const std::string lin = name.substr(prefix.size());  // after "model.layers.N."
-        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
-    }
+    install_record(run, layer, old);
     int64_t work = 0;
     for (const auto& r : old.reports) {
         run.report.tensors.push_back(r);
@@ -46,6 +40,16 @@ std::pair<MatD, MatD> previous_layer_grams(Run& run, const std::string& input,
 }
 
 }  // namespace
+
+void install_record(Run& run, int64_t layer, const LayerRecord& rec) {
+    const std::string prefix = run.model.config().layer_prefix(layer);
+    for (const auto& [name, bytes] : rec.payloads) {
+        CORTIQ_CHECK(name.rfind(prefix, 0) == 0 && name.size() > prefix.size() + 7,
+                     "journal: tensor '{}' is not one of layer {} ({}...)", name, layer, prefix);
+        const std::string lin = name.substr(prefix.size());  // after "model.layers.N."
+        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
+    }
+}
 
 void install_payload(Run& run, int64_t layer, const std::string& linear,
                      const std::vector<uint8_t>& bytes) {

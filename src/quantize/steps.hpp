@@ -112,6 +112,9 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
 // the output's payloads); `linear` as Model::linear_names().
 void install_payload(Run& run, int64_t layer, const std::string& linear,
                      const std::vector<uint8_t>& bytes);
+// Every payload of a layer's record (from the journal, or from another rank)
+// put in place; a tensor not of `layer` is refused.
+void install_record(Run& run, int64_t layer, const LayerRecord& rec);
 
 // ── several ranks under mpirun (ranks.cpp) ─────────────────────────────────────
 // One encoded tensor: its payload and its report.

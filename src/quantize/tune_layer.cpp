@@ -102,20 +102,6 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
     }
 }
 
-namespace {
-
-// A rank other than 0: rank 0's tuned payloads of `layer` put in place.
-void receive_tuned_layer(Run& run, int64_t layer, LayerRecord& rec) {
-    broadcast_record(rec, 0);
-    const std::string prefix = run.model.config().layer_prefix(layer);
-    for (const auto& [name, bytes] : rec.payloads) {
-        const std::string lin = name.substr(prefix.size());  // after "model.layers.N."
-        install_payload(run, layer, lin.substr(0, lin.size() - 7), bytes);  // drop ".weight"
-    }
-}
-
-}  // namespace
-
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
@@ -131,7 +117,10 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     auto [xs, ys] = run.states.block_pairs(1, layer);
     // Under mpirun rank 0 holds every window's pairs and tunes; the others take
     // its tuned payloads.
-    if (dist::distributed() && !dist::is_root()) return receive_tuned_layer(run, layer, rec);
+    if (dist::distributed() && !dist::is_root()) {
+        broadcast_record(rec, 0);
+        return install_record(run, layer, rec);
+    }
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
     // float32, for every block kind.
     const auto tune_fn =

@@ -183,7 +183,7 @@ void add_quantize(CLI::App& app) {
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         // under mpirun (or --mpi) every rank runs this command; rank 0 reports
-        if (*mpi || dist::launched_by_mpi()) dist::init(*mpi);
+        dist::init(*mpi);
         const auto rep = quant::quantize(a->o);
         if (!dist::is_root()) return;
         if (dist::distributed())
