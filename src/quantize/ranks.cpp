@@ -25,9 +25,8 @@ uint64_t get_u64(const std::vector<uint8_t>& b, size_t& at) {
     return v;
 }
 
-}  // namespace
-
-// [json length][json: names, reports, lines][payloads, in order]
+// A layer record as bytes and back: [json length][json: names, sizes,
+// reports as the journal keeps them, lines too][payloads, in order].
 std::vector<uint8_t> record_bytes(const LayerRecord& rec) {
     nlohmann::json j = {{"names", nlohmann::json::array()},
                         {"sizes", nlohmann::json::array()},
@@ -82,6 +81,8 @@ LayerRecord record_of(const std::vector<uint8_t>& b) {
     }
     return rec;
 }
+
+}  // namespace
 
 void broadcast_record(LayerRecord& rec, int root) {
     if (!dist::distributed()) return;

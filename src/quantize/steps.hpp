@@ -122,9 +122,6 @@ struct EncodedTensor {
     std::vector<uint8_t> payload;
     TensorReport report;
 };
-// A layer record as bytes (reports as the journal keeps them, lines too) and back.
-std::vector<uint8_t> record_bytes(const LayerRecord& rec);
-LayerRecord record_of(const std::vector<uint8_t>& b);
 // `rec` from rank `root` on every rank (nothing with one process).
 void broadcast_record(LayerRecord& rec, int root);
 // Rank 0's journal entry of `key` (Journal::load) on every rank.
