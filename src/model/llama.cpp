@@ -50,6 +50,27 @@ Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_
     return lin;
 }
 
+// The embedding (float vocab × hidden, or a U8 BLR / sign payload of that
+// shape; with LoadOptions::dequant a payload becomes a float table).
+Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, int64_t vocab,
+                         int64_t hidden, const LoadOptions& lo) {
+    const io::TensorInfo& t = ckpt.info(name);
+    const std::string& file = ckpt.file_of(name).path();
+    if (t.dtype == io::DType::U8) {
+        const auto bytes = ckpt.bytes(name);
+        const std::string what = fmt::format("{}: tensor '{}'", file, name);
+        blr::validate_any(bytes, what, vocab, hidden);
+        if (lo.dequant) return Embedding(std::make_shared<const MatF>(blr::dequant_any(bytes)));
+        return Embedding(std::make_shared<const blr::PackedWeight>(
+            blr::PackedWeight::from_payload(bytes, what)));
+    }
+    MatF w = ckpt.load_matf(name);
+    CORTIQ_CHECK(w.rows() == vocab && w.cols() == hidden && t.shape.size() == 2,
+                 "{}: tensor '{}' has shape {}, expected [{}, {}]", file, name, t.shape_str(),
+                 vocab, hidden);
+    return Embedding(std::make_shared<const MatF>(std::move(w)));
+}
+
 // An RMSNorm weight of n values; with Qwen3.5's (1 + w) norms the stored
 // weight is 1 + w (float32, as transformers computes it).
 std::vector<float> load_norm(const io::Checkpoint& ckpt, const std::string& name, int64_t n,
@@ -124,7 +145,7 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     m.cfg_ = c;
     const int64_t H = c.hidden_size, F = c.intermediate_size;
     const bool off = c.norm_offset;
-    m.embed_ = std::make_shared<const MatF>(ckpt.load_matf(c.prefix + "embed_tokens.weight"));
+    m.embed_ = load_embedding(ckpt, c.prefix + "embed_tokens.weight", c.vocab_size, H, lo);
     m.layers_.resize(static_cast<size_t>(c.num_layers));
     for (int64_t i = 0; i < c.num_layers; ++i) {
         const std::string p = c.layer_prefix(i);
@@ -152,9 +173,12 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     // A tied head is the embedding, unless the file holds its own lm_head.weight
     // (`cortiq quantize --include-head` writes a compressed one and keeps the
     // float embedding).
-    if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
-        m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_);
-    else
+    if (c.tie_word_embeddings && !ckpt.has("lm_head.weight")) {
+        if (m.embed_.packed())
+            m.lm_head_.w = std::make_unique<BlrLinear>(m.embed_.packed_ptr());
+        else
+            m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_.table_ptr());
+    } else
         m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, lo);
     m.inv_freq_ = rope_inv_freq(c);
     return m;
@@ -180,7 +204,28 @@ Model Model::load(const std::string& path, const LoadOptions& lo) {
 }
 
 MatF Model::embed(std::span<const int32_t> tokens) const {
-    return embed_rows(*embed_, tokens);
+    return embed_.rows(tokens);
+}
+
+void Model::set_embedding(Embedding e) {
+    CORTIQ_CHECK(e.vocab() == embed_.vocab() && e.dim() == embed_.dim(),
+                 "an embedding of {}x{} for a model of {}x{}", e.vocab(), e.dim(), embed_.vocab(),
+                 embed_.dim());
+    const bool shared = head_shares_embedding();
+    embed_ = std::move(e);
+    if (!shared) return;
+    if (embed_.packed())
+        lm_head_.w = std::make_unique<BlrLinear>(embed_.packed_ptr());
+    else
+        lm_head_.w = std::make_unique<DenseLinear>(embed_.table_ptr());
+}
+
+bool Model::head_shares_embedding() const {
+    if (const auto* d = dynamic_cast<const DenseLinear*>(lm_head_.w.get()))
+        return embed_.table_ptr() && &d->weight() == embed_.table_ptr().get();
+    if (const auto* b = dynamic_cast<const BlrLinear*>(lm_head_.w.get()))
+        return embed_.packed_ptr() && b->packed_ptr() == embed_.packed_ptr();
+    return false;
 }
 
 void Model::block(int64_t layer, int64_t pos0, KvCache* cache, BlockActivations& a,
@@ -289,7 +334,7 @@ int64_t small_values(const LayerWeights& w) {
 }  // namespace
 
 int64_t Model::num_params() const {
-    int64_t n = embed_->size() + static_cast<int64_t>(final_norm_.size());
+    int64_t n = embed_.vocab() * embed_.dim() + static_cast<int64_t>(final_norm_.size());
     auto lin = [](const Linear& l) {
         return l.in_features() * l.out_features() + static_cast<int64_t>(l.bias.size());
     };
@@ -297,8 +342,7 @@ int64_t Model::num_params() const {
         n += small_values(w);
         for (const Linear* l : w.linears()) n += lin(*l);
     }
-    const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
-    if (!head || &head->weight() != embed_.get()) n += lin(lm_head_);  // not shared
+    if (!head_shares_embedding()) n += lin(lm_head_);
     return n;
 }
 
@@ -306,13 +350,12 @@ int64_t Model::weight_bytes() const {
     auto lin = [](const Linear& l) {
         return l.w->resident_bytes() + 4 * static_cast<int64_t>(l.bias.size());
     };
-    int64_t b = 4 * embed_->size() + 4 * static_cast<int64_t>(final_norm_.size());
+    int64_t b = embed_.resident_bytes() + 4 * static_cast<int64_t>(final_norm_.size());
     for (const auto& w : layers_) {
         b += 4 * small_values(w);
         for (const Linear* l : w.linears()) b += lin(*l);
     }
-    const auto* head = dynamic_cast<const DenseLinear*>(lm_head_.w.get());
-    if (!head || &head->weight() != embed_.get()) b += lin(lm_head_);
+    if (!head_shares_embedding()) b += lin(lm_head_);
     return b;
 }
 

@@ -13,6 +13,7 @@
 #include "core/matrix.hpp"
 #include "io/config.hpp"
 #include "model/block.hpp"
+#include "model/embedding.hpp"
 #include "model/linear.hpp"
 
 namespace cortiq::io {
@@ -70,9 +71,18 @@ class Model {
     const Linear& linear(int64_t layer, std::string_view name) const;
     static const std::vector<std::string>& linear_names();
     // The rest of the weights (for copies to another device).
-    const MatF& embed_table() const { return *embed_; }  // vocab × hidden
+    // vocab × hidden: a float table or a compressed payload
+    const Embedding& embedding() const { return embed_; }
+    // The float table (asserts the embedding is not compressed).
+    const MatF& embed_table() const { return embed_.table(); }
     const std::vector<float>& final_norm() const { return final_norm_; }
-    const Linear& lm_head() const { return lm_head_; }  // shares embed_table() when tied
+    // A tied head without a tensor of its own shares the embedding's storage
+    // (float or compressed): head_shares_embedding().
+    const Linear& lm_head() const { return lm_head_; }
+    bool head_shares_embedding() const;
+    // Replaces the embedding by one of the same shape (e.g. just compressed);
+    // a head that shared the old one's storage shares the new one's.
+    void set_embedding(Embedding e);
 
     // The steps of forward(), for block-by-block use.
     MatF embed(std::span<const int32_t> tokens) const;  // T × hidden
@@ -104,7 +114,7 @@ class Model {
              const ForwardOptions& opt, Workspace& ws) const;
 
     io::ModelConfig cfg_;
-    std::shared_ptr<const MatF> embed_;  // vocab × hidden (shared with a tied lm_head)
+    Embedding embed_;  // vocab × hidden (its storage shared with a tied lm_head)
     std::vector<LayerWeights> layers_;
     std::vector<float> final_norm_;
     Linear lm_head_;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 
 #include "core/memory_usage.hpp"
 #include "core/progress.hpp"
@@ -22,7 +23,10 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     tune::Student s;
     s.d = dims_of(cfg);
     s.inv_freq = model::rope_inv_freq(cfg);
-    s.embed = &run.model.embed_table();
+    // a compressed embedding stays as it is too: its rows as floats for the lookups
+    std::optional<MatF> embed_rows;
+    if (run.model.embedding().packed()) embed_rows.emplace(run.model.embedding().dense());
+    s.embed = embed_rows ? &*embed_rows : &run.model.embed_table();
     s.final_norm = run.model.final_norm();
     const MatF head = run.model.lm_head().w->dense();  // a compressed head stays as it is
     CORTIQ_CHECK(run.model.lm_head().bias.empty(), "--tune kd: a biased lm_head is not supported");

@@ -25,11 +25,15 @@ namespace {
 constexpr const char* kVersionKey = "cortiq_version";
 
 std::string key_name(int64_t key) {
-    return key < 0 ? std::string("head") : std::to_string(key);
+    return key == kEmbedKey ? std::string("embedding")
+           : key == kHeadKey ? std::string("head")
+                             : std::to_string(key);
 }
 
 std::string entry_name(int64_t key) {
-    return key < 0 ? std::string("the head") : "layer " + std::to_string(key);
+    return key == kEmbedKey ? std::string("the embedding")
+           : key == kHeadKey ? std::string("the head")
+                             : "layer " + std::to_string(key);
 }
 
 }  // namespace
@@ -92,9 +96,11 @@ Journal::Journal(const std::string& out_path, const nlohmann::json& settings, bo
 }
 
 std::string Journal::file_of(int64_t key) const {
-    return (fs::path(dir_) / (key < 0 ? std::string("head.safetensors")
-                                      : "layer_" + std::to_string(key) + ".safetensors"))
-        .string();
+    const std::string file = key == kEmbedKey  ? std::string("embedding.safetensors")
+                             : key == kHeadKey ? std::string("head.safetensors")
+                                               : "layer_" + std::to_string(key) + ".safetensors";
+    CORTIQ_ASSERT(key >= kEmbedKey, "journal key {}", key);
+    return (fs::path(dir_) / file).string();
 }
 
 std::optional<LayerRecord> Journal::load(int64_t key,
@@ -117,7 +123,9 @@ std::optional<LayerRecord> Journal::load(int64_t key,
     };
     CORTIQ_CHECK(meta_of("journal_key") == key_name(key),
                  "{}: this entry belongs to {}, not {}; {}", path,
-                 meta_of("journal_key") == "head" ? "the head" : "layer " + meta_of("journal_key"),
+                 meta_of("journal_key") == "head"        ? "the head"
+                 : meta_of("journal_key") == "embedding" ? "the embedding"
+                                                         : "layer " + meta_of("journal_key"),
                  entry_name(key), advice);
     CORTIQ_CHECK(meta_of(kVersionKey) == program_version(),
                  "{}: written by cortiq {}, this is cortiq {}; pass --force to start over", path,

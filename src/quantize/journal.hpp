@@ -26,6 +26,10 @@ struct LayerRecord {
     std::vector<TensorReport> reports;
 };
 
+// Entries besides the decoder layers' (keyed by layer index).
+inline constexpr int64_t kHeadKey = -1;   // the head
+inline constexpr int64_t kEmbedKey = -2;  // the embedding
+
 // A tensor an entry must hold: its name and the shape of its weight.
 struct JournalTensor {
     std::string name;

@@ -55,6 +55,14 @@ std::optional<double> Plan::bpw_for(const std::string& tensor, bool is_head) con
     return b;
 }
 
+std::optional<double> Plan::embedding_bpw(const std::string& name) const {
+    std::optional<double> b;
+    for (const auto& [pat, v] : rules_)
+        if (pat.find("embed") != std::string::npos && glob_match(pat, name))
+            b = v > 0 ? std::optional<double>(v) : std::nullopt;
+    return b;
+}
+
 bool Plan::names(const std::string& tensor) const {
     for (const auto& r : rules_)
         if (glob_match(r.first, tensor)) return true;

@@ -18,6 +18,9 @@ class Plan {
     Plan(double default_bpw, const std::string& plan_path, bool include_head);
     // The budget of a tensor, or nothing when it stays as it is.
     std::optional<double> bpw_for(const std::string& tensor, bool is_head) const;
+    // The embedding's budget: set only by a rule whose pattern mentions
+    // "embed" (so "*.weight" leaves it as it is), else nothing.
+    std::optional<double> embedding_bpw(const std::string& name) const;
     // Whether a pattern of the plan file matches the tensor.
     bool names(const std::string& tensor) const;
     std::string describe() const;  // for the settings record

@@ -50,6 +50,8 @@ WorkPlan plan_work(const Plan& plan, const model::Model& m) {
                     work.weights += L.in_features() * L.out_features();
                 }
             }
+    work.embed_bpw = plan.embedding_bpw(c.prefix + "embed_tokens.weight");
+    if (work.embed_bpw) work.weights += m.config().vocab_size * m.config().hidden_size;
     work.head_bpw = plan.bpw_for(kHead, true);
     if (work.head_bpw) work.weights += m.config().vocab_size * m.config().hidden_size;
     return work;

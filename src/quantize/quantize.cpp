@@ -67,13 +67,18 @@ QuantizeReport quantize(const QuantizeOptions& options) {
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
     const WorkPlan work = plan_work(plan, in.model);
     rep.kept_small = work.kept_small;
+    std::map<std::string, std::vector<uint8_t>> embed_payload;
     // With block tuning each decoder layer's weights count twice, encoded and
     // tuned, so that the ETA includes the tuning (at the 7B shape a layer's
     // tuning took about as long as its encoding: docs/encoder_speed.md).
-    const int64_t head_weights =
-        work.head_bpw ? in.model.config().vocab_size * in.model.config().hidden_size : 0;
-    Progress bar("quantize", work.weights + (o.tune_blocks() ? work.weights - head_weights : 0),
+    const int64_t table = in.model.config().vocab_size * in.model.config().hidden_size;
+    const int64_t untuned = (work.head_bpw ? table : 0) + (work.embed_bpw ? table : 0);
+    Progress bar("quantize", work.weights + (o.tune_blocks() ? work.weights - untuned : 0),
                  "weights", o.progress, o.on_progress);
+    if (work.embed_bpw) {  // first: every layer is then calibrated on the compressed rows
+        EmbeddingStep step{o, in.model, in.calib, journal, bar, rep, embed_payload};
+        encode_embedding(step, *work.embed_bpw);
+    }
 
     // the hidden states of every calibration window, on the forward device
     const auto calib_start = std::chrono::steady_clock::now();
@@ -86,7 +91,7 @@ QuantizeReport quantize(const QuantizeOptions& options) {
         original ? &*original : nullptr);
     rep.add_calib("start", seconds_since(calib_start));
 
-    Run run{o, in.model, states, bar, journal, rep, {}, {}};
+    Run run{o, in.model, states, bar, journal, rep, std::move(embed_payload), {}};
     for (int64_t l = 0; l < in.model.num_layers(); ++l) {
         adapt_threads();  // another job may have started or ended on this machine
         encode_layer(run, l, work);

@@ -155,6 +155,8 @@ struct QuantizeReport {
     // repeat its share; 0 when it stays as it is).
     int64_t linear_params = 0, linear_bits = 0;
     int64_t head_params = 0, head_bits = 0;
+    // A compressed embedding (a plan rule that names it), outside linear_*.
+    int64_t embed_params = 0, embed_bits = 0;
     // The source checkpoint's parameters (a tied head counted once, as the
     // embedding) and the output's size.
     int64_t total_params = 0, file_bytes = 0;

@@ -92,13 +92,13 @@ void broadcast_record(LayerRecord& rec, int root) {
     if (dist::rank() != root) rec = record_of(b);
 }
 
-std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
+std::optional<LayerRecord> load_journalled(const Journal& journal, int64_t key,
                                            const std::vector<JournalTensor>& expected) {
-    if (!dist::distributed()) return run.journal.load(key, expected);
+    if (!dist::distributed()) return journal.load(key, expected);
     std::optional<LayerRecord> old;
     int64_t found = 0;
     if (dist::is_root()) {
-        old = run.journal.load(key, expected);
+        old = journal.load(key, expected);
         found = old ? 1 : 0;
     }
     if (!dist::broadcast(found, 0)) return std::nullopt;

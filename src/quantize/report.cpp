@@ -117,6 +117,8 @@ nlohmann::json QuantizeReport::to_json() const {
     j["linear_bpw"] = ratio(linear_bits, linear_params);
     j["head_params"] = head_params;
     j["head_bits"] = head_bits;
+    j["embed_params"] = embed_params;
+    j["embed_bits"] = embed_bits;
     j["decoder_linear_bpw"] = ratio(linear_bits - head_bits, linear_params - head_params);
     j["total_params"] = total_params;
     j["file_bytes"] = file_bytes;
@@ -147,6 +149,9 @@ std::string QuantizeReport::summary() const {
                tune_seconds > 0 ? fmt::format(", tuning {:.1f}s", tune_seconds) : "",
                resumed_layers ? fmt::format(", {} layers resumed", resumed_layers) : "",
                resumed_head ? ", lm_head resumed" : "") +
+           (embed_params ? fmt::format("; embedding {:.4f} bpw ({:.2f} MB)",
+                                       ratio(embed_bits, embed_params), embed_bits / 8e6)
+                         : "") +
            kept_small_note() +
            (encode_stages.entries().empty()
                 ? ""

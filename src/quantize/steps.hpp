@@ -30,7 +30,6 @@ inline constexpr int kFormatVersion = 1;
 inline constexpr uint64_t kCalibRandomSeed = 0xca11b;
 inline constexpr uint64_t kCalibGeneratedSeed = 0x6e4e7a7e;
 inline constexpr const char* kHead = "lm_head.weight";
-inline constexpr int64_t kHeadKey = -1;  // the head's journal entry
 
 // "model.layers.{layer}.{linear}.weight" (under the config's text prefix)
 std::string tensor_name(const io::ModelConfig& c, int64_t layer, const std::string& linear);
@@ -78,6 +77,7 @@ struct WorkPlan {
     std::map<std::string, double> budget;  // decoder tensor name → bpw
     std::vector<std::string> kept_small;   // small_by_default tensors left as they are
     std::optional<double> head_bpw;        // --include-head
+    std::optional<double> embed_bpw;       // a plan rule that names the embedding
     int64_t weights = 0;                   // weights to encode (the progress ETA)
 };
 WorkPlan plan_work(const Plan& plan, const model::Model& m);
@@ -116,6 +116,26 @@ void install_payload(Run& run, int64_t layer, const std::string& linear,
 // put in place; a tensor not of `layer` is refused.
 void install_record(Run& run, int64_t layer, const LayerRecord& rec);
 
+// ── compress the embedding (encode_embedding.cpp) ────────────────────────────
+// "model.embed_tokens.weight" under the config's text prefix.
+std::string embedding_name(const io::ModelConfig& c);
+// s_t per token of the vocabulary: s_t² = V·(½ freq_t + ½/V), freq over the
+// fit windows (mean of s_t² over the vocabulary: 1).
+std::vector<double> embedding_row_weights(const calib::CalibSet& cs, int64_t vocab);
+struct EmbeddingStep {
+    const QuantizeOptions& o;
+    model::Model& model;
+    const calib::CalibSet& calib;
+    const Journal& journal;
+    Progress& bar;
+    QuantizeReport& report;
+    std::map<std::string, std::vector<uint8_t>>& payloads;
+};
+// From the journal, or encoded (rows weighted by token frequency, rank 0 under
+// mpirun) and journalled; then the model's embedding (and a tied head that
+// shares it) becomes the payload.
+void encode_embedding(EmbeddingStep& step, double bpw);
+
 // ── several ranks under mpirun (ranks.cpp) ─────────────────────────────────────
 // One encoded tensor: its payload and its report.
 struct EncodedTensor {
@@ -125,7 +145,7 @@ struct EncodedTensor {
 // `rec` from rank `root` on every rank (nothing with one process).
 void broadcast_record(LayerRecord& rec, int root);
 // Rank 0's journal entry of `key` (Journal::load) on every rank.
-std::optional<LayerRecord> load_journalled(const Run& run, int64_t key,
+std::optional<LayerRecord> load_journalled(const Journal& journal, int64_t key,
                                            const std::vector<JournalTensor>& expected);
 // Which rank encodes each job: the largest first, each to the rank with the
 // fewest weights so far (ties: the lowest rank). Which rank encodes a tensor

@@ -4,7 +4,7 @@
 // generation files (io/carried_files.hpp), the run's settings and per-tensor
 // reports as metadata. total_params counts the
 // source's parameters (a tied head once, as the embedding); linear_* count
-// every encoded tensor, the head included. Every tensor and the header carry
+// every encoded tensor, the head included, the embedding not (embed_*). Every tensor and the header carry
 // a checksum (io/checksum.hpp).
 #include <algorithm>
 #include <filesystem>
@@ -40,6 +40,11 @@ void write_output(const QuantizeOptions& o, const io::Checkpoint& ck,
         }
     }
     for (const auto& r : rep.tensors) {
+        if (r.name.ends_with("embed_tokens.weight")) {
+            rep.embed_params = r.m * r.n;
+            rep.embed_bits = r.bits;
+            continue;
+        }
         rep.linear_params += r.m * r.n;
         rep.linear_bits += r.bits;
         if (r.name == kHead) {

@@ -111,6 +111,12 @@ struct PackedScratch {
 
 DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream);
 
+// out[i, :] = row tokens[i] of the compressed vocab × hidden weight e (rows ×
+// e.n; ids already checked on the host): model::Embedding::row on the device
+// (model/cuda/embed_packed.cu).
+void embed_packed(const int32_t* tokens, const DevicePacked& e, int64_t rows, float* out,
+                  cudaStream_t stream);
+
 // Rows up to this many take the decode kernels.
 constexpr int64_t kDecodeRows = 2;
 

@@ -314,7 +314,7 @@ struct GpuModel::Impl {
         ensure_rope(pos0 + T);
 
         float* x = ws.x.get();
-        cuda::embed(ws.tokens.get(), w.embed.get(), R, H, x, st);
+        cuda::embed_rows(w, ws.tokens.get(), R, H, x, st);
         for (size_t l = 0; l < w.layers.size(); ++l) block(l, batch, T, pos0, cached, x);
         const int64_t r0 = last_only ? R - 1 : 0;
         float* n = ws.n.get();

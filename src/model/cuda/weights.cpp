@@ -54,7 +54,14 @@ DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t&
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
     const io::ModelConfig& c = m.config();
     DeviceWeights d;
-    d.embed = upload(m.embed_table().vec(), stream, d.bytes);
+    const Embedding& e = m.embedding();
+    if (!e.packed()) {
+        d.embed = upload(e.table().vec(), stream, d.bytes);
+    } else if (!m.head_shares_embedding()) {
+        d.embed_own = std::make_unique<DevicePacked>(upload_packed(*e.packed_ptr(), stream));
+        d.bytes += d.embed_own->bytes();
+        d.embed_packed = d.embed_own.get();
+    }
     d.layers.resize(static_cast<size_t>(m.num_layers()));
     for (int64_t i = 0; i < m.num_layers(); ++i) {
         const LayerWeights& w = m.layer(i);
@@ -81,15 +88,23 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight
     // of its own in the file) shares it on the device too.
-    const auto* head = dynamic_cast<const DenseLinear*>(m.lm_head().w.get());
-    if (head && &head->weight() == &m.embed_table()) {
+    if (m.head_shares_embedding() && !e.packed()) {
         d.lm_head.w = d.embed.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
     } else {
         d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, d.scratch.get());
+        if (m.head_shares_embedding()) d.embed_packed = d.lm_head.packed.get();
     }
     return d;
+}
+
+void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int64_t hidden,
+                float* out, cudaStream_t stream) {
+    if (w.embed_packed)
+        embed_packed(tokens, *w.embed_packed, rows, out, stream);
+    else
+        embed(tokens, w.embed.get(), rows, hidden, out, stream);
 }
 
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {

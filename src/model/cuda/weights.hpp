@@ -46,10 +46,14 @@ struct DeviceLayer {
 };
 
 struct DeviceWeights {
-    DVec embed;  // vocab × hidden
+    DVec embed;  // vocab × hidden, a float embedding
+    // A compressed embedding: its bits and scales (embed stays empty); a tied
+    // head reads the same ones (embed_packed then points into lm_head).
+    std::unique_ptr<DevicePacked> embed_own;
+    const DevicePacked* embed_packed = nullptr;
     std::vector<DeviceLayer> layers;
     DVec final_norm;
-    DeviceLinear lm_head;  // tied: reads `embed`
+    DeviceLinear lm_head;  // tied: reads `embed` (a compressed one: embed_packed is its bits)
     std::unique_ptr<PackedScratch> scratch = std::make_unique<PackedScratch>();
     int64_t bytes = 0;  // device memory held by the weights
 };
@@ -57,6 +61,11 @@ struct DeviceWeights {
 // Copies every weight of m to the device: float layers dense, compressed ones
 // (model::BlrLinear) as their bits and f16 scales, never dequantised.
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream);
+
+// out (rows × hidden) = the embedding rows of tokens (ids checked on the
+// host), from the float table or the compressed embedding's bits.
+void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int64_t hidden,
+                float* out, cudaStream_t stream);
 
 // Replaces d's weight (same shape; its bias stays) by w, e.g. a linear layer
 // just compressed (dense: dequantised).
