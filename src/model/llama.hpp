@@ -79,6 +79,7 @@ class Model {
     // A tied head without a tensor of its own shares the embedding's storage
     // (float or compressed): head_shares_embedding().
     const Linear& lm_head() const { return lm_head_; }
+    Linear& lm_head() { return lm_head_; }
     bool head_shares_embedding() const;
     // Replaces the embedding by one of the same shape (e.g. just compressed);
     // a head that shared the old one's storage shares the new one's.

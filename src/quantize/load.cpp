@@ -146,6 +146,9 @@ Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
     else if (o.enc.gptq_group != 1)
         in.settings["gptq_group"] = o.enc.gptq_group;
     if (o.enc.itq_iters != encode::Options{}.itq_iters) in.settings["itq_iters"] = o.enc.itq_iters;
+    // the journal's key: a resume must make (or read back) the same plan
+    if (o.plan_auto) in.settings["plan_auto"] = {{"windows", o.sensitivity_windows}};
+    if (o.file_bpw > 0) in.settings["file_bpw"] = o.file_bpw;
     if (o.tune_mode != "none")
         in.settings["tune"] = {{"mode", o.tune_mode},
                                {"epochs", o.tune.epochs},

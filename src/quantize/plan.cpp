@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -15,34 +16,44 @@ bool glob_match(const std::string& pattern, const std::string& s) {
 }
 
 Plan::Plan(double default_bpw, const std::string& plan_path, bool include_head)
-    : default_bpw_(default_bpw), include_head_(include_head) {
+    : Plan(default_bpw, include_head) {
     CORTIQ_CHECK(default_bpw > 0 && default_bpw <= 16, "--bpw must be in (0, 16] (got {})",
                  default_bpw);
     if (plan_path.empty()) return;
     std::ifstream f(plan_path);
     CORTIQ_CHECK(f, "cannot open plan file {}", plan_path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    parse(ss.str(), "plan file " + plan_path);
+}
+
+Plan Plan::from_text(double default_bpw, const std::string& text, const std::string& origin,
+                     bool include_head) {
+    Plan p(default_bpw, "", include_head);
+    p.parse(text, origin);
+    return p;
+}
+
+void Plan::parse(const std::string& text, const std::string& origin) {
     nlohmann::ordered_json j;
     try {
-        j = nlohmann::ordered_json::parse(f);
+        j = nlohmann::ordered_json::parse(text);
     } catch (const std::exception& e) {
-        CORTIQ_FAIL("plan file {}: invalid JSON: {}", plan_path, e.what());
+        CORTIQ_FAIL("{}: invalid JSON: {}", origin, e.what());
     }
-    CORTIQ_CHECK(j.is_object(), "plan file {}: expected an object of pattern → bpw", plan_path);
+    CORTIQ_CHECK(j.is_object(), "{}: expected an object of pattern → bpw", origin);
     for (auto& [pat, v] : j.items()) {
         double b = 0;
         if (v.is_number())
             b = v.get<double>();
         else
             CORTIQ_CHECK(v.is_null() || (v.is_string() && v.get<std::string>() == "keep"),
-                         "plan file {}: '{}' must map to a number, null or \"keep\"", plan_path,
-                         pat);
-        CORTIQ_CHECK(b >= 0 && b <= 16, "plan file {}: bpw {} for '{}' out of range", plan_path, b,
-                     pat);
-        CORTIQ_CHECK(include_head || b == 0 || !glob_match(pat, "lm_head.weight") ||
+                         "{}: '{}' must map to a number, null or \"keep\"", origin, pat);
+        CORTIQ_CHECK(b >= 0 && b <= 16, "{}: bpw {} for '{}' out of range", origin, b, pat);
+        CORTIQ_CHECK(include_head_ || b == 0 || !glob_match(pat, "lm_head.weight") ||
                          pat.find_first_of("*?[") != std::string::npos,
-                     "plan file {}: '{}' gives lm_head a budget: pass --include-head to compress "
-                     "the head",
-                     plan_path, pat);
+                     "{}: '{}' gives lm_head a budget: pass --include-head to compress the head",
+                     origin, pat);
         rules_.emplace_back(pat, b);
     }
 }

@@ -16,6 +16,9 @@ class Plan {
     // head is only ever encoded with `include_head` (a plan that names it
     // exactly without it is refused; a glob such as "*.weight" skips it).
     Plan(double default_bpw, const std::string& plan_path, bool include_head);
+    // The same from the plan's JSON text; `origin` names it in errors.
+    static Plan from_text(double default_bpw, const std::string& text, const std::string& origin,
+                          bool include_head);
     // The budget of a tensor, or nothing when it stays as it is.
     std::optional<double> bpw_for(const std::string& tensor, bool is_head) const;
     // The embedding's budget: set only by a rule whose pattern mentions
@@ -26,6 +29,9 @@ class Plan {
     std::string describe() const;  // for the settings record
 
   private:
+    Plan(double default_bpw, bool include_head)
+        : default_bpw_(default_bpw), include_head_(include_head) {}
+    void parse(const std::string& text, const std::string& origin);
     double default_bpw_;
     bool include_head_;
     std::vector<std::pair<std::string, double>> rules_;  // 0 = keep

@@ -65,7 +65,18 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     rep.load_seconds = seconds_since(load_start);
     const Journal journal =
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
-    const WorkPlan work = plan_work(plan, in.model);
+    WorkPlan work = plan_work(plan, in.model);
+    if (o.plan_auto || o.file_bpw > 0) {
+        const std::string text = make_auto_plan(o, in, work, journal, rep);
+        // the head is compressed when the plan gives it a budget
+        const bool head = o.include_head || text.find("\"lm_head.weight\"") != std::string::npos;
+        const Plan chosen = Plan::from_text(o.bpw, text, o.out_path + ".plan.json", head);
+        work = plan_work(chosen, in.model);
+        // the output records the plan it encoded with, as `--plan FILE` would
+        in.settings["plan"] = chosen.describe();
+        in.settings.erase("plan_auto");
+        in.settings.erase("file_bpw");
+    }
     rep.kept_small = work.kept_small;
     std::map<std::string, std::vector<uint8_t>> embed_payload;
     // With block tuning each decoder layer's weights count twice, encoded and

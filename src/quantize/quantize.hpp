@@ -22,6 +22,15 @@ struct QuantizeOptions {
     double bpw = 1.0;
     std::string plan_path;  // JSON {tensor-name glob: bpw | null (keep)}
     bool include_head = false;
+    // --plan auto: bits per tensor from measured sensitivity (allocate.hpp),
+    // the uniform plan's bits in all; the plan is written to OUT.plan.json.
+    bool plan_auto = false;
+    // --file-bpw F (> 0): the plan auto-made under one budget for the whole
+    // file, F × the source's parameters bits, every stored byte counted; the
+    // embedding and an untied head may be compressed (or kept) too.
+    double file_bpw = 0;
+    // The held-out windows the sensitivity pass measures on (at most).
+    int64_t sensitivity_windows = 8;
     encode::Options enc;  // method, paths, rho, ...
     encode::Device device = encode::Device::cpu;
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
@@ -155,6 +164,9 @@ struct QuantizeReport {
     // repeat its share; 0 when it stays as it is).
     int64_t linear_params = 0, linear_bits = 0;
     int64_t head_params = 0, head_bits = 0;
+    // --plan auto / --file-bpw: the measurement, the allocation, the plan file
+    nlohmann::json plan;
+    double sensitivity_seconds = 0;
     // A compressed embedding (a plan rule that names it), outside linear_*.
     int64_t embed_params = 0, embed_bits = 0;
     // The source checkpoint's parameters (a tied head counted once, as the
@@ -193,6 +205,7 @@ struct QuantizeReport {
     nlohmann::json to_json() const;
     std::string summary() const;
     std::string kept_small_note() const;  // the summary's part on kept_small, or ""
+    std::string plan_note() const;        // the summary's part on --plan auto, or ""
 };
 
 QuantizeReport quantize(const QuantizeOptions& o);

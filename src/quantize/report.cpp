@@ -96,6 +96,7 @@ nlohmann::json QuantizeReport::to_json() const {
     double block_tuning = 0;
     for (const auto& b : tuned_blocks) block_tuning += b.value("seconds", 0.0);
     j["parts"] = {{"load", load_seconds},
+                  {"sensitivity", sensitivity_seconds},
                   {"calibration", calib_seconds},
                   {"encoding", encode_seconds},
                   {"block_tuning", block_tuning},
@@ -106,6 +107,7 @@ nlohmann::json QuantizeReport::to_json() const {
         for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
         j["encode_stages"] = st;
     }
+    if (!plan.is_null()) j["plan"] = plan;
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     if (!distilled.is_null()) j["distilled"] = distilled;
     j["resumed_layers"] = resumed_layers;
@@ -152,11 +154,35 @@ std::string QuantizeReport::summary() const {
            (embed_params ? fmt::format("; embedding {:.4f} bpw ({:.2f} MB)",
                                        ratio(embed_bits, embed_params), embed_bits / 8e6)
                          : "") +
-           kept_small_note() +
+           kept_small_note() + plan_note() +
            (encode_stages.entries().empty()
                 ? ""
                 : "\ncalibration: " + calib_parts.line() +
                       "\nencoder stages (summed over tensors): " + encode_stages.line());
+}
+
+std::string QuantizeReport::plan_note() const {
+    if (plan.is_null() || !plan.contains("file")) return "";
+    if (plan.value("resumed", false))
+        return fmt::format("; plan auto read back from the journal ({})",
+                           plan["file"].get<std::string>());
+    double lo = INFINITY, hi = 0;
+    int kept = 0;
+    for (const auto& [name, t] : plan["tensors"].items()) {
+        if (!t["bpw"].is_number()) {
+            ++kept;
+            continue;
+        }
+        lo = std::min(lo, t["bpw"].get<double>());
+        hi = std::max(hi, t["bpw"].get<double>());
+    }
+    return fmt::format(
+        "; plan auto: {} tensors at {:.2f} to {:.2f} bpw{} from {:.1f} s of measurement, "
+        "predicted KL {:.4f} against {:.4f} at {:.2f} bpw everywhere, written to {}",
+        plan["tensors"].size() - static_cast<size_t>(kept), lo, hi,
+        kept ? fmt::format(" ({} kept as they are)", kept) : "", sensitivity_seconds,
+        plan["predicted_kl"].get<double>(), plan["predicted_kl_at_b0_everywhere"].get<double>(),
+        plan["b0"].get<double>(), plan["file"].get<std::string>());
 }
 
 std::string QuantizeReport::kept_small_note() const {

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "core/progress.hpp"
 #include "io/safetensors.hpp"
 #include "model/llama.hpp"
+#include "quantize/allocate.hpp"
 #include "quantize/encode_group.hpp"
 #include "quantize/journal.hpp"
 #include "quantize/plan.hpp"
@@ -135,6 +137,31 @@ struct EmbeddingStep {
 // mpirun) and journalled; then the model's embedding (and a tied head that
 // shares it) becomes the payload.
 void encode_embedding(EmbeddingStep& step, double bpw);
+
+// ── --plan auto: measured sensitivity (sensitivity.cpp) ──────────────────────
+struct SensitivityRequest {
+    const QuantizeOptions& o;
+    model::Model& model;  // float; every weight is back in place on return
+    const calib::CalibSet& calib;
+    const std::vector<std::vector<int32_t>>& windows;  // where the KL is measured
+    std::set<std::string> decoder;                      // decoder tensors to measure
+    bool embedding = false, head = false;               // and these
+    double b0 = 1.0;                                    // the reference budget
+    double embed_keep_bits = 16, head_keep_bits = 16;   // their bits when kept
+};
+struct Sensitivity {
+    std::vector<TensorCost> costs;  // embedding first, decoder tensors in order, head last
+    std::vector<double> proxy_err;  // the quick encode's relative error at b₀, per tensor
+    double b0 = 1.0;
+    int64_t windows = 0;
+    double seconds = 0;
+};
+Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar);
+// --plan auto / --file-bpw (auto_plan.cpp): the plan's JSON text, measured
+// and allocated against the uniform plan's work (or read back from the
+// journal on resume), written to OUT.plan.json; every rank returns it.
+std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& uniform,
+                           const Journal& journal, QuantizeReport& rep);
 
 // ── several ranks under mpirun (ranks.cpp) ─────────────────────────────────────
 // One encoded tensor: its payload and its report.

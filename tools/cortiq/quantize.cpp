@@ -75,7 +75,18 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--device", a->device, "cpu or gpu");
     cmd->add_option("--paths", a->paths, "auto, 1 or 2");
     cmd->add_option("--method", a->method, "nvg, nvg-noknots, svid or rtn-sign");
-    cmd->add_option("--plan", a->o.plan_path, "JSON: tensor-name glob -> bpw (null keeps it)");
+    cmd->add_option("--plan", a->o.plan_path,
+                    "JSON: tensor-name glob -> bpw (null keeps it); auto: bits per tensor from "
+                    "measured sensitivity, the uniform --bpw plan's bits in all, written to "
+                    "OUT.plan.json");
+    cmd->add_option("--file-bpw", a->o.file_bpw,
+                    "one budget for the whole file: this many bits per parameter of the source, "
+                    "every stored byte counted (embedding and head may be compressed); implies "
+                    "--plan auto")
+        ->check(CLI::Range(0.05, 16.0));
+    cmd->add_option("--sensitivity-windows", a->o.sensitivity_windows,
+                    "--plan auto: held-out windows the sensitivity is measured on (default 8)")
+        ->check(CLI::Range(1, 4096));
     cmd->add_flag("--include-head", a->o.include_head,
                   "also compress lm_head, last, on the compressed model's final hidden states "
                   "(a tied model keeps its float embedding)");
@@ -180,6 +191,15 @@ void add_quantize(CLI::App& app) {
             parse_per_window("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
         a->o.kd_random = parse_per_window("--kd-random", a->kd_random, quant::kKdRandomAuto);
         a->o.calib.samples = parse_samples(a->samples);
+        if (a->o.plan_path == "auto") {
+            a->o.plan_auto = true;
+            a->o.plan_path.clear();
+        }
+        if (a->o.file_bpw > 0) {
+            CORTIQ_CHECK(a->o.plan_path.empty(), "--file-bpw makes its own plan: drop --plan {}",
+                         a->o.plan_path);
+            a->o.plan_auto = true;
+        }
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;
         // under mpirun (or --mpi) every rank runs this command; rank 0 reports

@@ -1,0 +1,251 @@
+// --plan auto's measurement (quantize/allocate.hpp): how much each tensor's
+// compression costs the model's output, on the float model and a few
+// held-out windows, before anything is encoded.
+//
+// Layer by layer (the float hidden states of the windows carried along), for
+// each tensor of the layer: its input's Gram from the float model, a quick
+// encode (one path, few sweeps: the same whitening, signs and scales as the
+// real encoder, a fraction of its refinement) at 0.6·b₀, b₀ and 1.6·b₀; each
+// put in place of the float weight in turn and the model run from that layer
+// on, its KL divergence to the float model's next-token distribution is the
+// tensor's cost D_i at that budget (allocate.hpp). The embedding (rows weighted as encode_embedding does; a
+// tied head reads it) and an untied head are measured the same way.
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include "blr/sign.hpp"
+#include "calib/calib.hpp"
+#include "model/ops.hpp"
+#include "quantize/steps.hpp"
+
+namespace cortiq::quant {
+
+namespace {
+
+constexpr double kProxyScale[3] = {0.6, 1.0, 1.6};
+
+// The quick encode: the real one's stages with one path and few sweeps.
+encode::Options proxy_options(const encode::Options& base) {
+    encode::Options p = base;
+    p.paths = encode::PathsChoice::one;
+    p.method = encode::Method::nvg_noknots;
+    p.itq_iters = std::min(base.itq_iters, 10);
+    p.als_init_sweeps = 1;
+    p.als_joint_sweeps = 0;
+    p.als_knot_sweeps = 0;
+    p.refine_sweeps = 1;
+    p.flip_passes = 4;
+    p.gptq_passes = 4;
+    return p;
+}
+
+// Log-softmax of each row of logits (float64 sums), in place.
+void log_softmax_rows(MatF& z) {
+    for (int64_t t = 0; t < z.rows(); ++t) {
+        float* r = z.row(t);
+        float mx = r[0];
+        for (int64_t v = 1; v < z.cols(); ++v) mx = std::max(mx, r[v]);
+        double s = 0;
+        for (int64_t v = 0; v < z.cols(); ++v) s += std::exp(double{r[v]} - mx);
+        const float lse = mx + static_cast<float>(std::log(s));
+        for (int64_t v = 0; v < z.cols(); ++v) r[v] -= lse;
+    }
+}
+
+// Σ over rows of KL(p ‖ q), p and q given as log-probabilities.
+double kl_sum(const MatF& logp, const MatF& logq) {
+    double kl = 0;
+    for (int64_t i = 0; i < logp.size(); ++i) {
+        const double lp = logp.data()[i];
+        kl += std::exp(lp) * (lp - logq.data()[i]);
+    }
+    return kl;
+}
+
+struct Measure {
+    model::Model& m;
+    const std::vector<std::vector<int32_t>>& windows;
+    std::vector<MatF> ref_logp;  // per window: the float model's log-probabilities
+    int64_t tokens = 0;
+
+    // Mean KL per token of the model as it stands, run from block `from` on
+    // the hidden states xs (or from the embedding when from = 0 and xs empty).
+    double kl_from(int64_t from, const std::vector<MatF>* xs) {
+        double kl = 0;
+        model::BlockActivations act;
+        MatF normed, logits;
+        for (size_t w = 0; w < windows.size(); ++w) {
+            act.x = xs ? (*xs)[w] : m.embed(windows[w]);
+            for (int64_t l = from; l < m.num_layers(); ++l) {
+                m.block(l, 0, nullptr, act);
+                act.x = std::move(act.out);
+            }
+            m.logits(act.x, normed, logits);
+            log_softmax_rows(logits);
+            kl += kl_sum(ref_logp[w], logits);
+        }
+        return kl / static_cast<double>(tokens);
+    }
+};
+
+// The three quick encodes of w against h: their relative errors (sel
+// metric) and dense weights.
+struct Proxies {
+    std::array<double, 3> err{};
+    std::array<MatF, 3> dense;
+};
+
+Proxies proxies(const std::string& name, const MatD& w, const MatD& h, double b0,
+                const QuantizeOptions& o) {
+    std::vector<GroupJob> jobs;
+    for (double s : kProxyScale) jobs.push_back({name, w, s * b0});
+    const auto enc = encode_group(jobs, h, h, proxy_options(o.enc), encode::Device::cpu, 0, {},
+                                  false, name + " (sensitivity)",
+                                  [](size_t, const encode::Encoded&) {});
+    Proxies p;
+    for (size_t k = 0; k < 3; ++k) {
+        p.err[k] = enc[k].err_sel;
+        p.dense[k] = blr::dequant_any(enc[k].payload);
+    }
+    return p;
+}
+
+// The cost curve from the three measured KLs; more bits cannot cost more, so
+// a later point above an earlier one (noise) is lowered to it.
+TensorCost cost_of(const std::string& name, int64_t m, int64_t n, const std::array<double, 3>& kl,
+                   double b0) {
+    TensorCost c;
+    c.name = name;
+    c.weights = m * n;
+    c.m = m;
+    c.n = n;
+    for (size_t k = 0; k < 3; ++k) {
+        c.b.push_back(kProxyScale[k] * b0);
+        const double v = std::max(kl[k], 0.0);
+        c.kl.push_back(k == 0 ? v : std::min(v, c.kl.back()));
+    }
+    return c;
+}
+
+}  // namespace
+
+Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
+    const auto t0 = std::chrono::steady_clock::now();
+    model::Model& m = rq.model;
+    const auto& c = m.config();
+    const int64_t L = m.num_layers(), V = c.vocab_size, H = c.hidden_size;
+    Measure ms{m, rq.windows, {}, 0};
+    for (const auto& win : rq.windows) {
+        MatF z = m.forward(win);
+        log_softmax_rows(z);
+        ms.ref_logp.push_back(std::move(z));
+        ms.tokens += static_cast<int64_t>(win.size());
+    }
+    Sensitivity out;
+    out.b0 = rq.b0;
+    out.windows = static_cast<int64_t>(rq.windows.size());
+    auto record = [&](TensorCost cst, double err_ref) {
+        out.costs.push_back(std::move(cst));
+        out.proxy_err.push_back(err_ref);
+    };
+
+    if (rq.embedding) {  // from the embedding, every block after it
+        const std::string name = embedding_name(c);
+        const std::vector<double> s = embedding_row_weights(rq.calib, V);
+        MatD w = m.embedding().table().cast<double>();
+        for (int64_t t = 0; t < V; ++t)
+            for (int64_t j = 0; j < H; ++j) w(t, j) *= s[static_cast<size_t>(t)];
+        Proxies p = proxies(name, w, MatD::identity(H), rq.b0, rq.o);
+        const model::Embedding keep = m.embedding();
+        std::array<double, 3> kl{};
+        for (size_t k = 0; k < 3; ++k) {
+            MatF& dense = p.dense[k];
+            for (int64_t t = 0; t < V; ++t)
+                for (int64_t j = 0; j < H; ++j)
+                    dense(t, j) /= static_cast<float>(s[static_cast<size_t>(t)]);
+            m.set_embedding(model::Embedding(std::make_shared<const MatF>(std::move(dense))));
+            kl[k] = ms.kl_from(0, nullptr);
+        }
+        m.set_embedding(keep);
+        record(cost_of(name, V, H, kl, rq.b0), p.err[1]);
+        out.costs.back().may_keep = true;
+        out.costs.back().keep_bits = rq.embed_keep_bits;
+        bar.advance(V * H, "sensitivity: embedding");
+    }
+
+    std::vector<MatF> xs;
+    for (const auto& win : rq.windows) xs.push_back(m.embed(win));
+    model::BlockActivations act;
+    for (int64_t l = 0; l < L; ++l) {
+        // this layer's inputs' Grams over the windows, float model
+        std::map<std::string, calib::GramAccumulator> grams;
+        const model::LinearInputHook hook = [&](int64_t, std::string_view in, const float* x,
+                                                int64_t rows, int64_t cols) {
+            auto it = grams.find(std::string(in));
+            if (it == grams.end()) it = grams.emplace(std::string(in), calib::GramAccumulator(cols)).first;
+            it->second.add(x, rows, cols);
+        };
+        std::vector<MatF> next;
+        for (const auto& x : xs) {
+            act.x = x;
+            m.block(l, 0, nullptr, act, &hook);
+            next.push_back(std::move(act.out));
+        }
+        for (const auto& g : input_groups(c, l)) {
+            const auto it = grams.find(g.input);
+            if (it == grams.end()) continue;
+            const MatD h = it->second.mean();
+            for (const char* lin : g.linears) {
+                const std::string name = tensor_name(c, l, lin);
+                if (!rq.decoder.count(name)) continue;
+                model::Linear& target = m.linear(l, lin);
+                const int64_t N = target.in_features() * target.out_features();
+                Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o);
+                auto keep = std::move(target.w);
+                std::array<double, 3> kl{};
+                for (size_t k = 0; k < 3; ++k) {
+                    target.w = std::make_unique<model::DenseLinear>(std::move(p.dense[k]));
+                    kl[k] = ms.kl_from(l, &xs);
+                }
+                target.w = std::move(keep);
+                record(cost_of(name, target.out_features(), target.in_features(), kl, rq.b0), p.err[1]);
+                bar.advance(N, "sensitivity: " + name);
+            }
+        }
+        xs = std::move(next);
+    }
+
+    if (rq.head) {  // the final norm's outputs' Gram, then only the head changes
+        calib::GramAccumulator g(H);
+        std::vector<MatF> normed(xs.size());
+        for (size_t w = 0; w < xs.size(); ++w) {
+            normed[w] = xs[w];
+            model::rmsnorm(xs[w].data(), xs[w].rows(), H, m.final_norm().data(),
+                           static_cast<float>(c.rms_norm_eps), normed[w].data());
+            g.add(normed[w].data(), normed[w].rows(), H);
+        }
+        model::Linear& head = m.lm_head();
+        Proxies p = proxies(kHead, head.w->dense().cast<double>(), g.mean(), rq.b0, rq.o);
+        std::array<double, 3> kl{};
+        for (size_t k = 0; k < 3; ++k) {
+            const model::DenseLinear proxy(std::move(p.dense[k]));
+            for (size_t w = 0; w < xs.size(); ++w) {
+                MatF z(normed[w].rows(), V);
+                proxy.apply(normed[w].data(), normed[w].rows(), z.data());
+                log_softmax_rows(z);
+                kl[k] += kl_sum(ms.ref_logp[w], z) / static_cast<double>(ms.tokens);
+            }
+        }
+        record(cost_of(kHead, V, H, kl, rq.b0), p.err[1]);
+        out.costs.back().may_keep = true;
+        out.costs.back().keep_bits = rq.head_keep_bits;
+        bar.advance(V * H, "sensitivity: lm_head");
+    }
+    out.seconds = seconds_since(t0);
+    return out;
+}
+
+}  // namespace cortiq::quant

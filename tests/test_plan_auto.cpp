@@ -1,0 +1,187 @@
+// --plan auto and --file-bpw (quantize/allocate.hpp, sensitivity.cpp,
+// auto_plan.cpp): the allocation against brute force and its budget, exact
+// payload bits, and quantize on stories260K: the plan file, bits no more
+// than the uniform plan's, the plan file read back giving the same bytes, a
+// resumed run reading the journal's plan, and a whole-file budget kept.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "blr/model.hpp"
+#include "core/error.hpp"
+#include "core/rng.hpp"
+#include "io/safetensors.hpp"
+#include "model/llama.hpp"
+#include "quantize/allocate.hpp"
+#include "quantize/quantize.hpp"
+#include "require.hpp"
+#include "test_files.hpp"
+
+using namespace cortiq;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kData = cortiq::test::shared_data().string();
+const std::string kModel = kData + "/models/stories260K";
+const std::string kCalib = kData + "/text/tinystories-calib.txt";
+
+// A tensor whose cost falls exponentially from kl0 at b = 0.6 (convex in b).
+quant::TensorCost curve(const std::string& name, int64_t weights, double kl0, double rate) {
+    quant::TensorCost t;
+    t.name = name;
+    t.weights = weights;
+    for (double b : {0.6, 1.0, 1.6}) {
+        t.b.push_back(b);
+        t.kl.push_back(kl0 * std::exp(-rate * (b - 0.6)));
+    }
+    return t;
+}
+
+double total_cost(const std::vector<quant::TensorCost>& ts, const std::vector<double>& b) {
+    double c = 0;
+    for (size_t i = 0; i < ts.size(); ++i) c += ts[i].cost(b[i]);
+    return c;
+}
+
+quant::QuantizeOptions options(const fs::path& out) {
+    quant::QuantizeOptions o;
+    o.model_dir = kModel;
+    o.calib_paths = {kCalib};
+    o.out_path = out.string();
+    o.bpw = 1.0;
+    o.calib.samples = 8;
+    o.calib.seqlen = 64;
+    o.enc.itq_iters = 10;
+    o.sensitivity_windows = 2;
+    o.progress = false;
+    o.verbose = false;
+    return o;
+}
+
+}  // namespace
+
+TEST(Allocate, EqualSizesMatchBruteForceAndKeepTheBudget) {
+    Rng rng(3);
+    for (int trial = 0; trial < 20; ++trial) {
+        std::vector<quant::TensorCost> ts;
+        for (int i = 0; i < 3; ++i)
+            ts.push_back(curve("t" + std::to_string(i), 100, 0.1 + rng.uniform(),
+                               0.5 + 3 * rng.uniform()));
+        quant::AllocationOptions ao;
+        ao.step = 0.1;
+        const double budget = 100 * (1.8 + 2.4 * rng.uniform());
+        const auto a = quant::allocate_bits(ts, budget, ao);
+        EXPECT_LE(a.bits, budget + 1e-6);
+        double best = INFINITY;
+        for (int i = 0; i <= 10; ++i)
+            for (int j = 0; j <= 10; ++j)
+                for (int k = 0; k <= 10; ++k) {
+                    const std::vector<double> b{0.6 + 0.1 * i, 0.6 + 0.1 * j, 0.6 + 0.1 * k};
+                    if (100 * (b[0] + b[1] + b[2]) <= budget + 1e-6)
+                        best = std::min(best, total_cost(ts, b));
+                }
+        EXPECT_LE(total_cost(ts, a.bpw), best * (1 + 1e-9)) << "trial " << trial;
+        EXPECT_NEAR(a.predicted_kl, total_cost(ts, a.bpw), 1e-9);
+    }
+}
+
+TEST(Allocate, UnequalSizesBeatUniformAndKeepWhatIsCheapToKeep) {
+    std::vector<quant::TensorCost> ts = {curve("small-sensitive", 1000, 5.0, 3.0),
+                                         curve("large-robust", 100000, 0.1, 1.0),
+                                         curve("mid", 20000, 1.0, 2.0)};
+    const double uniform_bits = 1.0 * (1000 + 100000 + 20000);
+    const auto a = quant::allocate_bits(ts, uniform_bits, {});
+    EXPECT_LE(a.bits, uniform_bits);
+    EXPECT_LT(a.predicted_kl, total_cost(ts, {1.0, 1.0, 1.0}));
+    EXPECT_GT(a.bpw[0], a.bpw[1]);  // bits go where they buy the most
+    // a table that may stay in bf16, expensive to compress and cheap to keep
+    ts.push_back(curve("table", 500, 50.0, 0.5));
+    ts.back().may_keep = true;
+    const auto k = quant::allocate_bits(ts, uniform_bits + 16 * 500, {});
+    EXPECT_TRUE(k.kept[3]);
+    EXPECT_EQ(k.bpw[3], 16.0);
+    EXPECT_LE(k.bits, uniform_bits + 16 * 500);
+    EXPECT_THROW(quant::allocate_bits(ts, 100.0, {}), Error);  // not even 0.6 bpw fits
+}
+
+TEST(Allocate, PayloadBitsAreTheEncodersOwn) {
+    quant::TensorCost t;
+    t.m = 256;
+    t.n = 768;
+    t.weights = t.m * t.n;
+    for (double b : {0.55, 1.0, 1.37, 2.0}) {
+        const int64_t r1 = blr::rank_for(t.m, t.n, b, 1), r2 = blr::rank_for(t.m, t.n, b, 2);
+        EXPECT_EQ(t.bits(b), std::max(blr::bits(t.m, t.n, r1, 1), blr::bits(t.m, t.n, r2, 2)));
+        EXPECT_LE(t.bits(b), b * static_cast<double>(t.weights));
+    }
+    t.m = t.n = 8;  // too small for rank 1 at 0.5 bpw: the encoder stores rank 1 anyway
+    EXPECT_EQ(t.bits(0.5), blr::bits(8, 8, 1, 1));
+}
+
+TEST(PlanAuto, SameBitsAPlanFileThatRoundTripsAndResumes) {
+    REQUIRE_DATA_AT(kModel);
+    const fs::path d = test::scratch_dir("cortiq_planauto_", "a");
+    const auto uniform = quant::quantize(options(d / "u.safetensors"));
+    auto o = options(d / "a.safetensors");
+    o.plan_auto = true;
+    const auto rep = quant::quantize(o);
+    ASSERT_TRUE(fs::exists(d / "a.safetensors.plan.json"));
+    EXPECT_LE(rep.linear_bits, uniform.linear_bits);
+    const nlohmann::json plan = nlohmann::json::parse(std::ifstream(d / "a.safetensors.plan.json"));
+    EXPECT_EQ(plan.size(), rep.tensors.size());
+    bool differs = false;
+    for (const auto& t : rep.tensors) {
+        ASSERT_TRUE(plan.contains(t.name)) << t.name;
+        const double b = plan[t.name].get<double>();
+        EXPECT_GE(b, 0.6 - 1e-9);
+        EXPECT_LE(b, 1.6 + 1e-9);
+        EXPECT_EQ(t.bpw_target, b);
+        differs |= b != 1.0;
+    }
+    EXPECT_TRUE(differs);
+    EXPECT_GT(rep.sensitivity_seconds, 0.0);
+    EXPECT_TRUE(rep.to_json()["plan"].contains("tensors"));
+    EXPECT_NE(rep.summary().find("plan auto:"), std::string::npos) << rep.summary();
+    // the plan file read back: the same bytes
+    auto o2 = options(d / "p.safetensors");
+    o2.plan_path = (d / "a.safetensors.plan.json").string();
+    quant::quantize(o2);
+    EXPECT_EQ(test::slurp(d / "a.safetensors"), test::slurp(d / "p.safetensors"));
+    // interrupted, then resumed: the journal's plan, not a new measurement
+    auto o3 = options(d / "r.safetensors");
+    o3.plan_auto = true;
+    o3.interrupt_after_layer = 1;
+    EXPECT_THROW(quant::quantize(o3), Error);
+    ASSERT_TRUE(fs::exists(d / "r.safetensors.journal/plan.json"));
+    o3.interrupt_after_layer = -1;
+    o3.resume = true;
+    const auto rep3 = quant::quantize(o3);
+    EXPECT_TRUE(rep3.plan.value("resumed", false));
+    EXPECT_EQ(test::slurp(d / "a.safetensors"), test::slurp(d / "r.safetensors"));
+    fs::remove_all(d);
+}
+
+TEST(PlanAuto, FileBudgetCountsEveryByte) {
+    REQUIRE_DATA_AT(kModel);
+    const fs::path d = test::scratch_dir("cortiq_planauto_", "f");
+    for (double f : {2.5, 4.0}) {
+        auto o = options(d / "f.safetensors");
+        o.file_bpw = f;
+        o.plan_auto = true;
+        o.force = true;
+        const auto rep = quant::quantize(o);
+        const double got = 8.0 * static_cast<double>(fs::file_size(d / "f.safetensors")) /
+                           static_cast<double>(rep.total_params);
+        EXPECT_LE(got, f) << "--file-bpw " << f;
+        EXPECT_GT(got, 0.6 * f) << "--file-bpw " << f;  // most of the budget is used
+        const auto m = model::Model::load((d / "f.safetensors").string());
+        // stories260K's tied table is a third of its parameters: at 2.5 bits
+        // per parameter it cannot stay in bf16
+        if (f == 2.5) EXPECT_TRUE(m.embedding().packed());
+    }
+    fs::remove_all(d);
+}
