@@ -145,6 +145,7 @@ std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan&
             rep.plan["b0"] = sens.b0;
             rep.plan["windows"] = sens.windows;
             rep.plan["seconds"] = sens.seconds;
+            rep.plan["encode_seconds"] = sens.encode_seconds;
             rep.plan["predicted_kl"] = a.predicted_kl;
             double uniform_kl = 0;
             nlohmann::json per = nlohmann::json::object();

@@ -99,7 +99,8 @@ struct Proxies {
 };
 
 Proxies proxies(const std::string& name, const MatD& w, const MatD& h, double b0,
-                const QuantizeOptions& o) {
+                const QuantizeOptions& o, double& seconds) {
+    const auto t0 = std::chrono::steady_clock::now();
     std::vector<GroupJob> jobs;
     for (double s : kProxyScale) jobs.push_back({name, w, s * b0});
     const auto enc = encode_group(jobs, h, h, proxy_options(o.enc), encode::Device::cpu, 0, {},
@@ -110,6 +111,7 @@ Proxies proxies(const std::string& name, const MatD& w, const MatD& h, double b0
         p.err[k] = enc[k].err_sel;
         p.dense[k] = blr::dequant_any(enc[k].payload);
     }
+    seconds += seconds_since(t0);
     return p;
 }
 
@@ -158,7 +160,7 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
         MatD w = m.embedding().table().cast<double>();
         for (int64_t t = 0; t < V; ++t)
             for (int64_t j = 0; j < H; ++j) w(t, j) *= s[static_cast<size_t>(t)];
-        Proxies p = proxies(name, w, MatD::identity(H), rq.b0, rq.o);
+        Proxies p = proxies(name, w, MatD::identity(H), rq.b0, rq.o, out.encode_seconds);
         const model::Embedding keep = m.embedding();
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {
@@ -203,7 +205,7 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 if (!rq.decoder.count(name)) continue;
                 model::Linear& target = m.linear(l, lin);
                 const int64_t N = target.in_features() * target.out_features();
-                Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o);
+                Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o, out.encode_seconds);
                 auto keep = std::move(target.w);
                 std::array<double, 3> kl{};
                 for (size_t k = 0; k < 3; ++k) {
@@ -228,7 +230,7 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
             g.add(normed[w].data(), normed[w].rows(), H);
         }
         model::Linear& head = m.lm_head();
-        Proxies p = proxies(kHead, head.w->dense().cast<double>(), g.mean(), rq.b0, rq.o);
+        Proxies p = proxies(kHead, head.w->dense().cast<double>(), g.mean(), rq.b0, rq.o, out.encode_seconds);
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {
             const model::DenseLinear proxy(std::move(p.dense[k]));

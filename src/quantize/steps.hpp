@@ -155,6 +155,7 @@ struct Sensitivity {
     double b0 = 1.0;
     int64_t windows = 0;
     double seconds = 0;
+    double encode_seconds = 0;  // of which the quick encodes (the rest: forward passes)
 };
 Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar);
 // --plan auto / --file-bpw (auto_plan.cpp): the plan's JSON text, measured
