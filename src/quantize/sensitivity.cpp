@@ -9,7 +9,11 @@
 // put in place of the float weight in turn and the model run from that layer
 // on, its KL divergence to the float model's next-token distribution is the
 // tensor's cost D_i at that budget (allocate.hpp). The embedding (rows weighted as encode_embedding does; a
-// tied head reads it) and an untied head are measured the same way.
+// tied head reads it) and an untied head are measured the same way. With
+// --device gpu the quick encodes run on the GPU encoder and the forward
+// passes of the KL on a GPU copy of the float model (model::GpuModel), the
+// measured weight swapped in on the device; the Grams and the head's KL stay
+// on the host.
 #include <fmt/format.h>
 
 #include <array>
@@ -18,6 +22,7 @@
 
 #include "blr/sign.hpp"
 #include "calib/calib.hpp"
+#include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
 
@@ -70,6 +75,20 @@ struct Measure {
     const std::vector<std::vector<int32_t>>& windows;
     std::vector<MatF> ref_logp;  // per window: the float model's log-probabilities
     int64_t tokens = 0;
+    // --device gpu: the KL forwards run on this copy of the model, each
+    // measured weight swapped in and out on the device (set_linear)
+    std::unique_ptr<model::GpuModel> gpu;
+
+    // Mean KL per token of the whole model, on the GPU copy.
+    double kl_on_gpu() {
+        double kl = 0;
+        for (size_t w = 0; w < windows.size(); ++w) {
+            MatF z = gpu->forward(windows[w]);
+            log_softmax_rows(z);
+            kl += kl_sum(ref_logp[w], z);
+        }
+        return kl / static_cast<double>(tokens);
+    }
 
     // Mean KL per token of the model as it stands, run from block `from` on
     // the hidden states xs (or from the embedding when from = 0 and xs empty).
@@ -103,7 +122,7 @@ Proxies proxies(const std::string& name, const MatD& w, const MatD& h, double b0
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<GroupJob> jobs;
     for (double s : kProxyScale) jobs.push_back({name, w, s * b0});
-    const auto enc = encode_group(jobs, h, h, proxy_options(o.enc), encode::Device::cpu, 0, {},
+    const auto enc = encode_group(jobs, h, h, proxy_options(o.enc), o.device, o.jobs, o.gpus,
                                   false, name + " (sensitivity)",
                                   [](size_t, const encode::Encoded&) {});
     Proxies p;
@@ -139,9 +158,10 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
     model::Model& m = rq.model;
     const auto& c = m.config();
     const int64_t L = m.num_layers(), V = c.vocab_size, H = c.hidden_size;
-    Measure ms{m, rq.windows, {}, 0};
+    Measure ms{m, rq.windows, {}, 0, nullptr};
+    if (rq.o.device == encode::Device::gpu) ms.gpu = std::make_unique<model::GpuModel>(m);
     for (const auto& win : rq.windows) {
-        MatF z = m.forward(win);
+        MatF z = ms.gpu ? ms.gpu->forward(win) : m.forward(win);
         log_softmax_rows(z);
         ms.ref_logp.push_back(std::move(z));
         ms.tokens += static_cast<int64_t>(win.size());
@@ -169,9 +189,19 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 for (int64_t j = 0; j < H; ++j)
                     dense(t, j) /= static_cast<float>(s[static_cast<size_t>(t)]);
             m.set_embedding(model::Embedding(std::make_shared<const MatF>(std::move(dense))));
-            kl[k] = ms.kl_from(0, nullptr);
+            if (ms.gpu) {  // the model with this embedding uploaded (three times in all)
+                ms.gpu.reset();
+                ms.gpu = std::make_unique<model::GpuModel>(m);
+                kl[k] = ms.kl_on_gpu();
+            } else {
+                kl[k] = ms.kl_from(0, nullptr);
+            }
         }
         m.set_embedding(keep);
+        if (ms.gpu) {
+            ms.gpu.reset();
+            ms.gpu = std::make_unique<model::GpuModel>(m);
+        }
         record(cost_of(name, V, H, kl, rq.b0), p.err[1]);
         out.costs.back().may_keep = true;
         out.costs.back().keep_bits = rq.embed_keep_bits;
@@ -209,9 +239,15 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 auto keep = std::move(target.w);
                 std::array<double, 3> kl{};
                 for (size_t k = 0; k < 3; ++k) {
+                    if (ms.gpu) {
+                        ms.gpu->set_linear(l, lin, model::DenseLinear(std::move(p.dense[k])));
+                        kl[k] = ms.kl_on_gpu();
+                        continue;
+                    }
                     target.w = std::make_unique<model::DenseLinear>(std::move(p.dense[k]));
                     kl[k] = ms.kl_from(l, &xs);
                 }
+                if (ms.gpu) ms.gpu->set_linear(l, lin, *keep);
                 target.w = std::move(keep);
                 record(cost_of(name, target.out_features(), target.in_features(), kl, rq.b0), p.err[1]);
                 bar.advance(N, "sensitivity: " + name);
