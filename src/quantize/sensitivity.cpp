@@ -284,7 +284,6 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 kl[k] += kl_sum(ms.ref_logp[w], z) / static_cast<double>(ms.tokens);
             }
         }
-        if (std::getenv("CORTIQ_DEBUG_SENS")) fmt::print(stderr, "head err {} {} {} kl {} {} {}\n", p.err[0], p.err[1], p.err[2], kl[0], kl[1], kl[2]);
         record(cost_of(kHead, V, H, kl, rq.b0), p.err[1]);
         out.costs.back().may_keep = true;
         out.costs.back().keep_bits = rq.head_keep_bits;
