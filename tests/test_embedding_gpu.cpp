@@ -23,8 +23,11 @@ namespace {
 // GPU against CPU on the same weights: float32 rounding in two summation
 // orders (as test_forward_gpu.cpp's kGpuCpuTol).
 constexpr double kGpuCpuTol = 1e-4;
+// A tied head is the compressed embedding run as a packed layer, whose batch
+// path rounds activations to fp16 (test_blr_linear_gpu.cpp's kLayerTol).
+constexpr double kPackedHeadTol = 1e-3;
 
-void check_gpu_against_cpu(const std::string& path, const std::string& tag) {
+void check_gpu_against_cpu(const std::string& path, const std::string& tag, double tol) {
     const auto m = model::Model::load(path);
     ASSERT_TRUE(m.embedding().packed()) << tag;
     model::GpuModel gm(m);
@@ -32,7 +35,7 @@ void check_gpu_against_cpu(const std::string& path, const std::string& tag) {
     for (int i = 0; i < 60; ++i) toks.push_back((i * 37 + 11) % 512);
     const MatF cpu = m.forward(toks), gpu = gm.forward(toks);
     ASSERT_EQ(cpu.size(), gpu.size());
-    EXPECT_LT(rel_err(gpu.data(), cpu.data(), cpu.size()), kGpuCpuTol) << tag;
+    EXPECT_LT(rel_err(gpu.data(), cpu.data(), cpu.size()), tol) << tag;
 }
 
 }  // namespace
@@ -55,7 +58,7 @@ TEST(EmbeddingGpu, CompressedRowsMatchTheCpu) {
     o.progress = false;
     o.verbose = false;
     quant::quantize(o);
-    check_gpu_against_cpu(o.out_path, "tied");
+    check_gpu_against_cpu(o.out_path, "tied", kPackedHeadTol);
     // the same file with a float head of its own
     const auto f = io::SafetensorsFile::open(o.out_path);
     const auto tied = model::Model::load(o.out_path);
@@ -69,6 +72,7 @@ TEST(EmbeddingGpu, CompressedRowsMatchTheCpu) {
     w.write((d / "u.safetensors").string());
     const auto untied = model::Model::load((d / "u.safetensors").string());
     EXPECT_FALSE(untied.head_shares_embedding());
-    check_gpu_against_cpu((d / "u.safetensors").string(), "own head");
+    // with a float head the embedding's lookup is the only packed step
+    check_gpu_against_cpu((d / "u.safetensors").string(), "own head", kGpuCpuTol);
     fs::remove_all(d);
 }

@@ -23,6 +23,7 @@
 #include "blr/model.hpp"
 #include "blr/sign.hpp"
 #include "calib/calib.hpp"
+#include "core/parallel.hpp"
 #include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
@@ -52,9 +53,11 @@ encode::Options proxy_options(const encode::Options& base, bool high_rank) {
     return p;
 }
 
-// Log-softmax of each row of logits (float64 sums), in place.
+// Log-softmax of each row of logits (float64 sums), in place; rows in
+// parallel (a window of 512 tokens at a vocabulary of 4096 is 2 M exps, and
+// the measurement runs three per tensor).
 void log_softmax_rows(MatF& z) {
-    for (int64_t t = 0; t < z.rows(); ++t) {
+    parallel_for(0, z.rows(), [&](int64_t t) {
         float* r = z.row(t);
         float mx = r[0];
         for (int64_t v = 1; v < z.cols(); ++v) mx = std::max(mx, r[v]);
@@ -62,16 +65,22 @@ void log_softmax_rows(MatF& z) {
         for (int64_t v = 0; v < z.cols(); ++v) s += std::exp(double{r[v]} - mx);
         const float lse = mx + static_cast<float>(std::log(s));
         for (int64_t v = 0; v < z.cols(); ++v) r[v] -= lse;
-    }
+    }, 16);
 }
 
-// Σ over rows of KL(p ‖ q), p and q given as log-probabilities.
-double kl_sum(const MatF& logp, const MatF& logq) {
+// Σ over rows of KL(p ‖ q) = Σ p·(ln p − ln q), with p given as
+// probabilities and log-probabilities, q as log-probabilities; per-row sums
+// added in row order (the same total for any number of threads).
+double kl_sum(const MatF& p, const MatF& logp, const MatF& logq) {
+    std::vector<double> rows(static_cast<size_t>(p.rows()));
+    parallel_for(0, p.rows(), [&](int64_t t) {
+        double kl = 0;
+        const float *pr = p.row(t), *lp = logp.row(t), *lq = logq.row(t);
+        for (int64_t v = 0; v < p.cols(); ++v) kl += double{pr[v]} * (double{lp[v]} - lq[v]);
+        rows[static_cast<size_t>(t)] = kl;
+    }, 16);
     double kl = 0;
-    for (int64_t i = 0; i < logp.size(); ++i) {
-        const double lp = logp.data()[i];
-        kl += std::exp(lp) * (lp - logq.data()[i]);
-    }
+    for (double r : rows) kl += r;
     return kl;
 }
 
@@ -79,6 +88,7 @@ struct Measure {
     model::Model& m;
     const std::vector<std::vector<int32_t>>& windows;
     std::vector<MatF> ref_logp;  // per window: the float model's log-probabilities
+    std::vector<MatF> ref_p;     // and its probabilities
     int64_t tokens = 0;
     // --device gpu: the KL forwards run on this copy of the model, each
     // measured weight swapped in and out on the device (set_linear)
@@ -90,7 +100,7 @@ struct Measure {
         for (size_t w = 0; w < windows.size(); ++w) {
             MatF z = gpu->forward(windows[w]);
             log_softmax_rows(z);
-            kl += kl_sum(ref_logp[w], z);
+            kl += kl_sum(ref_p[w], ref_logp[w], z);
         }
         return kl / static_cast<double>(tokens);
     }
@@ -109,7 +119,7 @@ struct Measure {
             }
             m.logits(act.x, normed, logits);
             log_softmax_rows(logits);
-            kl += kl_sum(ref_logp[w], logits);
+            kl += kl_sum(ref_p[w], ref_logp[w], logits);
         }
         return kl / static_cast<double>(tokens);
     }
@@ -125,13 +135,19 @@ struct Proxies {
 Proxies proxies(const std::string& name, const MatD& w, const MatD& h, double b0,
                 const QuantizeOptions& o, double& seconds) {
     const auto t0 = std::chrono::steady_clock::now();
-    std::vector<GroupJob> jobs;
-    for (double s : kProxyScale) jobs.push_back({name, w, s * b0});
+    // one budget at a time: each takes two paths only where one path's rank
+    // would reach half of min(m, n) and two paths of rank 1 fit
     const int64_t most = std::min(w.rows(), w.cols());
-    const bool high_rank = 2 * blr::rank_for(w.rows(), w.cols(), kProxyScale[2] * b0, 1) >= most;
-    const auto enc = encode_group(jobs, h, h, proxy_options(o.enc, high_rank), o.device, o.jobs, o.gpus,
-                                  false, name + " (sensitivity)",
-                                  [](size_t, const encode::Encoded&) {});
+    std::vector<encode::Encoded> enc;
+    for (double s : kProxyScale) {
+        const double b = s * b0;
+        const bool high_rank = 2 * blr::rank_for(w.rows(), w.cols(), b, 1) >= most &&
+                               blr::rank_for(w.rows(), w.cols(), b, 2) >= 1;
+        auto one = encode_group({{name, w, b}}, h, h, proxy_options(o.enc, high_rank), o.device,
+                                o.jobs, o.gpus, false, name + " (sensitivity)",
+                                [](size_t, const encode::Encoded&) {});
+        enc.push_back(std::move(one[0]));
+    }
     Proxies p;
     for (size_t k = 0; k < 3; ++k) {
         p.err[k] = enc[k].err_sel;
@@ -165,11 +181,14 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
     model::Model& m = rq.model;
     const auto& c = m.config();
     const int64_t L = m.num_layers(), V = c.vocab_size, H = c.hidden_size;
-    Measure ms{m, rq.windows, {}, 0, nullptr};
+    Measure ms{m, rq.windows, {}, {}, 0, nullptr};
     if (rq.o.device == encode::Device::gpu) ms.gpu = std::make_unique<model::GpuModel>(m);
     for (const auto& win : rq.windows) {
         MatF z = ms.gpu ? ms.gpu->forward(win) : m.forward(win);
         log_softmax_rows(z);
+        MatF p = z;
+        for (auto& v : p.vec()) v = std::exp(v);
+        ms.ref_p.push_back(std::move(p));
         ms.ref_logp.push_back(std::move(z));
         ms.tokens += static_cast<int64_t>(win.size());
     }
@@ -281,7 +300,7 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 MatF z(normed[w].rows(), V);
                 proxy.apply(normed[w].data(), normed[w].rows(), z.data());
                 log_softmax_rows(z);
-                kl[k] += kl_sum(ms.ref_logp[w], z) / static_cast<double>(ms.tokens);
+                kl[k] += kl_sum(ms.ref_p[w], ms.ref_logp[w], z) / static_cast<double>(ms.tokens);
             }
         }
         record(cost_of(kHead, V, H, kl, rq.b0), p.err[1]);
