@@ -36,8 +36,9 @@ for k, kind in enumerate(kinds):
     axes[1].bar(xs, [v for _, kd, _, v in rows if kd == kind], w, label=kind)
 axes[0].axhline(plan["b0"], color="gray", lw=0.8, ls="--")
 axes[0].set_ylabel("bits per weight (plan)")
-axes[0].set_title(f"{title}: predicted KL {plan['predicted_kl']:.3f} "
-                  f"vs {plan['predicted_kl_at_b0_everywhere']:.3f} at {plan['b0']:.2f} bpw everywhere")
+axes[0].set_title(f"{title}\npredicted KL {plan['predicted_kl']:.3f} "
+                  f"vs {plan['predicted_kl_at_b0_everywhere']:.3f} at {plan['b0']:.2f} bpw everywhere",
+                  fontsize=10)
 axes[0].legend(ncol=min(len(kinds), 7), fontsize=8)
 axes[1].set_ylabel(f"KL growth at {plan['b0']:.2f} bpw, alone")
 labels = ["embed" if l == -1 else "head" if l == 10**6 else str(l) for l in order]
