@@ -72,6 +72,15 @@ std::string llama_args(const fs::path& out) {
            out.string();
 }
 
+// --file-bpw: rank 0 measures and plans, every rank encodes from its text;
+// the embedding (stories260K's tied table) is compressed by rank 0 and sent.
+std::string planned_args(const fs::path& out) {
+    return kData + "/models/stories260K --calib " + kData +
+           "/text/tinystories-calib.txt --file-bpw 2.5 --samples 12 --seqlen 64 "
+           "--sensitivity-windows 2 --tune=none --device cpu -q --force -o " +
+           out.string();
+}
+
 // The plain run (2 threads) and mpirun with each of `ranks` ranks (1 thread
 // each) write the same bytes.
 void expect_same_file_for_any_ranks(std::string (*args)(const fs::path&), const char* tag,
@@ -121,6 +130,12 @@ TEST(Mpi, TunedStoriesFileIsTheSameForOneTwoAndThreeRanks) {
     REQUIRE_MPI();
     REQUIRE_DATA_AT(kData + "/models/stories260K");
     expect_same_file_for_any_ranks(stories_args, "stories", {1, 2, 3});
+}
+
+TEST(Mpi, AnAutoPlanAndACompressedEmbeddingGiveTheSameFileForTwoRanks) {
+    REQUIRE_MPI();
+    REQUIRE_DATA_AT(kData + "/models/stories260K");
+    expect_same_file_for_any_ranks(planned_args, "planned", {2});
 }
 
 TEST(Mpi, TinyLlamaFileIsTheSameForTwoAndThreeRanks) {
