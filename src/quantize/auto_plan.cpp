@@ -59,6 +59,98 @@ std::string plan_text(const Sensitivity& sens, const Allocation& a) {
     return j.dump(1) + "\n";
 }
 
+// The sensitivity pass and the allocation: the plan's text, rep.plan filled.
+std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& uniform,
+                          QuantizeReport& rep) {
+    const auto& c = in.model.config();
+    const int64_t table = c.vocab_size * c.hidden_size;
+    const bool file = o.file_bpw > 0;
+    const auto& held_out = in.calib.sel.empty() ? in.calib.fit : in.calib.sel;
+    const std::vector<std::vector<int32_t>> windows(
+        held_out.begin(),
+        held_out.begin() + std::min<int64_t>(o.sensitivity_windows,
+                                             static_cast<int64_t>(held_out.size())));
+    SensitivityRequest req{o, in.model, in.calib, windows, {}, false, false, 1.0, 16, 16};
+    int64_t weights = 0;
+    for (const auto& [name, b] : uniform.budget) {
+        req.decoder.insert(name);
+        const auto& info = in.checkpoint.info(name);
+        weights += info.numel();
+    }
+    req.embedding = file;
+    req.head = file ? !in.model.head_shares_embedding() : uniform.head_bpw.has_value();
+    const std::string emb = embedding_name(c);
+    const auto bits_of = [&](const std::string& n) {
+        return in.checkpoint.has(n) ? 8.0 * static_cast<double>(io::dtype_size(
+                                                in.checkpoint.info(n).dtype))
+                                    : 16.0;
+    };
+    req.embed_keep_bits = bits_of(emb);
+    req.head_keep_bits = bits_of(kHead);
+    // the uniform plan's payload bits (TensorCost::bits at its budgets)
+    double budget = 0;
+    for (const auto& [name, b] : uniform.budget) {
+        const auto& shape = in.checkpoint.info(name).shape;
+        TensorCost t;
+        t.m = shape.at(0);
+        t.n = shape.at(1);
+        budget += t.bits(b);
+    }
+    if (uniform.head_bpw && req.head) {
+        TensorCost t;
+        t.m = c.vocab_size;
+        t.n = c.hidden_size;
+        budget += t.bits(*uniform.head_bpw);
+    }
+    std::set<std::string> allocated(req.decoder.begin(), req.decoder.end());
+    double candidates = static_cast<double>(weights) + (req.head ? table : 0);
+    if (file) {
+        allocated.insert(emb);
+        if (req.head) allocated.insert(kHead);
+        candidates += static_cast<double>(table);
+        const int64_t params = source_params(in.checkpoint);
+        const int64_t fixed = fixed_file_bytes(o, in.checkpoint, allocated);
+        budget = o.file_bpw * static_cast<double>(params) - 8.0 * static_cast<double>(fixed);
+        CORTIQ_CHECK(budget > 0,
+                     "--file-bpw {}: the tensors that stay as they are and the metadata "
+                     "already take {} bytes, {:.3f} bits per parameter",
+                     o.file_bpw, fixed, 8.0 * fixed / static_cast<double>(params));
+        rep.plan["fixed_bytes_estimate"] = fixed;
+        rep.plan["params"] = params;
+    }
+    req.b0 = file ? std::clamp(budget / candidates, 0.3, 4.0) : o.bpw;
+    Progress bar("sensitivity", static_cast<int64_t>(candidates), "weights", o.progress,
+                 nullptr);
+    const Sensitivity sens = measure_sensitivity(req, bar);
+    bar.finish();
+    AllocationOptions ao;  // inside the measured range (allocate.hpp)
+    ao.min_bpw = sens.costs.front().b.front();
+    ao.max_bpw = sens.costs.front().b.back();
+    const Allocation a = allocate_bits(sens.costs, budget, ao);
+    rep.sensitivity_seconds = sens.seconds;
+    rep.plan["budget_bits"] = budget;
+    rep.plan["allocated_bits"] = a.bits;
+    rep.plan["b0"] = sens.b0;
+    rep.plan["windows"] = sens.windows;
+    rep.plan["seconds"] = sens.seconds;
+    rep.plan["encode_seconds"] = sens.encode_seconds;
+    rep.plan["predicted_kl"] = a.predicted_kl;
+    double uniform_kl = 0;
+    nlohmann::json per = nlohmann::json::object();
+    for (size_t i = 0; i < sens.costs.size(); ++i) {
+        const auto& cst = sens.costs[i];
+        uniform_kl += cst.cost(sens.b0);
+        per[cst.name] = {{"bpw", a.kept[i] ? nlohmann::json("kept") : nlohmann::json(a.bpw[i])},
+                         {"measured_bpw", cst.b},
+                         {"measured_kl", cst.kl},
+                         {"proxy_err_at_b0", sens.proxy_err[i]},
+                         {"predicted_kl", a.kept[i] ? 0.0 : cst.cost(a.bpw[i])}};
+    }
+    rep.plan["predicted_kl_at_b0_everywhere"] = uniform_kl;
+    rep.plan["tensors"] = per;
+    return plan_text(sens, a);
+}
+
 }  // namespace
 
 std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& uniform,
@@ -67,103 +159,17 @@ std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan&
     const std::string kept = journal.dir().empty() ? "" : journal.dir() + "/plan.json";
     std::vector<uint8_t> text;
     if (dist::is_root()) {
+        std::string t;
         if (!kept.empty() && fs::exists(kept)) {
-            const std::string t = io::read_text_file(kept, "journal plan");
-            text.assign(t.begin(), t.end());
+            t = io::read_text_file(kept, "journal plan");
             rep.plan = {{"resumed", true}};
         } else {
-            const auto& c = in.model.config();
-            const int64_t table = c.vocab_size * c.hidden_size;
-            const bool file = o.file_bpw > 0;
-            const auto& held_out = in.calib.sel.empty() ? in.calib.fit : in.calib.sel;
-            const std::vector<std::vector<int32_t>> windows(
-                held_out.begin(),
-                held_out.begin() + std::min<int64_t>(o.sensitivity_windows,
-                                                     static_cast<int64_t>(held_out.size())));
-            SensitivityRequest req{o, in.model, in.calib, windows};
-            int64_t weights = 0;
-            for (const auto& [name, b] : uniform.budget) {
-                req.decoder.insert(name);
-                const auto& info = in.checkpoint.info(name);
-                weights += info.numel();
-            }
-            req.embedding = file;
-            req.head = file ? !in.model.head_shares_embedding() : uniform.head_bpw.has_value();
-            const std::string emb = embedding_name(c);
-            const auto bits_of = [&](const std::string& n) {
-                return in.checkpoint.has(n) ? 8.0 * static_cast<double>(io::dtype_size(
-                                                        in.checkpoint.info(n).dtype))
-                                            : 16.0;
-            };
-            req.embed_keep_bits = bits_of(emb);
-            req.head_keep_bits = bits_of(kHead);
-            // the uniform plan's payload bits (TensorCost::bits at its budgets)
-            double budget = 0;
-            for (const auto& [name, b] : uniform.budget) {
-                const auto& shape = in.checkpoint.info(name).shape;
-                TensorCost t;
-                t.m = shape.at(0);
-                t.n = shape.at(1);
-                budget += t.bits(b);
-            }
-            if (uniform.head_bpw && req.head) {
-                TensorCost t;
-                t.m = c.vocab_size;
-                t.n = c.hidden_size;
-                budget += t.bits(*uniform.head_bpw);
-            }
-            std::set<std::string> allocated(req.decoder.begin(), req.decoder.end());
-            double candidates = static_cast<double>(weights) + (req.head ? table : 0);
-            if (file) {
-                allocated.insert(emb);
-                if (req.head) allocated.insert(kHead);
-                candidates += static_cast<double>(table);
-                const int64_t params = source_params(in.checkpoint);
-                const int64_t fixed = fixed_file_bytes(o, in.checkpoint, allocated);
-                budget = o.file_bpw * static_cast<double>(params) - 8.0 * static_cast<double>(fixed);
-                CORTIQ_CHECK(budget > 0,
-                             "--file-bpw {}: the tensors that stay as they are and the metadata "
-                             "already take {} bytes, {:.3f} bits per parameter",
-                             o.file_bpw, fixed, 8.0 * fixed / static_cast<double>(params));
-                rep.plan["fixed_bytes_estimate"] = fixed;
-                rep.plan["params"] = params;
-            }
-            req.b0 = file ? std::clamp(budget / candidates, 0.3, 4.0) : o.bpw;
-            Progress bar("sensitivity", static_cast<int64_t>(candidates), "weights", o.progress,
-                         nullptr);
-            const Sensitivity sens = measure_sensitivity(req, bar);
-            bar.finish();
-            AllocationOptions ao;  // inside the measured range (allocate.hpp)
-            ao.min_bpw = sens.costs.front().b.front();
-            ao.max_bpw = sens.costs.front().b.back();
-            const Allocation a = allocate_bits(sens.costs, budget, ao);
-            const std::string t = plan_text(sens, a);
-            text.assign(t.begin(), t.end());
-            rep.sensitivity_seconds = sens.seconds;
-            rep.plan["budget_bits"] = budget;
-            rep.plan["allocated_bits"] = a.bits;
-            rep.plan["b0"] = sens.b0;
-            rep.plan["windows"] = sens.windows;
-            rep.plan["seconds"] = sens.seconds;
-            rep.plan["encode_seconds"] = sens.encode_seconds;
-            rep.plan["predicted_kl"] = a.predicted_kl;
-            double uniform_kl = 0;
-            nlohmann::json per = nlohmann::json::object();
-            for (size_t i = 0; i < sens.costs.size(); ++i) {
-                const auto& cst = sens.costs[i];
-                uniform_kl += cst.cost(sens.b0);
-                per[cst.name] = {{"bpw", a.kept[i] ? nlohmann::json("kept") : nlohmann::json(a.bpw[i])},
-                                 {"measured_bpw", cst.b},
-                                 {"measured_kl", cst.kl},
-                                 {"proxy_err_at_b0", sens.proxy_err[i]},
-                                 {"predicted_kl", a.kept[i] ? 0.0 : cst.cost(a.bpw[i])}};
-            }
-            rep.plan["predicted_kl_at_b0_everywhere"] = uniform_kl;
-            rep.plan["tensors"] = per;
+            t = measured_plan(o, in, uniform, rep);
             if (!kept.empty()) io::write_file_atomic(kept, t);
         }
-        io::write_file_atomic(plan_path, std::string(text.begin(), text.end()));
+        io::write_file_atomic(plan_path, t);
         rep.plan["file"] = plan_path;
+        text.assign(t.begin(), t.end());
     }
     if (dist::distributed()) dist::broadcast(text, 0);  // every rank plans with rank 0's text
     return std::string(text.begin(), text.end());

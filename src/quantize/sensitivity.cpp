@@ -174,33 +174,48 @@ TensorCost cost_of(const std::string& name, int64_t m, int64_t n, const std::arr
     return c;
 }
 
-}  // namespace
-
-Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
-    const auto t0 = std::chrono::steady_clock::now();
-    model::Model& m = rq.model;
-    const auto& c = m.config();
-    const int64_t L = m.num_layers(), V = c.vocab_size, H = c.hidden_size;
-    Measure ms{m, rq.windows, {}, {}, 0, nullptr};
-    if (rq.o.device == encode::Device::gpu) ms.gpu = std::make_unique<model::GpuModel>(m);
-    for (const auto& win : rq.windows) {
-        MatF z = ms.gpu ? ms.gpu->forward(win) : m.forward(win);
-        log_softmax_rows(z);
-        MatF p = z;
-        for (auto& v : p.vec()) v = std::exp(v);
-        ms.ref_p.push_back(std::move(p));
-        ms.ref_logp.push_back(std::move(z));
-        ms.tokens += static_cast<int64_t>(win.size());
-    }
+// One measurement: the reference distribution, then each tensor in turn.
+struct Pass {
+    const SensitivityRequest& rq;
+    Progress& bar;
+    model::Model& m;
+    Measure ms;
     Sensitivity out;
-    out.b0 = rq.b0;
-    out.windows = static_cast<int64_t>(rq.windows.size());
-    auto record = [&](TensorCost cst, double err_ref) {
+    std::vector<MatF> xs;  // the windows' float hidden states at the current layer
+
+    Pass(const SensitivityRequest& r, Progress& b)
+        : rq(r), bar(b), m(r.model), ms{r.model, r.windows, {}, {}, 0, nullptr} {
+        if (rq.o.device == encode::Device::gpu) ms.gpu = std::make_unique<model::GpuModel>(m);
+        for (const auto& win : rq.windows) {
+            MatF z = ms.gpu ? ms.gpu->forward(win) : m.forward(win);
+            log_softmax_rows(z);
+            MatF pz = z;
+            for (auto& v : pz.vec()) v = std::exp(v);
+            ms.ref_p.push_back(std::move(pz));
+            ms.ref_logp.push_back(std::move(z));
+            ms.tokens += static_cast<int64_t>(win.size());
+        }
+        out.b0 = rq.b0;
+        out.windows = static_cast<int64_t>(rq.windows.size());
+        for (const auto& win : rq.windows) xs.push_back(m.embed(win));
+    }
+
+    void record(TensorCost cst, double err_ref) {
         out.costs.push_back(std::move(cst));
         out.proxy_err.push_back(err_ref);
-    };
+    }
 
-    if (rq.embedding) {  // from the embedding, every block after it
+    void reupload() {  // the GPU copy after a change it cannot take in place
+        if (!ms.gpu) return;
+        ms.gpu.reset();
+        ms.gpu = std::make_unique<model::GpuModel>(m);
+    }
+
+    // From the embedding, every block after it (rows weighted as
+    // encode_embedding weights them).
+    void embedding() {
+        const auto& c = m.config();
+        const int64_t V = c.vocab_size, H = c.hidden_size;
         const std::string name = embedding_name(c);
         const std::vector<double> s = embedding_row_weights(rq.calib, V);
         MatD w = m.embedding().table().cast<double>();
@@ -215,74 +230,71 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                 for (int64_t j = 0; j < H; ++j)
                     dense(t, j) /= static_cast<float>(s[static_cast<size_t>(t)]);
             m.set_embedding(model::Embedding(std::make_shared<const MatF>(std::move(dense))));
-            if (ms.gpu) {  // the model with this embedding uploaded (three times in all)
-                ms.gpu.reset();
-                ms.gpu = std::make_unique<model::GpuModel>(m);
-                kl[k] = ms.kl_on_gpu();
-            } else {
-                kl[k] = ms.kl_from(0, nullptr);
-            }
+            reupload();  // three uploads in all
+            kl[k] = ms.gpu ? ms.kl_on_gpu() : ms.kl_from(0, nullptr);
         }
         m.set_embedding(keep);
-        if (ms.gpu) {
-            ms.gpu.reset();
-            ms.gpu = std::make_unique<model::GpuModel>(m);
-        }
+        reupload();
         record(cost_of(name, V, H, kl, rq.b0), p.err[1]);
         out.costs.back().may_keep = true;
         out.costs.back().keep_bits = rq.embed_keep_bits;
         bar.advance(V * H, "sensitivity: embedding");
     }
 
-    std::vector<MatF> xs;
-    for (const auto& win : rq.windows) xs.push_back(m.embed(win));
-    model::BlockActivations act;
-    for (int64_t l = 0; l < L; ++l) {
-        // this layer's inputs' Grams over the windows, float model
-        std::map<std::string, calib::GramAccumulator> grams;
+    // One decoder tensor against its input's Gram h.
+    void tensor(int64_t l, const char* lin, const MatD& h) {
+        const std::string name = tensor_name(m.config(), l, lin);
+        model::Linear& target = m.linear(l, lin);
+        Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o,
+                            out.encode_seconds);
+        auto keep = std::move(target.w);
+        std::array<double, 3> kl{};
+        for (size_t k = 0; k < 3; ++k) {
+            if (ms.gpu) {
+                ms.gpu->set_linear(l, lin, model::DenseLinear(std::move(p.dense[k])));
+                kl[k] = ms.kl_on_gpu();
+                continue;
+            }
+            target.w = std::make_unique<model::DenseLinear>(std::move(p.dense[k]));
+            kl[k] = ms.kl_from(l, &xs);
+        }
+        if (ms.gpu) ms.gpu->set_linear(l, lin, *keep);
+        target.w = std::move(keep);
+        record(cost_of(name, target.out_features(), target.in_features(), kl, rq.b0), p.err[1]);
+        bar.advance(target.in_features() * target.out_features(), "sensitivity: " + name);
+    }
+
+    // Layer l's tensors, then the hidden states moved through it.
+    void layer(int64_t l) {
+        std::map<std::string, calib::GramAccumulator> grams;  // float model, the windows
         const model::LinearInputHook hook = [&](int64_t, std::string_view in, const float* x,
                                                 int64_t rows, int64_t cols) {
             auto it = grams.find(std::string(in));
-            if (it == grams.end()) it = grams.emplace(std::string(in), calib::GramAccumulator(cols)).first;
+            if (it == grams.end())
+                it = grams.emplace(std::string(in), calib::GramAccumulator(cols)).first;
             it->second.add(x, rows, cols);
         };
         std::vector<MatF> next;
+        model::BlockActivations act;
         for (const auto& x : xs) {
             act.x = x;
             m.block(l, 0, nullptr, act, &hook);
             next.push_back(std::move(act.out));
         }
-        for (const auto& g : input_groups(c, l)) {
+        for (const auto& g : input_groups(m.config(), l)) {
             const auto it = grams.find(g.input);
             if (it == grams.end()) continue;
             const MatD h = it->second.mean();
-            for (const char* lin : g.linears) {
-                const std::string name = tensor_name(c, l, lin);
-                if (!rq.decoder.count(name)) continue;
-                model::Linear& target = m.linear(l, lin);
-                const int64_t N = target.in_features() * target.out_features();
-                Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o, out.encode_seconds);
-                auto keep = std::move(target.w);
-                std::array<double, 3> kl{};
-                for (size_t k = 0; k < 3; ++k) {
-                    if (ms.gpu) {
-                        ms.gpu->set_linear(l, lin, model::DenseLinear(std::move(p.dense[k])));
-                        kl[k] = ms.kl_on_gpu();
-                        continue;
-                    }
-                    target.w = std::make_unique<model::DenseLinear>(std::move(p.dense[k]));
-                    kl[k] = ms.kl_from(l, &xs);
-                }
-                if (ms.gpu) ms.gpu->set_linear(l, lin, *keep);
-                target.w = std::move(keep);
-                record(cost_of(name, target.out_features(), target.in_features(), kl, rq.b0), p.err[1]);
-                bar.advance(N, "sensitivity: " + name);
-            }
+            for (const char* lin : g.linears)
+                if (rq.decoder.count(tensor_name(m.config(), l, lin))) tensor(l, lin, h);
         }
         xs = std::move(next);
     }
 
-    if (rq.head) {  // the final norm's outputs' Gram, then only the head changes
+    // The final norm's outputs' Gram; then only the head changes.
+    void head() {
+        const auto& c = m.config();
+        const int64_t V = c.vocab_size, H = c.hidden_size;
         calib::GramAccumulator g(H);
         std::vector<MatF> normed(xs.size());
         for (size_t w = 0; w < xs.size(); ++w) {
@@ -291,8 +303,8 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
                            static_cast<float>(c.rms_norm_eps), normed[w].data());
             g.add(normed[w].data(), normed[w].rows(), H);
         }
-        model::Linear& head = m.lm_head();
-        Proxies p = proxies(kHead, head.w->dense().cast<double>(), g.mean(), rq.b0, rq.o, out.encode_seconds);
+        Proxies p = proxies(kHead, m.lm_head().w->dense().cast<double>(), g.mean(), rq.b0, rq.o,
+                            out.encode_seconds);
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {
             const model::DenseLinear proxy(std::move(p.dense[k]));
@@ -308,8 +320,18 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
         out.costs.back().keep_bits = rq.head_keep_bits;
         bar.advance(V * H, "sensitivity: lm_head");
     }
-    out.seconds = seconds_since(t0);
-    return out;
+};
+
+}  // namespace
+
+Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Pass pass(rq, bar);
+    if (rq.embedding) pass.embedding();
+    for (int64_t l = 0; l < rq.model.num_layers(); ++l) pass.layer(l);
+    if (rq.head) pass.head();
+    pass.out.seconds = seconds_since(t0);
+    return std::move(pass.out);
 }
 
 }  // namespace cortiq::quant
