@@ -27,10 +27,13 @@
 #include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
+#include "tune/distill.hpp"
 
 namespace cortiq::quant {
 
 namespace {
+
+using tune::log_softmax_rows;  // rows in parallel, float64 sums
 
 constexpr double kProxyScale[3] = {0.6, 1.0, 1.6};
 
@@ -51,21 +54,6 @@ encode::Options proxy_options(const encode::Options& base, bool high_rank) {
     p.flip_passes = 8;
     p.gptq_passes = 8;
     return p;
-}
-
-// Log-softmax of each row of logits (float64 sums), in place; rows in
-// parallel (a window of 512 tokens at a vocabulary of 4096 is 2 M exps, and
-// the measurement runs three per tensor).
-void log_softmax_rows(MatF& z) {
-    parallel_for(0, z.rows(), [&](int64_t t) {
-        float* r = z.row(t);
-        float mx = r[0];
-        for (int64_t v = 1; v < z.cols(); ++v) mx = std::max(mx, r[v]);
-        double s = 0;
-        for (int64_t v = 0; v < z.cols(); ++v) s += std::exp(double{r[v]} - mx);
-        const float lse = mx + static_cast<float>(std::log(s));
-        for (int64_t v = 0; v < z.cols(); ++v) r[v] -= lse;
-    }, 16);
 }
 
 // Σ over rows of KL(p ‖ q) = Σ p·(ln p − ln q), with p given as
