@@ -78,12 +78,14 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
         weights += info.numel();
     }
     req.embedding = file;
-    req.head = file ? !in.model.head_shares_embedding() : uniform.head_bpw.has_value();
+    // a tied head is measured as a tensor of its own only with --include-head
+    // (kept, it is the embedding: no bits of its own)
+    req.head = uniform.head_bpw.has_value() || (file && !in.model.head_shares_embedding());
     const std::string emb = embedding_name(c);
     const auto bits_of = [&](const std::string& n) {
         return in.checkpoint.has(n) ? 8.0 * static_cast<double>(io::dtype_size(
                                                 in.checkpoint.info(n).dtype))
-                                    : 16.0;
+                                    : 0.0;
     };
     req.embed_keep_bits = bits_of(emb);
     req.head_keep_bits = bits_of(kHead);

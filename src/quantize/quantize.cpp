@@ -1,7 +1,10 @@
 // The quantize pipeline, as a sequence of named steps (quantize/steps.hpp):
 //   1. load and check: the output is free, the model, checkpoint, tokenizer
 //      and calibration windows load, the run's settings (load.cpp);
-//   2. plan: which tensors, at what budget (plan_work.cpp);
+//   2. plan: which tensors, at what budget (plan_work.cpp); with --plan auto
+//      or --file-bpw the budgets from measured sensitivity (auto_plan.cpp,
+//      sensitivity.cpp, allocate.hpp); a plan that names the embedding
+//      encodes it first (encode_embedding.cpp);
 //   3. for each decoder layer, in order (encode_layer.cpp): for each input
 //      (q/k/v, o, gate/up, down) its Grams from the hidden states that the
 //      already-compressed layers produce (calibrate_input.cpp), the tensors
@@ -69,7 +72,7 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     if (o.plan_auto || o.file_bpw > 0) {
         const std::string text = make_auto_plan(o, in, work, journal, rep);
         // the head is compressed when the plan gives it a budget
-        const bool head = o.include_head || text.find("\"lm_head.weight\"") != std::string::npos;
+        const bool head = o.include_head || nlohmann::json::parse(text).contains(kHead);
         const Plan chosen = Plan::from_text(o.bpw, text, o.out_path + ".plan.json", head);
         work = plan_work(chosen, in.model);
         // the output records the plan it encoded with, as `--plan FILE` would

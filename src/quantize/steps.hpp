@@ -1,6 +1,7 @@
 // The steps of quantize() (quantize.cpp), in the order it runs them:
-//   load_and_check → plan_work → per decoder layer: encode_layer (for each
-//   input: calibrate_input, then the encoder) → encode_head → write_output.
+//   load_and_check → plan_work (→ make_auto_plan → plan_work) →
+//   encode_embedding → per decoder layer: encode_layer (for each input:
+//   calibrate_input, then the encoder) → encode_head → write_output.
 // Internal to src/quantize.
 #pragma once
 

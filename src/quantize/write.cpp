@@ -4,8 +4,8 @@
 // generation files (io/carried_files.hpp), the run's settings and per-tensor
 // reports as metadata. total_params counts the
 // source's parameters (a tied head once, as the embedding); linear_* count
-// every encoded tensor, the head included, the embedding not (embed_*). Every tensor and the header carry
-// a checksum (io/checksum.hpp).
+// every encoded tensor, the head included, the embedding not (embed_*).
+// Every tensor and the header carry a checksum (io/checksum.hpp).
 #include <algorithm>
 #include <filesystem>
 
