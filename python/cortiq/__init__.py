@@ -50,7 +50,7 @@ def load(path, device="cpu", *, dequant=False, tokenizer=None, threads=0):
 
 def quantize(model_dir, output, bpw=1.0, calib=(), *, device="cpu", samples="auto",
              seqlen=None, holdout=None, tune="auto", method="nvg", paths="auto", plan=None,
-             include_head=False, match="original", rho=None, gram_shrink=None,
+             file_bpw=None, sensitivity_windows=None, include_head=False, match="original", rho=None, gram_shrink=None,
              calib_random=None, calib_generated="auto", kd_random="auto", kd_epochs=None,
              kd_patience=None, kd_batch=None, kd_lr=None, kd_lr_signs=None, tune_epochs=None,
              tune_batch=None, tune_lr=None, tune_lr_signs=None, tune_latent=None,
@@ -65,6 +65,8 @@ def quantize(model_dir, output, bpw=1.0, calib=(), *, device="cpu", samples="aut
     progress(stage, done, total) after each tensor is encoded (stage: the
     tensor's name; done/total: weights) instead of the progress bar; what it
     raises stops the run and propagates. quiet: no per-tensor lines and no bar.
+    plan="auto" measures and allocates the bits per tensor (--plan auto);
+    file_bpw budgets the whole file (--file-bpw).
     Returns the run's summary as a dict (the command line's --json), with its
     one-line "summary". The GIL is released while the library runs.
     """
@@ -72,8 +74,8 @@ def quantize(model_dir, output, bpw=1.0, calib=(), *, device="cpu", samples="aut
         calib = [calib]
     options = dict(
         bpw=bpw, calib=[_os.fspath(c) for c in calib], device=device, samples=samples, seqlen=seqlen,
-        holdout=holdout, tune=tune, method=method, paths=paths, plan=plan,
-        include_head=include_head, match=match, rho=rho, gram_shrink=gram_shrink,
+        holdout=holdout, tune=tune, method=method, paths=paths, plan=plan, file_bpw=file_bpw,
+        sensitivity_windows=sensitivity_windows, include_head=include_head, match=match, rho=rho, gram_shrink=gram_shrink,
         calib_random=calib_random, calib_generated=calib_generated, kd_random=kd_random,
         kd_epochs=kd_epochs, kd_patience=kd_patience, kd_batch=kd_batch, kd_lr=kd_lr,
         kd_lr_signs=kd_lr_signs, tune_epochs=tune_epochs, tune_batch=tune_batch,

@@ -149,9 +149,10 @@ def patch(model, file, *, strict=True, floats=True):
 
     Each payload "<module path>.weight" of the file (e.g.
     model.layers.0.self_attn.q_proj.weight) replaces the nn.Linear at that
-    module path by a BLRLinear (keeping its bias). strict: a payload without
-    such a module, or with another shape, raises cortiq.Error (else it is
-    skipped). floats: also copy the file's float tensors into the model's
+    module path by a BLRLinear (keeping its bias). A compressed embedding
+    (model.embed_tokens.weight) becomes the nn.Embedding's weight, dequantised
+    (a head tied to it follows). strict: a payload without such a module, or
+    with another shape, raises cortiq.Error (else it is skipped). floats: also copy the file's float tensors into the model's
     parameters and buffers of the same name and shape (tuning can change them).
     Returns the names of the modules replaced.
     """
@@ -160,7 +161,7 @@ def patch(model, file, *, strict=True, floats=True):
     named.update(model.named_buffers())
     tensors = _core.read_tensors(file)
     # every check first, so a refused file leaves the model as it was
-    plan = []
+    plan, tables = [], []
     for name, value in tensors.items():
         if value.dtype != np.uint8:
             continue
@@ -169,6 +170,16 @@ def patch(model, file, *, strict=True, floats=True):
             old = model.get_submodule(path) if path else None
         except AttributeError:
             old = None
+        if isinstance(old, torch.nn.Embedding):
+            table = _core.dequant(value, name)
+            if table.shape != tuple(old.weight.shape):
+                if strict:
+                    raise _core.Error(f"{file}: payload '{name}' is {table.shape[0]}x"
+                                      f"{table.shape[1]}, the model's embedding "
+                                      f"{old.weight.shape[0]}x{old.weight.shape[1]}")
+                continue
+            tables.append((path, old, table))
+            continue
         if not isinstance(old, torch.nn.Linear):
             if strict:
                 raise _core.Error(f"{file}: payload '{name}' has no nn.Linear at "
@@ -185,10 +196,13 @@ def patch(model, file, *, strict=True, floats=True):
     for path, new in plan:
         parent, _, child = path.rpartition(".")
         setattr(model.get_submodule(parent) if parent else model, child, new)
+    with torch.no_grad():
+        for _, emb, table in tables:
+            emb.weight.copy_(torch.from_numpy(table).to(emb.weight.dtype))
     if floats:
         with torch.no_grad():
             for name, value in tensors.items():
                 if value.dtype != np.uint8 and name in named and \
                         tuple(named[name].shape) == value.shape:
                     named[name].copy_(torch.from_numpy(value))
-    return [path for path, _ in plan]
+    return [path for path, _ in plan] + [path for path, _, _ in tables]

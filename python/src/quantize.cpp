@@ -64,7 +64,22 @@ const std::map<std::string, Setter>& setters() {
              o.enc.method = encode::parse_method(v.cast<std::string>());
          }},
         {"plan",
-         [](QuantizeOptions& o, const py::handle& v) { o.plan_path = v.cast<std::string>(); }},
+         [](QuantizeOptions& o, const py::handle& v) {
+             const std::string p = py::str(v).cast<std::string>();
+             if (p == "auto")
+                 o.plan_auto = true;  // as the CLI's --plan auto
+             else
+                 o.plan_path = p;
+         }},
+        {"file_bpw",
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.file_bpw = in_range<double>("file_bpw", v, 0.05, 16.0);
+             o.plan_auto = true;
+         }},
+        {"sensitivity_windows",
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.sensitivity_windows = in_range<int64_t>("sensitivity_windows", v, 1, 4096);
+         }},
         {"include_head",
          [](QuantizeOptions& o, const py::handle& v) { o.include_head = v.cast<bool>(); }},
         {"samples",

@@ -1,5 +1,7 @@
 """cortiq.torch: BLRLinear against the dense weight, patch against the runtime."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ torch = pytest.importorskip("torch", reason="PyTorch is not installed (Debian: p
 
 import cortiq  # noqa: E402
 import cortiq.torch as ctorch  # noqa: E402
-from conftest import STORIES, TINY_LLAMA, require  # noqa: E402
+from conftest import CALIB, QUANTIZE_SMALL, STORIES, TINY_LLAMA, require  # noqa: E402
 from llama_ref import load_llama  # noqa: E402
 
 U32 = 2.0**-24  # float32's unit roundoff
@@ -112,6 +114,34 @@ def test_patch_gives_the_runtime_logits(stories_file):
     runtime = m.logits(ids)
     assert max_rel(patched, runtime) < TOL
     assert max_rel(original, runtime) > 100 * TOL
+
+
+def test_patch_takes_a_compressed_embedding_and_an_auto_plan(tmp_path):
+    """A file whose plan was measured (plan="auto") and whose tied embedding is
+    compressed (a plan rule naming it): patch dequantises the table into the
+    nn.Embedding, the tied head follows, and the logits are the runtime's."""
+    require(STORIES, CALIB)
+    auto = tmp_path / "auto.safetensors"
+    report = cortiq.quantize(STORIES, auto, calib=[CALIB], plan="auto", sensitivity_windows=2,
+                             **{k: v for k, v in QUANTIZE_SMALL.items() if k != "include_head"})
+    assert (tmp_path / "auto.safetensors.plan.json").exists()
+    plan = json.loads((tmp_path / "auto.safetensors.plan.json").read_text())
+    plan["model.embed_tokens.weight"] = 2.0
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    path = tmp_path / "embed.safetensors"
+    cortiq.quantize(STORIES, path, calib=[CALIB], plan=str(tmp_path / "plan.json"),
+                    **{k: v for k, v in QUANTIZE_SMALL.items() if k != "include_head"})
+    m = cortiq.load(path, threads=1)
+    ids = m.tokenizer.encode("Lily and Ben went to the park. They saw a big tree.", True)
+    model = load_llama(STORIES)
+    replaced = ctorch.patch(model, path)
+    assert "model.embed_tokens" in replaced
+    assert isinstance(model.model.embed_tokens, torch.nn.Embedding)
+    assert model.lm_head.weight is model.model.embed_tokens.weight  # still tied
+    with torch.no_grad():
+        patched = model(ids).numpy()
+    assert max_rel(patched, m.logits(ids)) < TOL
+    assert report is not None
 
 
 def test_patch_refuses_a_model_without_the_layer(stories_file):
