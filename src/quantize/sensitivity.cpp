@@ -37,9 +37,9 @@ using tune::log_softmax_rows;  // rows in parallel, float64 sums
 
 constexpr double kProxyScale[3] = {0.6, 1.0, 1.6};
 
-// The quick encode: the real one's stages with few sweeps (quick_encodes in
-// docs/plan.md: relative errors 1.1–1.8× the real encoder's on tiny-llama-6m
-// at 1 bpw). One path, unless `high_rank`: where one path's rank would
+// The quick encode: the real one's stages with few sweeps (docs/plan.md: a
+// weaker one, with errors 1.1–1.8× the real encoder's, planned worse). One
+// path, unless `high_rank`: where one path's rank would
 // reach half of min(m, n) (an lm_head of hidden 256 at 1 bpw), extra bits
 // buy nothing on one path, and the real encoder takes two.
 encode::Options proxy_options(const encode::Options& base, bool high_rank) {
