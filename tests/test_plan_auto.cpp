@@ -189,5 +189,18 @@ TEST(PlanAuto, FileBudgetCountsEveryByte) {
         // per parameter it cannot stay in bf16
         if (f == 2.5) EXPECT_TRUE(m.embedding().packed());
     }
+    // a budget the norms and the metadata already exceed: one error, and
+    // neither an output nor a journal left behind
+    auto o = options(d / "small.safetensors");
+    o.file_bpw = 0.5;
+    o.plan_auto = true;
+    try {
+        quant::quantize(o);
+        ADD_FAILURE() << "--file-bpw 0.5 was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--file-bpw 0.5"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d / "small.safetensors"));
+    EXPECT_FALSE(fs::exists(d / "small.safetensors.journal"));
     fs::remove_all(d);
 }

@@ -52,6 +52,35 @@ int64_t source_params(const io::Checkpoint& ck) {
     return n;
 }
 
+// Whether the head is a tensor of the allocation: with --include-head, or,
+// under --file-bpw, when it has its own tensor (a tied head kept is the
+// embedding: no bits of its own).
+bool head_allocated(const QuantizeOptions& o, const Inputs& in, const WorkPlan& uniform) {
+    return uniform.head_bpw.has_value() ||
+           (o.file_bpw > 0 && !in.model.head_shares_embedding());
+}
+
+struct FileBudget {
+    int64_t params = 0, fixed = 0;  // the source's parameters, the bytes no plan changes
+    double bits = 0;                // what the allocation may spend
+};
+
+FileBudget file_budget(const QuantizeOptions& o, const Inputs& in, const WorkPlan& uniform) {
+    std::set<std::string> allocated;
+    for (const auto& [name, b] : uniform.budget) allocated.insert(name);
+    allocated.insert(embedding_name(in.model.config()));
+    if (head_allocated(o, in, uniform)) allocated.insert(kHead);
+    FileBudget f;
+    f.params = source_params(in.checkpoint);
+    f.fixed = fixed_file_bytes(o, in.checkpoint, allocated);
+    f.bits = o.file_bpw * static_cast<double>(f.params) - 8.0 * static_cast<double>(f.fixed);
+    CORTIQ_CHECK(f.bits > 0,
+                 "--file-bpw {}: the tensors that stay as they are and the metadata already "
+                 "take {} bytes, {:.3f} bits per parameter",
+                 o.file_bpw, f.fixed, 8.0 * f.fixed / static_cast<double>(f.params));
+    return f;
+}
+
 std::string plan_text(const Sensitivity& sens, const Allocation& a) {
     nlohmann::ordered_json j = nlohmann::ordered_json::object();
     for (size_t i = 0; i < sens.costs.size(); ++i)
@@ -78,9 +107,7 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
         weights += info.numel();
     }
     req.embedding = file;
-    // a tied head is measured as a tensor of its own only with --include-head
-    // (kept, it is the embedding: no bits of its own)
-    req.head = uniform.head_bpw.has_value() || (file && !in.model.head_shares_embedding());
+    req.head = head_allocated(o, in, uniform);
     const std::string emb = embedding_name(c);
     const auto bits_of = [&](const std::string& n) {
         return in.checkpoint.has(n) ? 8.0 * static_cast<double>(io::dtype_size(
@@ -104,21 +131,13 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
         t.n = c.hidden_size;
         budget += t.bits(*uniform.head_bpw);
     }
-    std::set<std::string> allocated(req.decoder.begin(), req.decoder.end());
     double candidates = static_cast<double>(weights) + (req.head ? table : 0);
     if (file) {
-        allocated.insert(emb);
-        if (req.head) allocated.insert(kHead);
         candidates += static_cast<double>(table);
-        const int64_t params = source_params(in.checkpoint);
-        const int64_t fixed = fixed_file_bytes(o, in.checkpoint, allocated);
-        budget = o.file_bpw * static_cast<double>(params) - 8.0 * static_cast<double>(fixed);
-        CORTIQ_CHECK(budget > 0,
-                     "--file-bpw {}: the tensors that stay as they are and the metadata "
-                     "already take {} bytes, {:.3f} bits per parameter",
-                     o.file_bpw, fixed, 8.0 * fixed / static_cast<double>(params));
-        rep.plan["fixed_bytes_estimate"] = fixed;
-        rep.plan["params"] = params;
+        const FileBudget f = file_budget(o, in, uniform);
+        budget = f.bits;
+        rep.plan["fixed_bytes_estimate"] = f.fixed;
+        rep.plan["params"] = f.params;
     }
     req.b0 = file ? std::clamp(budget / candidates, 0.3, 4.0) : o.bpw;
     Progress bar("sensitivity", static_cast<int64_t>(candidates), "weights", o.progress,
@@ -154,6 +173,10 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
 }
 
 }  // namespace
+
+void check_file_budget(const QuantizeOptions& o, const Inputs& in, const WorkPlan& uniform) {
+    if (o.file_bpw > 0) file_budget(o, in, uniform);
+}
 
 std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& uniform,
                            const Journal& journal, QuantizeReport& rep) {

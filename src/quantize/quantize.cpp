@@ -66,9 +66,10 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     const auto load_start = std::chrono::steady_clock::now();
     Inputs in = load_and_check(o, plan);
     rep.load_seconds = seconds_since(load_start);
+    WorkPlan work = plan_work(plan, in.model);
+    check_file_budget(o, in, work);  // a budget that cannot be met leaves no journal
     const Journal journal =
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
-    WorkPlan work = plan_work(plan, in.model);
     if (o.plan_auto || o.file_bpw > 0) {
         const std::string text = make_auto_plan(o, in, work, journal, rep);
         // the head is compressed when the plan gives it a budget

@@ -164,6 +164,9 @@ Sensitivity measure_sensitivity(const SensitivityRequest& rq, Progress& bar);
 // journal on resume), written to OUT.plan.json; every rank returns it.
 std::string make_auto_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& uniform,
                            const Journal& journal, QuantizeReport& rep);
+// --file-bpw: throws, before any journal exists, when the tensors that stay as
+// they are and the metadata already take the whole budget.
+void check_file_budget(const QuantizeOptions& o, const Inputs& in, const WorkPlan& uniform);
 
 // ── several ranks under mpirun (ranks.cpp) ─────────────────────────────────────
 // One encoded tensor: its payload and its report.
