@@ -99,6 +99,11 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
     ASSERT_EQ(rep.tensors.size(), 5u * 7u);
     EXPECT_LE(static_cast<double>(rep.linear_bits) / rep.linear_params, 1.0);
     EXPECT_FALSE(fs::exists(d / "a.safetensors.journal"));
+    // the peak host memory holds at least the source's weights (the model is
+    // loaded); the GPU pools are reported only for --device gpu
+    EXPECT_GE(rep.peak_host_bytes, static_cast<int64_t>(fs::file_size(kModel + "/model.safetensors")));
+    EXPECT_EQ(rep.peak_gpu_pool_bytes, 0);
+    EXPECT_EQ(rep.to_json()["peak_host_bytes"].get<int64_t>(), rep.peak_host_bytes);
     // every payload validates; untouched tensors keep their bytes
     const auto f = io::SafetensorsFile::open((d / "a.safetensors").string());
     const auto src = io::Checkpoint::open(kModel);

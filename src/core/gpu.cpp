@@ -18,6 +18,9 @@ int gpu_count() {
 void use_gpu(int id) {
     CORTIQ_FAIL("GPU {}: {}", id, gpu_unavailable_reason());
 }
+int64_t gpu_pool_peak_bytes() {
+    return 0;
+}
 
 }  // namespace cortiq
 #endif

@@ -3,6 +3,7 @@
 // core/gpu.cpp without.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace cortiq {
@@ -18,5 +19,10 @@ int gpu_count();
 // --gpus: its first GPU runs what one GPU runs); a clear error when it does
 // not exist or this build has no CUDA.
 void use_gpu(int id);
+// The most device memory this process's allocations from the stream-ordered
+// pools (cudaMallocAsync, every DeviceBuffer) have held at once, summed over
+// the visible devices (cudaMemPoolAttrUsedMemHigh); libraries' own
+// workspaces (cuBLAS, cuSOLVER) are not in it. 0 without CUDA.
+int64_t gpu_pool_peak_bytes();
 
 }  // namespace cortiq

@@ -22,6 +22,7 @@
 #include <optional>
 
 #include "core/gpu.hpp"
+#include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
 #include "dist/comm.hpp"
 #include "io/config.hpp"
@@ -126,6 +127,8 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     rep.write_seconds = seconds_since(write_start);
     journal.remove();
     rep.file_bytes = static_cast<int64_t>(std::filesystem::file_size(o.out_path));
+    rep.peak_host_bytes = peak_rss_bytes();
+    if (o.device == encode::Device::gpu) rep.peak_gpu_pool_bytes = gpu_pool_peak_bytes();
     rep.seconds = seconds_since(t0);
     return rep;
 }

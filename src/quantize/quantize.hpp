@@ -164,6 +164,9 @@ struct QuantizeReport {
     // repeat its share; 0 when it stays as it is).
     int64_t linear_params = 0, linear_bits = 0;
     int64_t head_params = 0, head_bits = 0;
+    // Peak memory of the run: host resident set (core/memory_usage.hpp) and,
+    // with --device gpu, the device pools' high-water mark (core/gpu.hpp).
+    int64_t peak_host_bytes = 0, peak_gpu_pool_bytes = 0;
     // --plan auto / --file-bpw: the measurement, the allocation, the plan file
     nlohmann::json plan;
     double sensitivity_seconds = 0;

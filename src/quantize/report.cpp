@@ -122,6 +122,8 @@ nlohmann::json QuantizeReport::to_json() const {
     j["embed_params"] = embed_params;
     j["embed_bits"] = embed_bits;
     j["decoder_linear_bpw"] = ratio(linear_bits - head_bits, linear_params - head_params);
+    j["peak_host_bytes"] = peak_host_bytes;
+    j["peak_gpu_pool_bytes"] = peak_gpu_pool_bytes;
     j["total_params"] = total_params;
     j["file_bytes"] = file_bytes;
     j["file_bits_per_param"] = total_params ? 8.0 * file_bytes / total_params : 0.0;
@@ -155,6 +157,12 @@ std::string QuantizeReport::summary() const {
                                        ratio(embed_bits, embed_params), embed_bits / 8e6)
                          : "") +
            kept_small_note() + plan_note() +
+           (peak_host_bytes > 0
+                ? fmt::format("; peak memory: host {:.2f} GB{}", peak_host_bytes / 1e9,
+                              peak_gpu_pool_bytes > 0
+                                  ? fmt::format(", GPU pools {:.2f} GB", peak_gpu_pool_bytes / 1e9)
+                                  : "")
+                : "") +
            (encode_stages.entries().empty()
                 ? ""
                 : "\ncalibration: " + calib_parts.line() +

@@ -32,4 +32,19 @@ void use_gpu(int id) {
     CORTIQ_CHECK(e == cudaSuccess, "cannot use GPU {}: {}", id, cudaGetErrorString(e));
 }
 
+int64_t gpu_pool_peak_bytes() {
+    int64_t total = 0;
+    for (int d = 0; d < gpu_count(); ++d) {
+        cudaMemPool_t pool = nullptr;
+        uint64_t high = 0;  // the attribute is a cuuint64_t (cuda.h): 64 bits
+        if (cudaDeviceGetDefaultMemPool(&pool, d) != cudaSuccess ||
+            cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &high) != cudaSuccess) {
+            (void)cudaGetLastError();  // a report, not a failure
+            continue;
+        }
+        total += static_cast<int64_t>(high);
+    }
+    return total;
+}
+
 }  // namespace cortiq
