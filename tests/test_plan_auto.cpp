@@ -202,5 +202,9 @@ TEST(PlanAuto, FileBudgetCountsEveryByte) {
     }
     EXPECT_FALSE(fs::exists(d / "small.safetensors"));
     EXPECT_FALSE(fs::exists(d / "small.safetensors.journal"));
+    o.file_bpw = 0;
+    o.enc.method = encode::Method::rtn_sign;  // no ranks to choose
+    EXPECT_THROW(quant::quantize(o), Error);
+    EXPECT_FALSE(fs::exists(d / "small.safetensors.journal"));
     fs::remove_all(d);
 }

@@ -68,6 +68,8 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     Inputs in = load_and_check(o, plan);
     rep.load_seconds = seconds_since(load_start);
     WorkPlan work = plan_work(plan, in.model);
+    CORTIQ_CHECK(!o.plan_auto || o.enc.method != encode::Method::rtn_sign,
+                 "--plan auto and --file-bpw choose ranks: --method rtn-sign has none");
     check_file_budget(o, in, work);  // a budget that cannot be met leaves no journal
     const Journal journal =
         dist::is_root() ? Journal(o.out_path, in.settings, o.resume, o.force) : Journal::inactive();
