@@ -26,6 +26,11 @@ inline std::filesystem::path shared_data() {
     return std::filesystem::path(v && *v ? v : CORTIQ_SHARED_DATA);
 }
 
+// A file or folder of the shared data, e.g. shared("models/stories260K").
+inline std::string shared(const std::string& relative) {
+    return (shared_data() / relative).string();
+}
+
 }  // namespace cortiq::test
 
 // Skips the test, or fails it when the environment variable `var` is set;

@@ -28,9 +28,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kData = cortiq::test::shared_data().string();
-const std::string kModel = kData + "/models/stories260K";
-const std::string kCalib = kData + "/text/tinystories-calib.txt";
+const std::string kModel = test::shared("models/stories260K");
+const std::string kCalib = test::shared("text/tinystories-calib.txt");
 
 std::shared_ptr<const blr::PackedWeight> packed_of(const std::vector<uint8_t>& bytes) {
     return std::make_shared<const blr::PackedWeight>(blr::PackedWeight::from_payload(bytes, "t"));

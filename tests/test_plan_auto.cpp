@@ -25,9 +25,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kData = cortiq::test::shared_data().string();
-const std::string kModel = kData + "/models/stories260K";
-const std::string kCalib = kData + "/text/tinystories-calib.txt";
+const std::string kModel = test::shared("models/stories260K");
+const std::string kCalib = test::shared("text/tinystories-calib.txt");
 
 // A tensor whose cost falls exponentially from kl0 at b = 0.6 (convex in b).
 quant::TensorCost curve(const std::string& name, int64_t weights, double kl0, double rate) {
