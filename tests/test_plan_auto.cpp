@@ -15,8 +15,12 @@
 #include "core/rng.hpp"
 #include "io/safetensors.hpp"
 #include "model/llama.hpp"
+#include "calib/calib.hpp"
+#include "core/progress.hpp"
+#include "io/tokenizer.hpp"
 #include "quantize/allocate.hpp"
 #include "quantize/quantize.hpp"
+#include "quantize/steps.hpp"
 #include "require.hpp"
 #include "test_files.hpp"
 
@@ -168,6 +172,45 @@ TEST(PlanAuto, SameBitsAPlanFileThatRoundTripsAndResumes) {
     EXPECT_TRUE(rep3.plan.value("resumed", false));
     EXPECT_EQ(test::slurp(d / "a.safetensors"), test::slurp(d / "r.safetensors"));
     fs::remove_all(d);
+}
+
+// The reference kept at fewer positions (a large vocabulary's case, forced
+// here by a small reference_bytes): the same tensors, each cost falling with
+// its bits, and each within a factor of three of the cost measured at every
+// position (2 windows of 64 tokens: the sampling noise of 16 positions a
+// window, not a different measurement).
+TEST(PlanAuto, FewerPositionsMeasureTheSameCosts) {
+    REQUIRE_DATA_AT(kModel);
+    model::Model m = model::Model::load(kModel);
+    const io::Tokenizer tok = io::Tokenizer::load(kModel);
+    calib::CalibOptions co;
+    co.samples = 8;
+    co.seqlen = 64;
+    const auto cs = calib::make_calib_set(tok, test::slurp(kCalib), co, {kCalib});
+    const std::vector<std::vector<int32_t>> windows(cs.fit.begin(), cs.fit.begin() + 2);
+    auto o = options("unused.safetensors");
+    std::vector<quant::Sensitivity> runs;
+    for (int64_t bytes : {int64_t{256} << 20, int64_t{8 * 512 * 2 * 16}}) {
+        quant::SensitivityRequest rq{o, m, cs, windows, {}, false, false, 1.0, 16.0, 16.0, bytes};
+        for (int64_t l = 0; l < 2; ++l)
+            for (const char* lin : {"self_attn.v_proj", "mlp.down_proj"})
+                rq.decoder.insert(quant::tensor_name(m.config(), l, lin));
+        Progress bar("sensitivity", 1, "weights", false, nullptr);
+        runs.push_back(quant::measure_sensitivity(rq, bar));
+    }
+    EXPECT_EQ(runs[0].stride, 1);
+    EXPECT_EQ(runs[1].stride, 4);  // 16 of each window's 64 positions
+    ASSERT_EQ(runs[0].costs.size(), 4u);
+    ASSERT_EQ(runs[1].costs.size(), 4u);
+    for (size_t i = 0; i < 4; ++i) {
+        const auto &a = runs[0].costs[i], &b = runs[1].costs[i];
+        EXPECT_EQ(a.name, b.name);
+        for (size_t k = 0; k < 3; ++k) {
+            EXPECT_GT(b.kl[k], a.kl[k] / 3) << a.name << " point " << k;
+            EXPECT_LT(b.kl[k], a.kl[k] * 3) << a.name << " point " << k;
+        }
+        EXPECT_GT(a.kl.front(), a.kl.back()) << a.name;  // more bits, less damage
+    }
 }
 
 TEST(PlanAuto, FileBudgetCountsEveryByte) {

@@ -99,7 +99,8 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
         held_out.begin(),
         held_out.begin() + std::min<int64_t>(o.sensitivity_windows,
                                              static_cast<int64_t>(held_out.size())));
-    SensitivityRequest req{o, in.model, in.calib, windows, {}, false, false, 1.0, 16, 16};
+    SensitivityRequest req{o,     in.model, in.calib, windows, {}, false, false, 1.0,
+                           16.0, 16.0, int64_t{256} << 20};
     int64_t weights = 0;
     for (const auto& [name, b] : uniform.budget) {
         req.decoder.insert(name);
@@ -153,6 +154,7 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
     rep.plan["allocated_bits"] = a.bits;
     rep.plan["b0"] = sens.b0;
     rep.plan["windows"] = sens.windows;
+    rep.plan["position_stride"] = sens.stride;
     rep.plan["seconds"] = sens.seconds;
     rep.plan["encode_seconds"] = sens.encode_seconds;
     rep.plan["predicted_kl"] = a.predicted_kl;

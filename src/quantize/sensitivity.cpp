@@ -72,29 +72,59 @@ double kl_sum(const MatF& p, const MatF& logp, const MatF& logq) {
     return kl;
 }
 
+// Rows r·stride + stride − 1 of x (the last position of each stride: the
+// most context), or x itself at stride 1.
+MatF rows_at(const MatF& x, int64_t stride) {
+    if (stride == 1) return x;
+    MatF out(x.rows() / stride, x.cols());
+    for (int64_t r = 0; r < out.rows(); ++r)
+        std::copy_n(x.row(r * stride + stride - 1), x.cols(), out.row(r));
+    return out;
+}
+
 struct Measure {
     model::Model& m;
     const std::vector<std::vector<int32_t>>& windows;
+    int64_t stride = 1;          // positions measured: every stride-th
     std::vector<MatF> ref_logp;  // per window: the float model's log-probabilities
     std::vector<MatF> ref_p;     // and its probabilities
-    int64_t tokens = 0;
+    int64_t tokens = 0;          // positions measured in all
     // --device gpu: the KL forwards run on this copy of the model, each
     // measured weight swapped in and out on the device (set_linear)
     std::unique_ptr<model::GpuModel> gpu;
 
-    // Mean KL per token of the whole model, on the GPU copy.
+    // The reference at the measured positions of every window: at most
+    // `bytes` for both of its tables (SensitivityRequest::reference_bytes).
+    void reference(int64_t bytes) {
+        CORTIQ_CHECK(!windows.empty(), "--plan auto: no held-out window to measure on");
+        const int64_t V = m.config().vocab_size, K = static_cast<int64_t>(windows.size());
+        const int64_t T = static_cast<int64_t>(windows.front().size());
+        const int64_t fit = std::max<int64_t>(1, bytes / (8 * V * K));
+        stride = std::max<int64_t>(1, (T + fit - 1) / fit);
+        for (const auto& win : windows) {
+            MatF z = rows_at(gpu ? gpu->forward(win) : m.forward(win), stride);
+            log_softmax_rows(z);
+            MatF pz = z;
+            for (auto& v : pz.vec()) v = std::exp(v);
+            tokens += z.rows();
+            ref_p.push_back(std::move(pz));
+            ref_logp.push_back(std::move(z));
+        }
+    }
+
+    // Mean KL per measured position of the whole model, on the GPU copy.
     double kl_on_gpu() {
         double kl = 0;
         for (size_t w = 0; w < windows.size(); ++w) {
-            MatF z = gpu->forward(windows[w]);
+            MatF z = rows_at(gpu->forward(windows[w]), stride);
             log_softmax_rows(z);
             kl += kl_sum(ref_p[w], ref_logp[w], z);
         }
         return kl / static_cast<double>(tokens);
     }
 
-    // Mean KL per token of the model as it stands, run from block `from` on
-    // the hidden states xs (or from the embedding when from = 0 and xs empty).
+    // Mean KL per measured position of the model as it stands, run from block
+    // `from` on the hidden states xs (or from the embedding when xs is null).
     double kl_from(int64_t from, const std::vector<MatF>* xs) {
         double kl = 0;
         model::BlockActivations act;
@@ -105,7 +135,7 @@ struct Measure {
                 m.block(l, 0, nullptr, act);
                 act.x = std::move(act.out);
             }
-            m.logits(act.x, normed, logits);
+            m.logits(rows_at(act.x, stride), normed, logits);  // the head on those rows only
             log_softmax_rows(logits);
             kl += kl_sum(ref_p[w], ref_logp[w], logits);
         }
@@ -172,19 +202,12 @@ struct Pass {
     std::vector<MatF> xs;  // the windows' float hidden states at the current layer
 
     Pass(const SensitivityRequest& r, Progress& b)
-        : rq(r), bar(b), m(r.model), ms{r.model, r.windows, {}, {}, 0, nullptr} {
+        : rq(r), bar(b), m(r.model), ms{r.model, r.windows, 1, {}, {}, 0, nullptr} {
         if (rq.o.device == encode::Device::gpu) ms.gpu = std::make_unique<model::GpuModel>(m);
-        for (const auto& win : rq.windows) {
-            MatF z = ms.gpu ? ms.gpu->forward(win) : m.forward(win);
-            log_softmax_rows(z);
-            MatF pz = z;
-            for (auto& v : pz.vec()) v = std::exp(v);
-            ms.ref_p.push_back(std::move(pz));
-            ms.ref_logp.push_back(std::move(z));
-            ms.tokens += static_cast<int64_t>(win.size());
-        }
+        ms.reference(rq.reference_bytes);
         out.b0 = rq.b0;
         out.windows = static_cast<int64_t>(rq.windows.size());
+        out.stride = ms.stride;
         for (const auto& win : rq.windows) xs.push_back(m.embed(win));
     }
 
@@ -284,12 +307,13 @@ struct Pass {
         const auto& c = m.config();
         const int64_t V = c.vocab_size, H = c.hidden_size;
         calib::GramAccumulator g(H);
-        std::vector<MatF> normed(xs.size());
+        std::vector<MatF> normed(xs.size());  // at the measured positions
         for (size_t w = 0; w < xs.size(); ++w) {
-            normed[w] = xs[w];
+            MatF all = xs[w];
             model::rmsnorm(xs[w].data(), xs[w].rows(), H, m.final_norm().data(),
-                           static_cast<float>(c.rms_norm_eps), normed[w].data());
-            g.add(normed[w].data(), normed[w].rows(), H);
+                           static_cast<float>(c.rms_norm_eps), all.data());
+            g.add(all.data(), all.rows(), H);  // the Gram: every position
+            normed[w] = rows_at(all, ms.stride);
         }
         Proxies p = proxies(kHead, m.lm_head().w->dense().cast<double>(), g.mean(), rq.b0, rq.o,
                             out.encode_seconds);

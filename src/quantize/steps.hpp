@@ -149,12 +149,19 @@ struct SensitivityRequest {
     bool embedding = false, head = false;               // and these
     double b0 = 1.0;                                    // the reference budget
     double embed_keep_bits = 16, head_keep_bits = 16;   // their bits when kept
+    // The reference distributions are kept at every measured position, two
+    // floats per vocabulary entry, in at most this many bytes: a large
+    // vocabulary is measured at every k-th position of each window (the
+    // last of each k: the most context). tiny-llama-6m's 8 windows of 512 at
+    // 4,096 words: every position; a 128,256-word vocabulary: every 16th.
+    int64_t reference_bytes = int64_t{256} << 20;
 };
 struct Sensitivity {
     std::vector<TensorCost> costs;  // embedding first, decoder tensors in order, head last
     std::vector<double> proxy_err;  // the quick encode's relative error at b₀, per tensor
     double b0 = 1.0;
     int64_t windows = 0;
+    int64_t stride = 1;  // the positions measured: every stride-th of each window
     double seconds = 0;
     double encode_seconds = 0;  // of which the quick encodes (the rest: forward passes)
 };
