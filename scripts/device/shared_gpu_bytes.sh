@@ -9,6 +9,8 @@ source .carry/gpu/env.sh
 C=.carry/gpu/bin/cortiq M=.carry/models T=.carry/text
 model=${1:-tiny-llama-6m}
 shift || true
+d=$(mktemp -d)
+trap 'rm -rf "$d"' EXIT
 q() {  # OUT BPW [FLAGS...]: one quantize with the defaults (tuning on)
   local out=$1 bpw=$2
   shift 2
@@ -16,17 +18,17 @@ q() {  # OUT BPW [FLAGS...]: one quantize with the defaults (tuning on)
     -o "$out" --force -q "$@" > "$out.log" 2>&1
 }
 t0=$(date +%s)
-q /tmp/alone.st 0.9 "$@" || { echo "alone: failed: $(tail -2 /tmp/alone.st.log)"; exit 1; }
+q $d/alone.st 0.9 "$@" || { echo "alone: failed: $(tail -2 $d/alone.st.log)"; exit 1; }
 t1=$(date +%s)
-q /tmp/beside.st 0.9 "$@" & a=$!
-q /tmp/other.st 0.55 "$@" & b=$!
-wait $a || { echo "beside: failed: $(tail -2 /tmp/beside.st.log)"; exit 1; }
+q $d/beside.st 0.9 "$@" & a=$!
+q $d/other.st 0.55 "$@" & b=$!
+wait $a || { echo "beside: failed: $(tail -2 $d/beside.st.log)"; exit 1; }
 wait $b
 t2=$(date +%s)
 echo "alone $((t1 - t0)) s, beside another quantize $((t2 - t1)) s"
-if cmp -s /tmp/alone.st /tmp/beside.st; then
-  echo "identical: $(stat -c %s /tmp/alone.st) bytes, sha256 $(sha256sum /tmp/alone.st | cut -c1-16)"
+if cmp -s $d/alone.st $d/beside.st; then
+  echo "identical: $(stat -c %s $d/alone.st) bytes, sha256 $(sha256sum $d/alone.st | cut -c1-16)"
 else
-  echo "DIFFERENT: $(cmp /tmp/alone.st /tmp/beside.st | head -1)"
+  echo "DIFFERENT: $(cmp $d/alone.st $d/beside.st | head -1)"
   exit 1
 fi
