@@ -94,8 +94,8 @@ std::string write_plan(const fs::path& p, const std::string& json) {
 }  // namespace
 
 TEST(Embedding, PackedRowsEqualTheDequantisedTable) {
-    for (auto [m, n, r, p] : {std::tuple{37, 70, 13, 1}, {70, 37, 1, 1}, {130, 65, 65, 2},
-                              {512, 64, 40, 2}})
+    for (auto [m, n, r, p] :
+         {std::tuple{37, 70, 13, 1}, {70, 37, 1, 1}, {130, 65, 65, 2}, {512, 64, 40, 2}})
         check_rows(blr::pack(test::random_factors(m, n, r, p, 3 * m + n)),
                    fmt::format("blr {}x{} r{} p{}", m, n, r, p));
     Rng rng(9);
@@ -148,7 +148,8 @@ TEST(Embedding, ATiedHeadSharesTheCompressedBits) {
     EXPECT_TRUE(dq.head_shares_embedding());
     EXPECT_EQ(m.num_params(), dq.num_params());
     const auto src = model::Model::load(kModel);
-    EXPECT_LT(m.weight_bytes(), src.weight_bytes() - 4 * 512 * 64 + er.bits / 8 + 4 * (64 + 512 * 2));
+    EXPECT_LT(m.weight_bytes(),
+              src.weight_bytes() - 4 * 512 * 64 + er.bits / 8 + 4 * (64 + 512 * 2));
     // the packed model's logits against its dequantised twin's
     const std::vector<int32_t> toks{1, 45, 300, 7, 7, 511, 0, 99};
     const MatF a = m.forward(toks), b = dq.forward(toks);

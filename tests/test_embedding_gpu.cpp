@@ -47,7 +47,8 @@ TEST(EmbeddingGpu, CompressedRowsMatchTheCpu) {
     // only the embedding compressed: float layers run the same float32
     // arithmetic on both devices (packed layers' fp16 batch path would add
     // its own ~1e-3), so the lookup is what is compared
-    std::ofstream(d / "plan.json") << R"({"model.layers.*": null, "model.embed_tokens.weight": 2.0})";
+    std::ofstream(d / "plan.json")
+        << R"({"model.layers.*": null, "model.embed_tokens.weight": 2.0})";
     quant::QuantizeOptions o;
     o.model_dir = (kData / "models/stories260K").string();
     o.calib_paths = {(kData / "text/tinystories-calib.txt").string()};

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "blr/model.hpp"
+#include "calib/calib.hpp"
 #include "core/error.hpp"
+#include "core/progress.hpp"
 #include "core/rng.hpp"
 #include "io/safetensors.hpp"
-#include "model/llama.hpp"
-#include "calib/calib.hpp"
-#include "core/progress.hpp"
 #include "io/tokenizer.hpp"
+#include "model/llama.hpp"
 #include "quantize/allocate.hpp"
 #include "quantize/quantize.hpp"
 #include "quantize/steps.hpp"
@@ -72,8 +72,8 @@ TEST(Allocate, EqualSizesMatchBruteForceAndKeepTheBudget) {
     for (int trial = 0; trial < 20; ++trial) {
         std::vector<quant::TensorCost> ts;
         for (int i = 0; i < 3; ++i)
-            ts.push_back(curve("t" + std::to_string(i), 100, 0.1 + rng.uniform(),
-                               0.5 + 3 * rng.uniform()));
+            ts.push_back(
+                curve("t" + std::to_string(i), 100, 0.1 + rng.uniform(), 0.5 + 3 * rng.uniform()));
         quant::AllocationOptions ao;
         ao.step = 0.1;
         const double budget = 100 * (1.8 + 2.4 * rng.uniform());
@@ -139,7 +139,8 @@ TEST(PlanAuto, SameBitsAPlanFileThatRoundTripsAndResumes) {
     const double budget = rep.plan["budget_bits"].get<double>();
     EXPECT_LE(static_cast<double>(rep.linear_bits), budget);
     EXPECT_GE(budget, static_cast<double>(uniform.linear_bits));
-    EXPECT_LE(static_cast<double>(rep.linear_bits), 1.02 * static_cast<double>(uniform.linear_bits));
+    EXPECT_LE(static_cast<double>(rep.linear_bits),
+              1.02 * static_cast<double>(uniform.linear_bits));
     const nlohmann::json plan = nlohmann::json::parse(std::ifstream(d / "a.safetensors.plan.json"));
     EXPECT_EQ(plan.size(), rep.tensors.size());
     bool differs = false;

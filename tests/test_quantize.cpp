@@ -101,7 +101,8 @@ TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
     EXPECT_FALSE(fs::exists(d / "a.safetensors.journal"));
     // the peak host memory holds at least the source's weights (the model is
     // loaded); the GPU pools are reported only for --device gpu
-    EXPECT_GE(rep.peak_host_bytes, static_cast<int64_t>(fs::file_size(kModel + "/model.safetensors")));
+    EXPECT_GE(rep.peak_host_bytes,
+              static_cast<int64_t>(fs::file_size(kModel + "/model.safetensors")));
     EXPECT_EQ(rep.peak_gpu_pool_bytes, 0);
     EXPECT_EQ(rep.to_json()["peak_host_bytes"].get<int64_t>(), rep.peak_host_bytes);
     // every payload validates; untouched tensors keep their bytes

@@ -28,11 +28,6 @@ void floats_into(const std::vector<uint16_t>& v, int64_t off, int64_t count,
     for (int64_t i = 0; i < count; ++i) out[i] = half_to_float(v[static_cast<size_t>(off + i)]);
 }
 
-bool bit_at(const SignRows& s, int64_t k, int64_t j) {
-    const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + static_cast<uint64_t>(j);
-    return (s.words[b / 64] >> (b % 64)) & 1;
-}
-
 // Version 1 payloads and sign payloads are rewritten into the version-2 stream
 // through the float64 model (slow, but only for files of the first format).
 PackedWeight from_model(const Factors& md) {
@@ -132,8 +127,8 @@ Factors PackedWeight::to_factors() const {
         q.sv = MatD(n, r);
         const SignRows su = sut(p), sv = svt(p);
         for (int64_t k = 0; k < r; ++k) {
-            for (int64_t i = 0; i < m; ++i) q.su(i, k) = bit_at(su, k, i) ? -1.0 : 1.0;
-            for (int64_t j = 0; j < n; ++j) q.sv(j, k) = bit_at(sv, k, j) ? -1.0 : 1.0;
+            for (int64_t i = 0; i < m; ++i) q.su(i, k) = su.at(k, i) ? -1.0 : 1.0;
+            for (int64_t j = 0; j < n; ++j) q.sv(j, k) = sv.at(k, j) ? -1.0 : 1.0;
         }
         f.paths.push_back(std::move(q));
     }
@@ -142,7 +137,7 @@ Factors PackedWeight::to_factors() const {
 
 bool PackedWeight::sign_at(int64_t i, int64_t j) const {
     CORTIQ_ASSERT(sign, "not a sign payload");
-    return bit_at(svt(0), i, j);
+    return svt(0).at(i, j);
 }
 
 int64_t PackedWeight::resident_bytes() const {

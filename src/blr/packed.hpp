@@ -22,6 +22,11 @@ struct SignRows {
     const uint64_t* words = nullptr;  // the stream, readable one word past its last bit
     uint64_t first = 0, stride = 0;
     int64_t rows = 0, cols = 0;
+    // Bit (k, j): set means −1.
+    bool at(int64_t k, int64_t j) const {
+        const uint64_t b = first + static_cast<uint64_t>(k) * stride + static_cast<uint64_t>(j);
+        return (words[b / 64] >> (b % 64)) & 1;
+    }
 };
 
 struct PackedWeight {

@@ -242,24 +242,6 @@ std::string isa_name(SignIsa isa) {
     return isa == SignIsa::avx512 ? "avx512" : isa == SignIsa::avx2 ? "avx2" : "portable";
 }
 
-namespace {
-
-// Below this many signs a one-token product runs on the calling thread: it
-// takes microseconds, and waking the other threads (they wait passively,
-// tools/cortiq/main.cpp) costs more. tiny-llama-6m at 1 bpw decoded 295
-// tokens/s on 2 threads against 1,497 on 1 before this rule (2-core machine,
-// 300 tokens). Each row's sum is the same on any thread, so the outputs do
-// not change.
-constexpr int64_t kSerialSigns = int64_t{1} << 18;
-
-// parallel_for's min_per_thread for `tasks` tasks over `signs` signs: all of
-// them (one thread) when the product is small.
-int64_t min_tasks_per_thread(int64_t tasks, int64_t signs) {
-    return signs < kSerialSigns ? std::max<int64_t>(tasks, 1) : 1;
-}
-
-}  // namespace
-
 void sign_dot(const SignRows& s, const float* x, float* out) {
     const SignIsa isa = sign_isa();
     constexpr int64_t kRows = 32;  // rows per task
@@ -270,7 +252,7 @@ void sign_dot(const SignRows& s, const float* x, float* out) {
             for (int64_t k = b * kRows; k < std::min(s.rows, (b + 1) * kRows); ++k)
                 out[k] = dot_row(isa, s, k, x);
         },
-        min_tasks_per_thread(tasks, s.rows * s.cols));
+        min_per_thread_for(tasks, s.rows * s.cols));
 }
 
 void sign_axpy(const SignRows& s, const float* c, float* out) {
@@ -285,7 +267,7 @@ void sign_axpy(const SignRows& s, const float* c, float* out) {
             for (int64_t q = b * kChunks; q < std::min(chunks, (b + 1) * kChunks); ++q)
                 axpy_chunk(isa, s, c, out, width * q, std::min(width, s.cols - width * q));
         },
-        min_tasks_per_thread(tasks, s.rows * s.cols));
+        min_per_thread_for(tasks, s.rows * s.cols));
 }
 
 namespace {

@@ -31,7 +31,7 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
     // on this project's 2-core machine, with tiles of 128 rows 295 ms
     // (bench_blr_cpu, one run each way); 2048 columns keep enough tiles for
     // many cores (24 at 512 × 11008) at the same speed.
-    if (T * N * K < (int64_t{1} << 18)) return tile(0, T, 0, N);
+    if (T * N * K < kSerialWork) return tile(0, T, 0, N);
     if (T >= 512) {
         constexpr int64_t rstep = 128, cstep = 2048;
         const int64_t cols = (N + cstep - 1) / cstep;

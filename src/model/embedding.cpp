@@ -9,16 +9,6 @@
 
 namespace cortiq::model {
 
-namespace {
-
-// s's bit (k, j): set means −1.
-bool bit_of(const blr::SignRows& s, int64_t k, int64_t j) {
-    const uint64_t b = s.first + static_cast<uint64_t>(k) * s.stride + static_cast<uint64_t>(j);
-    return (s.words[b / 64] >> (b % 64)) & 1;
-}
-
-}  // namespace
-
 Embedding::Embedding(std::shared_ptr<const MatF> table) : table_(std::move(table)) {
     CORTIQ_ASSERT(table_ && table_->rows() > 0 && table_->cols() > 0);
 }
@@ -53,7 +43,7 @@ void Embedding::row(int32_t t, float* out) const {
     if (w.sign) {  // h[t] · S[t, :] ∘ g
         const float h = half_to_float(w.h[static_cast<size_t>(t)]);
         const blr::SignRows s = w.svt(0);
-        for (int64_t j = 0; j < n; ++j) out[j] = (bit_of(s, t, j) ? -h : h) * g_[j];
+        for (int64_t j = 0; j < n; ++j) out[j] = (s.at(t, j) ? -h : h) * g_[j];
         return;
     }
     thread_local std::vector<float> c, acc;
@@ -64,7 +54,7 @@ void Embedding::row(int32_t t, float* out) const {
         const float h = half_to_float(w.h[static_cast<size_t>(p * w.m + t)]);
         const float* l = l_.data() + p * r;
         const blr::SignRows su = w.sut(p);  // r rows of m bits: S_U[t, k] is bit (k, t)
-        for (int64_t k = 0; k < r; ++k) c[k] = bit_of(su, k, t) ? -h * l[k] : h * l[k];
+        for (int64_t k = 0; k < r; ++k) c[k] = su.at(k, t) ? -h * l[k] : h * l[k];
         std::fill(acc.begin(), acc.end(), 0.0f);
         blr::sign_axpy(w.svt(p), c.data(), acc.data());  // S_V c
         const float* g = g_.data() + p * n;
@@ -81,8 +71,9 @@ MatF Embedding::rows(std::span<const int32_t> tokens) const {
     MatF out(T, d);
     // a packed row costs r·n adds: worth threads over a prompt's tokens
     const int64_t work = packed_ ? std::max<int64_t>(packed_->r, 1) * d : d;
-    parallel_for(0, T, [&](int64_t i) { row(tokens[i], out.row(i)); },
-                 std::max<int64_t>(1, (int64_t{1} << 18) / work));
+    parallel_for(
+        0, T, [&](int64_t i) { row(tokens[i], out.row(i)); },
+        std::max<int64_t>(1, kSerialWork / work));
     return out;
 }
 

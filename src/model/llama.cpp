@@ -23,52 +23,58 @@ std::vector<float> load_vec(const io::Checkpoint& ckpt, const std::string& name,
     return v;
 }
 
-// `prefix`.weight (float m × n, or a U8 BLR / sign payload of that shape) and, if
-// `bias`, `prefix`.bias.
-Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_t m, int64_t n,
-                   bool bias, const LoadOptions& lo) {
-    const std::string wname = prefix + ".weight";
-    const io::TensorInfo& t = ckpt.info(wname);
-    const std::string& file = ckpt.file_of(wname).path();
-    Linear lin;
-    if (t.dtype == io::DType::U8) {
-        const auto bytes = ckpt.bytes(wname);
-        const std::string what = fmt::format("{}: tensor '{}'", file, wname);
-        blr::validate_any(bytes, what, m, n);
-        if (lo.dequant)
-            lin.w = std::make_unique<DenseLinear>(blr::dequant_any(bytes));
-        else
-            lin.w = std::make_unique<BlrLinear>(blr::PackedWeight::from_payload(bytes, what));
-    } else {
-        MatF w = ckpt.load_matf(wname);
-        CORTIQ_CHECK(w.rows() == m && w.cols() == n && t.shape.size() == 2,
-                     "{}: tensor '{}' has shape {}, expected [{}, {}]", file, wname, t.shape_str(),
-                     m, n);
-        lin.w = std::make_unique<DenseLinear>(std::move(w));
-    }
-    if (bias) lin.bias = load_vec(ckpt, prefix + ".bias", m);
-    return lin;
-}
+// A weight of m × n as the runtime holds it: a float matrix, or the packed
+// form of a U8 BLR / sign payload of that shape (dequantised to floats with
+// LoadOptions::dequant). One of the two is set.
+struct LoadedWeight {
+    std::shared_ptr<const MatF> dense;
+    std::shared_ptr<const blr::PackedWeight> packed;
+};
 
-// The embedding (float vocab × hidden, or a U8 BLR / sign payload of that
-// shape; with LoadOptions::dequant a payload becomes a float table).
-Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, int64_t vocab,
-                         int64_t hidden, const LoadOptions& lo) {
+LoadedWeight load_weight(const io::Checkpoint& ckpt, const std::string& name, int64_t m, int64_t n,
+                         const LoadOptions& lo) {
     const io::TensorInfo& t = ckpt.info(name);
     const std::string& file = ckpt.file_of(name).path();
     if (t.dtype == io::DType::U8) {
         const auto bytes = ckpt.bytes(name);
         const std::string what = fmt::format("{}: tensor '{}'", file, name);
-        blr::validate_any(bytes, what, vocab, hidden);
-        if (lo.dequant) return Embedding(std::make_shared<const MatF>(blr::dequant_any(bytes)));
-        return Embedding(std::make_shared<const blr::PackedWeight>(
-            blr::PackedWeight::from_payload(bytes, what)));
+        blr::validate_any(bytes, what, m, n);
+        if (lo.dequant) return {std::make_shared<const MatF>(blr::dequant_any(bytes)), nullptr};
+        return {nullptr, std::make_shared<const blr::PackedWeight>(
+                             blr::PackedWeight::from_payload(bytes, what))};
     }
     MatF w = ckpt.load_matf(name);
-    CORTIQ_CHECK(w.rows() == vocab && w.cols() == hidden && t.shape.size() == 2,
-                 "{}: tensor '{}' has shape {}, expected [{}, {}]", file, name, t.shape_str(),
-                 vocab, hidden);
-    return Embedding(std::make_shared<const MatF>(std::move(w)));
+    CORTIQ_CHECK(w.rows() == m && w.cols() == n && t.shape.size() == 2,
+                 "{}: tensor '{}' has shape {}, expected [{}, {}]", file, name, t.shape_str(), m,
+                 n);
+    return {std::make_shared<const MatF>(std::move(w)), nullptr};
+}
+
+// The layer that runs a loaded weight: packed, or dense.
+std::unique_ptr<LinearWeights> linear_of(const LoadedWeight& w) {
+    if (w.packed) return std::make_unique<BlrLinear>(w.packed);
+    return std::make_unique<DenseLinear>(w.dense);
+}
+
+// `prefix`.weight (load_weight) and, if `bias`, `prefix`.bias.
+Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_t m, int64_t n,
+                   bool bias, const LoadOptions& lo) {
+    Linear lin;
+    lin.w = linear_of(load_weight(ckpt, prefix + ".weight", m, n, lo));
+    if (bias) lin.bias = load_vec(ckpt, prefix + ".bias", m);
+    return lin;
+}
+
+// The embedding (vocab × hidden, load_weight).
+Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, int64_t vocab,
+                         int64_t hidden, const LoadOptions& lo) {
+    const LoadedWeight w = load_weight(ckpt, name, vocab, hidden, lo);
+    return w.packed ? Embedding(w.packed) : Embedding(w.dense);
+}
+
+// A tied head: the embedding's own storage, packed or dense.
+std::unique_ptr<LinearWeights> tied_head(const Embedding& e) {
+    return linear_of({e.table_ptr(), e.packed_ptr()});
 }
 
 // An RMSNorm weight of n values; with Qwen3.5's (1 + w) norms the stored
@@ -173,12 +179,9 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     // A tied head is the embedding, unless the file holds its own lm_head.weight
     // (`cortiq quantize --include-head` writes a compressed one and keeps the
     // float embedding).
-    if (c.tie_word_embeddings && !ckpt.has("lm_head.weight")) {
-        if (m.embed_.packed())
-            m.lm_head_.w = std::make_unique<BlrLinear>(m.embed_.packed_ptr());
-        else
-            m.lm_head_.w = std::make_unique<DenseLinear>(m.embed_.table_ptr());
-    } else
+    if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
+        m.lm_head_.w = tied_head(m.embed_);
+    else
         m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, lo);
     m.inv_freq_ = rope_inv_freq(c);
     return m;
@@ -213,11 +216,7 @@ void Model::set_embedding(Embedding e) {
                  embed_.dim());
     const bool shared = head_shares_embedding();
     embed_ = std::move(e);
-    if (!shared) return;
-    if (embed_.packed())
-        lm_head_.w = std::make_unique<BlrLinear>(embed_.packed_ptr());
-    else
-        lm_head_.w = std::make_unique<DenseLinear>(embed_.table_ptr());
+    if (shared) lm_head_.w = tied_head(embed_);
 }
 
 bool Model::head_shares_embedding() const {

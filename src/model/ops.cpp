@@ -176,9 +176,9 @@ void attention(const float* q, int64_t T, int64_t ldq, const float* k, const flo
     constexpr int64_t kBlock = 64;
     const int64_t blocks = (T + kBlock - 1) / kBlock;
     // One token over a short context is microseconds of work: on the calling
-    // thread (see blr/sign_kernels.cpp's kSerialSigns), the same sums.
-    const int64_t work = heads * T * (pos0 + T) * head_dim;
-    const int64_t min_per_thread = work < (int64_t{1} << 18) ? heads * blocks : 1;
+    // thread (core/parallel.hpp's kSerialWork), the same sums.
+    const int64_t min_per_thread =
+        min_per_thread_for(heads * blocks, heads * T * (pos0 + T) * head_dim);
     parallel_for(
         0, heads * blocks,
         [&](int64_t task) {
@@ -227,17 +227,6 @@ void swiglu(const float* gate, const float* up, int64_t n, float* y) {
 
 void add(const float* a, const float* b, int64_t n, float* y) {
     for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
-}
-
-MatF embed_rows(const MatF& table, std::span<const int32_t> tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size()), d = table.cols();
-    for (int64_t i = 0; i < T; ++i)
-        CORTIQ_CHECK(tokens[i] >= 0 && tokens[i] < table.rows(),
-                     "token id {} at position {} is outside the vocabulary (0..{})", tokens[i], i,
-                     table.rows() - 1);
-    MatF out(T, d);
-    for (int64_t i = 0; i < T; ++i) std::copy_n(table.row(tokens[i]), d, out.row(i));
-    return out;
 }
 
 void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y) {

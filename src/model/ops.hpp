@@ -82,10 +82,6 @@ void swiglu(const float* gate, const float* up, int64_t n, float* y);
 // y = a + b (elementwise, n values); y may alias a or b.
 void add(const float* a, const float* b, int64_t n, float* y);
 
-// Rows of the embedding table: out[i,:] = table[tokens[i],:]. Throws for an
-// id outside the table.
-MatF embed_rows(const MatF& table, std::span<const int32_t> tokens);
-
 // y (rows × m) = x (rows × n) · Wᵀ, W m × n (float32 sgemm, tiled over the
 // OpenMP threads: row panels for batches, column panels for a few rows).
 void matmul_wt(const float* x, int64_t rows, int64_t n, const MatF& w, float* y);

@@ -20,14 +20,18 @@ double TensorCost::cost(double bpw) const {
     return kl.back();
 }
 
-double TensorCost::bits(double bpw) const {
-    if (m <= 0 || n <= 0) return static_cast<double>(weights) * bpw;
+double payload_bits(int64_t m, int64_t n, double bpw) {
     int64_t most = 0;
     for (int p : {1, 2})
         if (const int64_t r = blr::rank_for(m, n, bpw, p); r >= 1)
             most = std::max(most, blr::bits(m, n, r, p));
     // below one path's rank 1 the encoder still stores rank 1
     return static_cast<double>(most > 0 ? most : blr::bits(m, n, 1, 1));
+}
+
+double TensorCost::bits(double bpw) const {
+    if (m <= 0 || n <= 0) return static_cast<double>(weights) * bpw;
+    return payload_bits(m, n, bpw);
 }
 
 namespace {
@@ -93,8 +97,7 @@ Allocation allocate_bits(const std::vector<TensorCost>& tensors, double budget_b
             const double extra = tensors[i].bits(a.bpw[i] + opt.step) - tensors[i].bits(a.bpw[i]);
             if (extra <= 0 || a.bits + extra > budget_bits) continue;
             const double g =
-                (tensors[i].cost(a.bpw[i]) - tensors[i].cost(a.bpw[i] + opt.step)) /
-                extra;
+                (tensors[i].cost(a.bpw[i]) - tensors[i].cost(a.bpw[i] + opt.step)) / extra;
             if (g > gain) gain = g, best = static_cast<int>(i);
         }
         if (best < 0) break;

@@ -24,6 +24,12 @@
 
 namespace cortiq::quant {
 
+// The bits a payload of an m × n weight at budget `bpw` stores: the larger
+// of the one- and two-path payloads the encoder may choose (blr::rank_for; a
+// budget below rank 1 still stores one path of rank 1), header and padding
+// included.
+double payload_bits(int64_t m, int64_t n, double bpw);
+
 struct TensorCost {
     std::string name;
     int64_t weights = 0;     // N_i = m·n
@@ -36,9 +42,7 @@ struct TensorCost {
     double keep_bits = 16;
     // D_i(b) for b in [b.front(), b.back()] (clamped outside).
     double cost(double bpw) const;
-    // The bits a payload of budget b stores: the larger of the one- and
-    // two-path payloads the encoder may choose (blr::rank_for; a budget below
-    // rank 1 still stores one path of rank 1), header and padding included.
+    // payload_bits of its shape (without a shape: N_i·b).
     double bits(double bpw) const;
 };
 

@@ -3,11 +3,7 @@
 // becomes, OUT.plan.json, which `--plan OUT.plan.json` reads back into the
 // same bytes. The plan is kept in the journal too, so a resumed run encodes
 // with the plan it started with instead of measuring again.
-#include <fmt/format.h>
-
 #include <filesystem>
-#include <fstream>
-#include <numeric>
 
 #include "core/progress.hpp"
 #include "dist/comm.hpp"
@@ -56,8 +52,7 @@ int64_t source_params(const io::Checkpoint& ck) {
 // under --file-bpw, when it has its own tensor (a tied head kept is the
 // embedding: no bits of its own).
 bool head_allocated(const QuantizeOptions& o, const Inputs& in, const WorkPlan& uniform) {
-    return uniform.head_bpw.has_value() ||
-           (o.file_bpw > 0 && !in.model.head_shares_embedding());
+    return uniform.head_bpw.has_value() || (o.file_bpw > 0 && !in.model.head_shares_embedding());
 }
 
 struct FileBudget {
@@ -97,41 +92,31 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
     const auto& held_out = in.calib.sel.empty() ? in.calib.fit : in.calib.sel;
     const std::vector<std::vector<int32_t>> windows(
         held_out.begin(),
-        held_out.begin() + std::min<int64_t>(o.sensitivity_windows,
-                                             static_cast<int64_t>(held_out.size())));
-    SensitivityRequest req{o,     in.model, in.calib, windows, {}, false, false, 1.0,
-                           16.0, 16.0, int64_t{256} << 20};
+        held_out.begin() +
+            std::min<int64_t>(o.sensitivity_windows, static_cast<int64_t>(held_out.size())));
+    SensitivityRequest req{o,   in.model, in.calib, windows,           {}, false, false,
+                           1.0, 16.0,     16.0,     int64_t{256} << 20};
+    // the tensors to measure, their weights and the uniform plan's payload bits
     int64_t weights = 0;
+    double budget = 0;
     for (const auto& [name, b] : uniform.budget) {
         req.decoder.insert(name);
-        const auto& info = in.checkpoint.info(name);
-        weights += info.numel();
+        const auto& shape = in.checkpoint.info(name).shape;
+        weights += shape.at(0) * shape.at(1);
+        budget += payload_bits(shape.at(0), shape.at(1), b);
     }
     req.embedding = file;
     req.head = head_allocated(o, in, uniform);
     const std::string emb = embedding_name(c);
     const auto bits_of = [&](const std::string& n) {
-        return in.checkpoint.has(n) ? 8.0 * static_cast<double>(io::dtype_size(
-                                                in.checkpoint.info(n).dtype))
-                                    : 0.0;
+        return in.checkpoint.has(n)
+                   ? 8.0 * static_cast<double>(io::dtype_size(in.checkpoint.info(n).dtype))
+                   : 0.0;
     };
     req.embed_keep_bits = bits_of(emb);
     req.head_keep_bits = bits_of(kHead);
-    // the uniform plan's payload bits (TensorCost::bits at its budgets)
-    double budget = 0;
-    for (const auto& [name, b] : uniform.budget) {
-        const auto& shape = in.checkpoint.info(name).shape;
-        TensorCost t;
-        t.m = shape.at(0);
-        t.n = shape.at(1);
-        budget += t.bits(b);
-    }
-    if (uniform.head_bpw && req.head) {
-        TensorCost t;
-        t.m = c.vocab_size;
-        t.n = c.hidden_size;
-        budget += t.bits(*uniform.head_bpw);
-    }
+    if (uniform.head_bpw && req.head)
+        budget += payload_bits(c.vocab_size, c.hidden_size, *uniform.head_bpw);
     double candidates = static_cast<double>(weights) + (req.head ? table : 0);
     if (file) {
         candidates += static_cast<double>(table);
@@ -141,8 +126,7 @@ std::string measured_plan(const QuantizeOptions& o, Inputs& in, const WorkPlan& 
         rep.plan["params"] = f.params;
     }
     req.b0 = file ? std::clamp(budget / candidates, 0.3, 4.0) : o.bpw;
-    Progress bar("sensitivity", static_cast<int64_t>(candidates), "weights", o.progress,
-                 nullptr);
+    Progress bar("sensitivity", static_cast<int64_t>(candidates), "weights", o.progress, nullptr);
     const Sensitivity sens = measure_sensitivity(req, bar);
     bar.finish();
     AllocationOptions ao;  // inside the measured range (allocate.hpp)

@@ -45,6 +45,13 @@ std::vector<double> embedding_row_weights(const calib::CalibSet& cs, int64_t voc
     return s;
 }
 
+MatD rows_weighted(const MatF& table, const std::vector<double>& s) {
+    MatD w = table.cast<double>();
+    for (int64_t t = 0; t < w.rows(); ++t)
+        for (int64_t j = 0; j < w.cols(); ++j) w(t, j) *= s[static_cast<size_t>(t)];
+    return w;
+}
+
 namespace {
 
 EncodedTensor encode_rows_weighted(const QuantizeOptions& o, const model::Model& m,
@@ -56,9 +63,7 @@ EncodedTensor encode_rows_weighted(const QuantizeOptions& o, const model::Model&
                  "{}: --method rtn-sign cannot compress the embedding (plan names '{}')",
                  o.model_dir, name);
     const std::vector<double> s = embedding_row_weights(cs, vocab);
-    GroupJob job{name, m.embedding().table().cast<double>(), bpw};
-    for (int64_t t = 0; t < vocab; ++t)
-        for (int64_t j = 0; j < hidden; ++j) job.w(t, j) *= s[static_cast<size_t>(t)];
+    GroupJob job{name, rows_weighted(m.embedding().table(), s), bpw};
     const MatD identity = MatD::identity(hidden);
     auto enc = encode_group({job}, identity, identity, o.enc, o.device, o.jobs, o.gpus, false,
                             fmt::format("{} (embedding)", o.model_dir),
@@ -98,13 +103,13 @@ void encode_embedding(EmbeddingStep& step, double bpw) {
         step.journal.save(kEmbedKey, rec);
     }
     const auto& bytes = rec.payloads.at(0).second;
-    step.model.set_embedding(model::Embedding(std::make_shared<const blr::PackedWeight>(
-        blr::PackedWeight::from_payload(bytes, name))));
+    step.model.set_embedding(model::Embedding(
+        std::make_shared<const blr::PackedWeight>(blr::PackedWeight::from_payload(bytes, name))));
     step.payloads[name] = bytes;
     step.report.tensors.push_back(rec.reports.at(0));
     if (o.verbose)
-        step.bar.print(fmt::format("{:<40} {}{}", name, rec.reports[0].line,
-                                   resumed ? " (resumed)" : ""));
+        step.bar.print(
+            fmt::format("{:<40} {}{}", name, rec.reports[0].line, resumed ? " (resumed)" : ""));
     step.bar.advance(vocab * hidden, resumed ? "embedding resumed" : name);
 }
 

@@ -16,7 +16,8 @@ void encode_head(Run& run, const io::Checkpoint& ck, double bpw) {
     const QuantizeOptions& o = run.o;
     const auto& cfg = run.model.config();
     const int64_t vocab = cfg.vocab_size, hidden = cfg.hidden_size;
-    if (auto old = load_journalled(run.journal, kHeadKey, {{kHead, vocab, hidden}})) {  // checked there
+    if (auto old =
+            load_journalled(run.journal, kHeadKey, {{kHead, vocab, hidden}})) {  // checked there
         run.payloads[kHead] = old->payloads[0].second;
         run.report.tensors.push_back(old->reports[0]);
         run.bar.advance(vocab * hidden, "lm_head resumed");

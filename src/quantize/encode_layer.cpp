@@ -71,7 +71,8 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
                 expected.push_back({tensor_name(c, layer, lin),
                                     run.model.linear(layer, lin).out_features(),
                                     run.model.linear(layer, lin).in_features()});
-    if (auto old = load_journalled(run.journal, layer, expected)) return resume_layer(run, layer, *old);
+    if (auto old = load_journalled(run.journal, layer, expected))
+        return resume_layer(run, layer, *old);
     LayerRecord rec;
     for (const auto& g : input_groups(c, layer)) {
         std::vector<GroupJob> jobs;

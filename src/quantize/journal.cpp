@@ -25,13 +25,13 @@ namespace {
 constexpr const char* kVersionKey = "cortiq_version";
 
 std::string key_name(int64_t key) {
-    return key == kEmbedKey ? std::string("embedding")
+    return key == kEmbedKey  ? std::string("embedding")
            : key == kHeadKey ? std::string("head")
                              : std::to_string(key);
 }
 
 std::string entry_name(int64_t key) {
-    return key == kEmbedKey ? std::string("the embedding")
+    return key == kEmbedKey  ? std::string("the embedding")
            : key == kHeadKey ? std::string("the head")
                              : "layer " + std::to_string(key);
 }

@@ -4,8 +4,8 @@
 #include <fnmatch.h>
 
 #include <fstream>
-#include <sstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.hpp"
 

@@ -8,8 +8,8 @@
 // real encoder, a fraction of its refinement) at 0.6·b₀, b₀ and 1.6·b₀; each
 // put in place of the float weight in turn and the model run from that layer
 // on, its KL divergence to the float model's next-token distribution is the
-// tensor's cost D_i at that budget (allocate.hpp). The embedding (rows weighted as encode_embedding does; a
-// tied head reads it) and an untied head are measured the same way. With
+// tensor's cost D_i at that budget (allocate.hpp). The embedding (rows weighted as encode_embedding
+// does; a tied head reads it) and an untied head are measured the same way. With
 // --device gpu the quick encodes run on the GPU encoder and the forward
 // passes of the KL on a GPU copy of the float model (model::GpuModel), the
 // measured weight swapped in on the device; the Grams and the head's KL stay
@@ -61,12 +61,15 @@ encode::Options proxy_options(const encode::Options& base, bool high_rank) {
 // added in row order (the same total for any number of threads).
 double kl_sum(const MatF& p, const MatF& logp, const MatF& logq) {
     std::vector<double> rows(static_cast<size_t>(p.rows()));
-    parallel_for(0, p.rows(), [&](int64_t t) {
-        double kl = 0;
-        const float *pr = p.row(t), *lp = logp.row(t), *lq = logq.row(t);
-        for (int64_t v = 0; v < p.cols(); ++v) kl += double{pr[v]} * (double{lp[v]} - lq[v]);
-        rows[static_cast<size_t>(t)] = kl;
-    }, 16);
+    parallel_for(
+        0, p.rows(),
+        [&](int64_t t) {
+            double kl = 0;
+            const float *pr = p.row(t), *lp = logp.row(t), *lq = logq.row(t);
+            for (int64_t v = 0; v < p.cols(); ++v) kl += double{pr[v]} * (double{lp[v]} - lq[v]);
+            rows[static_cast<size_t>(t)] = kl;
+        },
+        16);
     double kl = 0;
     for (double r : rows) kl += r;
     return kl;
@@ -229,10 +232,8 @@ struct Pass {
         const int64_t V = c.vocab_size, H = c.hidden_size;
         const std::string name = embedding_name(c);
         const std::vector<double> s = embedding_row_weights(rq.calib, V);
-        MatD w = m.embedding().table().cast<double>();
-        for (int64_t t = 0; t < V; ++t)
-            for (int64_t j = 0; j < H; ++j) w(t, j) *= s[static_cast<size_t>(t)];
-        Proxies p = proxies(name, w, MatD::identity(H), rq.b0, rq.o, out.encode_seconds);
+        Proxies p = proxies(name, rows_weighted(m.embedding().table(), s), MatD::identity(H), rq.b0,
+                            rq.o, out.encode_seconds);
         const model::Embedding keep = m.embedding();
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {
@@ -256,8 +257,8 @@ struct Pass {
     void tensor(int64_t l, const char* lin, const MatD& h) {
         const std::string name = tensor_name(m.config(), l, lin);
         model::Linear& target = m.linear(l, lin);
-        Proxies p = proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o,
-                            out.encode_seconds);
+        Proxies p =
+            proxies(name, target.w->dense().cast<double>(), h, rq.b0, rq.o, out.encode_seconds);
         auto keep = std::move(target.w);
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {

@@ -125,6 +125,8 @@ std::string embedding_name(const io::ModelConfig& c);
 // s_t per token of the vocabulary: s_t² = V·(½ freq_t + ½/V), freq over the
 // fit windows (mean of s_t² over the vocabulary: 1).
 std::vector<double> embedding_row_weights(const calib::CalibSet& cs, int64_t vocab);
+// diag(s) · table in float64: what the embedding is encoded as.
+MatD rows_weighted(const MatF& table, const std::vector<double>& s);
 struct EmbeddingStep {
     const QuantizeOptions& o;
     model::Model& model;
@@ -145,10 +147,10 @@ struct SensitivityRequest {
     model::Model& model;  // float; every weight is back in place on return
     const calib::CalibSet& calib;
     const std::vector<std::vector<int32_t>>& windows;  // where the KL is measured
-    std::set<std::string> decoder;                      // decoder tensors to measure
-    bool embedding = false, head = false;               // and these
-    double b0 = 1.0;                                    // the reference budget
-    double embed_keep_bits = 16, head_keep_bits = 16;   // their bits when kept
+    std::set<std::string> decoder;                     // decoder tensors to measure
+    bool embedding = false, head = false;              // and these
+    double b0 = 1.0;                                   // the reference budget
+    double embed_keep_bits = 16, head_keep_bits = 16;  // their bits when kept
     // The reference distributions are kept at every measured position, two
     // floats per vocabulary entry, in at most this many bytes: a large
     // vocabulary is measured at every k-th position of each window (the

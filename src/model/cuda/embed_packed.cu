@@ -77,8 +77,8 @@ void embed_packed(const int32_t* tokens, const DevicePacked& e, int64_t rows, fl
                 e.sign,
                 out};
     const size_t shared = e.sign ? 0 : static_cast<size_t>(e.r) * sizeof(float);
-    CORTIQ_CHECK(shared <= 48 * 1024, "a compressed embedding of rank {} exceeds the lookup's {} KB",
-                 e.r, 48);
+    CORTIQ_CHECK(shared <= 48 * 1024,
+                 "a compressed embedding of rank {} exceeds the lookup's {} KB", e.r, 48);
     embed_packed_kernel<<<static_cast<unsigned>(rows), 256, shared, stream>>>(a);
     CUDA_LAUNCH_CHECK();
 }

@@ -111,8 +111,8 @@ int64_t GpuModel::batch_rows() const {
 void GpuModel::embed_into(std::span<const int32_t> tokens, float* out) {
     Impl& g = *impl_;
     g.load_tokens(tokens);  // checks the ids, sizes the workspace
-    cuda::embed_rows(g.w, g.ws.tokens.get(), static_cast<int64_t>(tokens.size()),
-                     g.cfg.hidden_size, out, g.stream());
+    cuda::embed_rows(g.w, g.ws.tokens.get(), static_cast<int64_t>(tokens.size()), g.cfg.hidden_size,
+                     out, g.stream());
 }
 
 float* GpuModel::work_rows(int64_t rows) {

@@ -142,7 +142,7 @@ struct GpuModel::Impl {
         ws.rows = rows;
     }
 
-    // Checks the ids (as model::embed_rows does), sizes the workspace and
+    // Checks the ids (as model::Embedding::rows does), sizes the workspace and
     // copies the ids to the device.
     void load_tokens(std::span<const int32_t> tokens) {
         CORTIQ_CHECK(!tokens.empty(), "forward: no tokens");
