@@ -376,7 +376,10 @@ TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     po.progress = false;
     const auto ids = io::Tokenizer::load(o.model_dir).encode(text, false);
     auto cpu = model::make_runtime(packed, model::Device::cpu);
-    auto gpu = model::make_runtime(packed, model::Device::gpu);
+    model::RuntimeOptions exact;  // the float32 cache: the CPU's arithmetic
+    exact.device = model::Device::gpu;
+    exact.kv = model::KvFormat::f32;
+    auto gpu = model::make_runtime(packed, exact);
     auto gpu_dense = model::make_runtime(dense, model::Device::gpu);
     const double pc = eval::perplexity(*cpu, ids, po).ppl, pg = eval::perplexity(*gpu, ids, po).ppl;
     const double pd = eval::perplexity(*gpu_dense, ids, po).ppl;

@@ -5,8 +5,12 @@
 // Mistral's sliding window, llama3 RoPE scaling, tied heads).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -159,6 +163,84 @@ TEST(Forward, GreedyGenerationDeterministic) {
     opt.temperature = 0.8;
     opt.seed = 7;
     EXPECT_EQ(model::generate(m, bos, opt), model::generate(m, bos, opt));
+}
+
+// Several prompts decoded together (generate_batch, Runtime::decode_step)
+// give each prompt the tokens it gets alone, greedy and sampled (sequence s
+// samples with seed + s), and a sequence that stops early stays stopped.
+TEST(Forward, GenerateBatchGivesEachPromptItsOwnTokens) {
+    REQUIRE_DATA_AT(kData / "models");
+    const auto m = model::Model::load((kData / "models/stories260K").string());
+    const auto rt = model::make_runtime(m, model::Device::cpu);
+    const std::vector<std::vector<int32_t>> prompts{{1}, {1, 40, 41, 42}, {1, 300}};
+    for (const double temp : {0.0, 0.9}) {
+        model::GenerateOptions opt;
+        opt.max_tokens = 20;
+        opt.temperature = temp;
+        opt.seed = 5;
+        model::GenerateTiming timing;
+        const auto out = model::generate_batch(*rt, prompts, opt, {}, &timing);
+        ASSERT_EQ(out.size(), prompts.size());
+        EXPECT_EQ(timing.decode_steps, 19);
+        for (size_t s = 0; s < prompts.size(); ++s) {
+            model::GenerateOptions one = opt;
+            one.seed = opt.seed + s;
+            EXPECT_EQ(out[s], model::generate(*rt, prompts[s], one)) << "sequence " << s;
+        }
+        // the first sequence's third token as a stop id: it ends there
+        model::GenerateOptions stop = opt;
+        stop.stop_ids = {out[0][2]};
+        const auto cut = model::generate_batch(*rt, prompts, stop);
+        EXPECT_EQ(cut[0], std::vector<int32_t>(out[0].begin(), out[0].begin() + 3));
+        for (size_t s = 1; s < prompts.size(); ++s) {
+            const auto at = std::find(out[s].begin(), out[s].end(), out[0][2]);
+            const size_t keep = at == out[s].end() ? out[s].size() : at - out[s].begin() + 1;
+            EXPECT_EQ(cut[s], std::vector<int32_t>(out[s].begin(), out[s].begin() + keep));
+        }
+    }
+    EXPECT_THROW(model::generate_batch(*rt, {}, model::GenerateOptions{}), Error);
+    EXPECT_THROW(model::generate_batch(*rt, {{1}, {}}, model::GenerateOptions{}), Error);
+    EXPECT_THROW(rt->decode_step(std::vector<int32_t>{1, 1, 1, 1}), Error);  // 3 sequences
+}
+
+// `generate --batch N` and `--prompts FILE` on the CLI: N sequences in the
+// JSON, each with the tokens of its prompt alone; options the CPU cannot
+// honour are refused with one line.
+TEST(Forward, GenerateCliDecodesSeveralPrompts) {
+    const auto dir = kData / "models/stories260K";
+    REQUIRE_DATA_AT(dir);
+    const std::string base =
+        "generate " + dir.string() + " --max-tokens 12 --ignore-eos --threads 1 --json";
+    const auto one = run_cli(base + " --prompt 'Once upon a time'");
+    ASSERT_EQ(one.code, 0) << one.out;
+    const auto j1 = nlohmann::json::parse(one.out);
+    const auto three = run_cli(base + " --prompt 'Once upon a time' --batch 3");
+    ASSERT_EQ(three.code, 0) << three.out;
+    const auto j3 = nlohmann::json::parse(three.out);
+    ASSERT_EQ(j3.at("sequences").size(), 3u);
+    EXPECT_EQ(j3.at("batch").get<int64_t>(), 3);
+    EXPECT_EQ(j3.at("generated_tokens").get<int64_t>(), 36);
+    for (const auto& q : j3.at("sequences")) EXPECT_EQ(q.at("ids"), j1.at("ids"));
+    const fs::path list = fs::temp_directory_path() / ("cortiq_prompts_" + std::to_string(getpid()));
+    {
+        std::ofstream f(list);
+        f << "Once upon a time\n\nThe dog\r\n";
+    }
+    const auto file = run_cli(base + " --prompts " + list.string());
+    ASSERT_EQ(file.code, 0) << file.out;
+    const auto jf = nlohmann::json::parse(file.out);
+    ASSERT_EQ(jf.at("sequences").size(), 2u);  // the empty line skipped
+    EXPECT_EQ(jf.at("sequences")[0].at("ids"), j1.at("ids"));
+    EXPECT_EQ(jf.at("sequences")[1].at("prompt").get<std::string>(), "The dog");
+    const auto dog = run_cli(base + " --prompt 'The dog'");
+    EXPECT_EQ(jf.at("sequences")[1].at("ids"), nlohmann::json::parse(dog.out).at("ids"));
+    fs::remove(list);
+    for (const char* bad : {" --kv f16", " --dtype f16", " --dequant --dtype f16", " --kv f8",
+                            " --batch 0", " --prompts /nonexistent/prompts.txt"}) {
+        const auto r = run_cli(base + bad);
+        EXPECT_NE(r.code, 0) << bad;
+        EXPECT_NE(r.out.find("error"), std::string::npos) << bad << ": " << r.out;
+    }
 }
 
 // ---------------------------------------------------------------- ops

@@ -150,7 +150,7 @@ TEST(KernelsGpu, RopeOnQueriesAndKeysInOneLaunchMatchesTheCpu) {
         }
         cu::DVec dq = cu::upload_f(q, s), dk = cu::upload_f(k, s);
         model::cuda::rope_qk(dq.get(), qh, dk.get(), kh, rows, T, hd, half, cos.get(), sin.get(),
-                             pos0, s);
+                             pos0, nullptr, s);
         EXPECT_LT(rel_err(cu::download_f(dq.get(), rows * qh * hd, s), want_q), kKernelTol);
         EXPECT_LT(rel_err(cu::download_f(dk.get(), rows * kh * hd, s), want_k), kKernelTol);
     }

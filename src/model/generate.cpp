@@ -1,6 +1,7 @@
 #include "model/generate.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 namespace cortiq::model {
@@ -26,19 +27,67 @@ std::vector<int32_t> generate(Runtime& rt, std::span<const int32_t> prompt,
                               const GenerateOptions& opt,
                               const std::function<void(int32_t)>& on_token) {
     CORTIQ_CHECK(!prompt.empty(), "generate: empty prompt (no BOS token to start from)");
-    CORTIQ_CHECK(opt.max_tokens >= 0, "generate: max_tokens must be non-negative");
-    std::vector<int32_t> out;
-    if (opt.max_tokens == 0) return out;
-    rt.reset_cache(static_cast<int64_t>(prompt.size()) + opt.max_tokens);
-    Rng rng(opt.seed);
-    MatF logits = rt.forward_cached(prompt, /*last_only=*/true);
-    for (int64_t t = 0; t < opt.max_tokens; ++t) {
-        const int32_t id = pick_token(logits.span(), opt.temperature, rng);
-        out.push_back(id);
+    const std::vector<std::vector<int32_t>> prompts{{prompt.begin(), prompt.end()}};
+    auto out = generate_batch(rt, prompts, opt, [&](int64_t, int32_t id) {
         if (on_token) on_token(id);
-        if (std::find(opt.stop_ids.begin(), opt.stop_ids.end(), id) != opt.stop_ids.end()) break;
-        if (t + 1 == opt.max_tokens) break;
-        logits = rt.forward_cached(std::span<const int32_t>(&id, 1), /*last_only=*/true);
+    });
+    return std::move(out[0]);
+}
+
+std::vector<std::vector<int32_t>> generate_batch(
+    Runtime& rt, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opt,
+    const std::function<void(int64_t, int32_t)>& on_token, GenerateTiming* timing) {
+    using clock = std::chrono::steady_clock;
+    const int64_t B = static_cast<int64_t>(prompts.size());
+    CORTIQ_CHECK(B > 0, "generate: no prompts");
+    CORTIQ_CHECK(opt.max_tokens >= 0, "generate: max_tokens must be non-negative");
+    size_t longest = 0;
+    for (size_t s = 0; s < prompts.size(); ++s) {
+        CORTIQ_CHECK(!prompts[s].empty(),
+                     "generate: prompt {} is empty (no BOS token to start from)", s);
+        longest = std::max(longest, prompts[s].size());
+    }
+    std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
+    if (opt.max_tokens == 0) return out;
+    const auto t0 = clock::now();
+    rt.reset_cache(static_cast<int64_t>(longest) + opt.max_tokens, B);
+    std::vector<Rng> rngs;
+    std::vector<int32_t> next(static_cast<size_t>(B));
+    std::vector<bool> done(static_cast<size_t>(B), false);
+    int64_t live = B;
+    // Keeps sequence s's token picked from its logits; false once every
+    // sequence is done.
+    auto take = [&](int64_t s, std::span<const float> logits) {
+        const size_t i = static_cast<size_t>(s);
+        next[i] = pick_token(logits, opt.temperature, rngs[i]);
+        if (done[i]) return;
+        out[i].push_back(next[i]);
+        if (on_token) on_token(s, next[i]);
+        const bool stop =
+            std::find(opt.stop_ids.begin(), opt.stop_ids.end(), next[i]) != opt.stop_ids.end();
+        if (stop || static_cast<int64_t>(out[i].size()) == opt.max_tokens) {
+            done[i] = true;
+            --live;
+        }
+    };
+    for (int64_t s = 0; s < B; ++s) {
+        rngs.emplace_back(opt.seed + static_cast<uint64_t>(s));
+        const MatF logits = rt.forward_cached(prompts[static_cast<size_t>(s)], true, s);
+        take(s, logits.span());
+    }
+    const auto t1 = clock::now();
+    int64_t steps = 0;
+    while (live > 0) {
+        const MatF logits = rt.decode_step(next);
+        ++steps;
+        for (int64_t s = 0; s < B; ++s)
+            take(s, std::span<const float>(logits.data() + s * logits.cols(),
+                                           static_cast<size_t>(logits.cols())));
+    }
+    if (timing) {
+        timing->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+        timing->decode_seconds = std::chrono::duration<double>(clock::now() - t1).count();
+        timing->decode_steps = steps;
     }
     return out;
 }

@@ -35,4 +35,21 @@ std::vector<int32_t> generate(const Model& m, std::span<const int32_t> prompt,
                               const GenerateOptions& opt,
                               const std::function<void(int32_t)>& on_token = {});
 
+// Where a generation's time went: the prompts (prefill, up to the first
+// generated token of every sequence) and the decode steps after.
+struct GenerateTiming {
+    double prefill_seconds = 0, decode_seconds = 0;
+    int64_t decode_steps = 0;
+};
+
+// Several sequences at once: each prompt is fed on its own (sequence s of
+// the runtime's cache), then every step decodes one token for all of them in
+// one pass (Runtime::decode_step). Sequence s samples with seed opt.seed + s,
+// so sequence 0 is what generate() gives for its prompt alone. A sequence
+// that produced a stop id is done (later tokens are not kept) while the
+// others go on. on_token(s, id) as each token comes.
+std::vector<std::vector<int32_t>> generate_batch(
+    Runtime& rt, const std::vector<std::vector<int32_t>>& prompts, const GenerateOptions& opt,
+    const std::function<void(int64_t, int32_t)>& on_token = {}, GenerateTiming* timing = nullptr);
+
 }  // namespace cortiq::model

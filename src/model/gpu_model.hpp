@@ -1,8 +1,17 @@
 // A Model copied to the GPU and run there in float32: the CUDA twin of
-// model/llama.hpp. Weights are uploaded once, dense (a compressed linear
-// layer is dequantised on load, as on the CPU); GEMMs are plain FP32 cuBLAS
-// (no TF32), the rest small kernels (src/model/cuda/, one per file). Logits
-// of a scoring batch stay on the device: only the per-row NLL comes back.
+// model/llama.hpp. Weights are uploaded once: compressed linear layers as
+// their bits (the packed kernels of model/cuda/blr_linear.hpp), float ones
+// dense through plain FP32 cuBLAS (no TF32); or, as the baseline the packed
+// runtime is measured against, every weight dense fp16 (GpuOptions::weights).
+// The rest are small kernels (src/model/cuda/, one per file). Logits of a
+// scoring batch stay on the device: only the per-row NLL comes back.
+//
+// Generation keeps a KV cache of one or more sequences, float32 or fp16. A
+// decode step (one token per sequence) reads its positions from device
+// memory, so it is captured once as a CUDA graph and replayed for every token
+// (again only when its size class, the attention grid, changes: every 128
+// positions up to 1024), the kernels of the step launched one by one when
+// graphs are off — the same kernels with the same grids, so the same bits.
 //
 // This header carries no CUDA types (pimpl), so CPU-only code and builds
 // include it freely; without CUDA the constructor throws.
@@ -25,10 +34,16 @@ class Gpu;  // core/cuda/device.hpp
 
 namespace cortiq::model {
 
+struct GpuOptions {
+    KvFormat kv = KvFormat::f32;  // the exact twin of the CPU by default (automatic: f32)
+    WeightFormat weights = WeightFormat::native;
+    bool graphs = true;
+};
+
 class GpuModel final : public Runtime {
   public:
     // Uploads m's weights to the current CUDA device; m is not kept.
-    explicit GpuModel(const Model& m);
+    explicit GpuModel(const Model& m, const GpuOptions& o = {});
     ~GpuModel() override;
     GpuModel(GpuModel&&) noexcept;
     GpuModel& operator=(GpuModel&&) noexcept;
@@ -40,9 +55,15 @@ class GpuModel final : public Runtime {
     double windows_nll(std::span<const int32_t> tokens, int64_t windows) override;
     int64_t batch_windows(int64_t len) const override;
 
-    void reset_cache(int64_t capacity) override;
-    MatF forward_cached(std::span<const int32_t> tokens, bool last_only) override;
-    int64_t cache_length() const override;
+    void reset_cache(int64_t capacity, int64_t sequences = 1) override;
+    MatF forward_cached(std::span<const int32_t> tokens, bool last_only,
+                        int64_t seq = 0) override;
+    MatF decode_step(std::span<const int32_t> tokens) override;
+    int64_t cache_length(int64_t seq = 0) const override;
+    int64_t cache_sequences() const override;
+    // Decode steps run as a replayed graph so far, and graphs captured.
+    int64_t graph_replays() const;
+    int64_t graph_captures() const;
 
     int64_t device_bytes() const override;  // weights + workspace + KV cache now held
     int64_t weight_bytes() const override;  // the weights' device memory

@@ -14,7 +14,7 @@ namespace {
 }
 }  // namespace
 
-GpuModel::GpuModel(const Model&) {
+GpuModel::GpuModel(const Model&, const GpuOptions&) {
     no_gpu();
 }
 GpuModel::~GpuModel() = default;
@@ -32,13 +32,25 @@ double GpuModel::windows_nll(std::span<const int32_t>, int64_t) {
 int64_t GpuModel::batch_windows(int64_t) const {
     no_gpu();
 }
-void GpuModel::reset_cache(int64_t) {
+void GpuModel::reset_cache(int64_t, int64_t) {
     no_gpu();
 }
-MatF GpuModel::forward_cached(std::span<const int32_t>, bool) {
+MatF GpuModel::forward_cached(std::span<const int32_t>, bool, int64_t) {
     no_gpu();
 }
-int64_t GpuModel::cache_length() const {
+MatF GpuModel::decode_step(std::span<const int32_t>) {
+    no_gpu();
+}
+int64_t GpuModel::cache_length(int64_t) const {
+    no_gpu();
+}
+int64_t GpuModel::cache_sequences() const {
+    no_gpu();
+}
+int64_t GpuModel::graph_replays() const {
+    no_gpu();
+}
+int64_t GpuModel::graph_captures() const {
     no_gpu();
 }
 int64_t GpuModel::device_bytes() const {

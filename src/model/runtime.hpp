@@ -23,6 +23,28 @@ enum class Device { cpu, gpu };
 // "cpu" or "gpu"; anything else throws.
 Device parse_device(std::string_view s);
 
+// The KV cache's number format: float32 everywhere, or fp16 on the GPU (its
+// default for generation, as in llama.cpp and vLLM: half the bytes a decode
+// step reads at long contexts). automatic: fp16 on the GPU, float32 on the CPU.
+enum class KvFormat { automatic, f32, f16 };
+KvFormat parse_kv_format(std::string_view s);  // "auto", "f32" or "f16"
+
+// The weights' format on the device: native (compressed layers run from
+// their bits, float ones in float32) or f16 (every weight dense fp16, a
+// compressed one dequantised at load: the dense fp16 runtime that the packed
+// one is measured against). f16 is GPU-only.
+enum class WeightFormat { native, f16 };
+
+struct RuntimeOptions {
+    Device device = Device::cpu;
+    KvFormat kv = KvFormat::automatic;
+    WeightFormat weights = WeightFormat::native;
+    // The GPU decode step (one token per sequence) as one captured CUDA graph,
+    // replayed for every token; false: its kernels launched one by one (the
+    // same kernels, the same results).
+    bool graphs = true;
+};
+
 // True when this build has CUDA and a GPU is visible; else why not, in one
 // line (core/gpu.hpp).
 using cortiq::gpu_available;
@@ -46,11 +68,17 @@ class Runtime {
     virtual int64_t batch_windows(int64_t len) const = 0;
 
     // Generation: reset_cache empties the KV cache and sizes it for
-    // `capacity` positions; forward_cached appends tokens at positions
-    // cache_length().. and returns their logits (every row, or the last).
-    virtual void reset_cache(int64_t capacity) = 0;
-    virtual MatF forward_cached(std::span<const int32_t> tokens, bool last_only) = 0;
-    virtual int64_t cache_length() const = 0;
+    // `sequences` sequences of `capacity` positions each; forward_cached
+    // appends tokens to sequence `seq` at positions cache_length(seq).. and
+    // returns their logits (every row, or the last); decode_step appends one
+    // token to each sequence (tokens[s] to sequence s) and returns their
+    // logits (sequences × vocab), all sequences in one pass.
+    virtual void reset_cache(int64_t capacity, int64_t sequences = 1) = 0;
+    virtual MatF forward_cached(std::span<const int32_t> tokens, bool last_only,
+                                int64_t seq = 0) = 0;
+    virtual MatF decode_step(std::span<const int32_t> tokens) = 0;
+    virtual int64_t cache_length(int64_t seq = 0) const = 0;
+    virtual int64_t cache_sequences() const = 0;
 
     // Bytes of the model's weights this runtime holds (host memory on the CPU,
     // device memory on the GPU); device_bytes: everything it holds on the
@@ -61,7 +89,9 @@ class Runtime {
 
 // The CPU runtime keeps a reference to `m`, which must outlive it; the GPU
 // runtime copies the weights to the device (and throws with
-// gpu_unavailable_reason() when there is none).
+// gpu_unavailable_reason() when there is none). Options the CPU runtime
+// cannot honour (an fp16 cache or fp16 weights) are refused with one error.
 std::unique_ptr<Runtime> make_runtime(const Model& m, Device d);
+std::unique_ptr<Runtime> make_runtime(const Model& m, const RuntimeOptions& o);
 
 }  // namespace cortiq::model

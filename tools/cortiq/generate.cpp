@@ -1,5 +1,6 @@
 // cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S] [--dequant]
-//                      [--no-verify] [--json]
+//                      [--dtype f32|f16] [--kv auto|f32|f16] [--batch N | --prompts FILE]
+//                      [--no-graph] [--no-verify] [--json]
 #include "model/generate.hpp"
 
 #include <fmt/format.h>
@@ -13,6 +14,8 @@
 #include "core/memory_usage.hpp"
 #include "core/parallel.hpp"
 #include "io/model_tokenizer.hpp"
+#include "io/text_file.hpp"
+#include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "runtime_args.hpp"
 
@@ -21,27 +24,68 @@ namespace cortiq::cli {
 namespace {
 
 struct GenerateArgs {
-    std::string model, prompt, tokenizer, device = "cpu";
-    int64_t max_tokens = 128;
+    std::string model, prompt, prompts_file, tokenizer, device = "cpu", kv = "auto", dtype = "f32";
+    int64_t max_tokens = 128, batch = 1;
     double temp = 0.0;
     uint64_t seed = 0;
     int threads = 0;
-    bool ignore_eos = false, dequant = false, no_verify = false, json = false;
+    bool ignore_eos = false, dequant = false, no_graph = false, no_verify = false, json = false;
 };
+
+// The prompts' texts: --prompt repeated --batch times, or one per non-empty
+// line of --prompts.
+std::vector<std::string> prompt_texts(const GenerateArgs& a) {
+    if (a.prompts_file.empty()) return std::vector<std::string>(static_cast<size_t>(a.batch), a.prompt);
+    std::vector<std::string> out;
+    const std::string text = io::read_text_file(a.prompts_file, "prompts");
+    size_t at = 0;
+    while (at <= text.size()) {
+        const size_t end = std::min(text.find('\n', at), text.size());
+        std::string line = text.substr(at, end - at);
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (!line.empty()) out.push_back(std::move(line));
+        at = end + 1;
+    }
+    CORTIQ_CHECK(!out.empty(), "--prompts {}: no prompt (one per line)", a.prompts_file);
+    return out;
+}
+
+model::RuntimeOptions runtime_options(const GenerateArgs& a, model::Device device) {
+    CORTIQ_CHECK(a.dtype == "f32" || a.dtype == "f16", "--dtype must be f32 or f16, got '{}'",
+                 a.dtype);
+    CORTIQ_CHECK(a.dtype == "f32" || a.dequant,
+                 "--dtype f16 runs dense fp16 weights: give it with --dequant");
+    model::RuntimeOptions o;
+    o.device = device;
+    o.kv = model::parse_kv_format(a.kv);
+    o.weights = a.dtype == "f16" ? model::WeightFormat::f16 : model::WeightFormat::native;
+    o.graphs = !a.no_graph;
+    return o;
+}
 
 void run(const GenerateArgs& a) {
     const model::Device device = runtime_device(a.device);
+    CORTIQ_CHECK(a.batch >= 1 && a.batch <= 65535, "--batch must be 1..65535, got {}", a.batch);
+    CORTIQ_CHECK(a.prompts_file.empty() || (a.batch == 1 && a.prompt.empty()),
+                 "--prompts takes the place of --prompt and --batch");
+    const model::RuntimeOptions ro = runtime_options(a, device);
     set_num_threads(a.threads);
     model::LoadOptions lo;
-    lo.dequant = a.dequant;
+    // fp16 weights are made layer by layer on upload, from the packed model
+    lo.dequant = a.dequant && ro.weights == model::WeightFormat::native;
     lo.verify = !a.no_verify;
     auto model = std::make_unique<model::Model>(model::Model::load(a.model, lo));
-    const auto rt = model::make_runtime(*model, device);
+    const auto rt = model::make_runtime(*model, ro);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
     const auto tok = io::load_model_tokenizer(a.model, a.tokenizer);
-    std::vector<int32_t> prompt = tok.encode(a.prompt, /*add_special=*/true);
-    if (prompt.empty() && tok.bos_id() >= 0) prompt.push_back(tok.bos_id());
-    CORTIQ_CHECK(!prompt.empty(), "generate: empty prompt and the tokenizer has no BOS token");
+    const std::vector<std::string> texts = prompt_texts(a);
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : texts) {
+        std::vector<int32_t> p = tok.encode(t, /*add_special=*/true);
+        if (p.empty() && tok.bos_id() >= 0) p.push_back(tok.bos_id());
+        CORTIQ_CHECK(!p.empty(), "generate: empty prompt and the tokenizer has no BOS token");
+        prompts.push_back(std::move(p));
+    }
 
     model::GenerateOptions opt;
     opt.max_tokens = a.max_tokens;
@@ -51,35 +95,71 @@ void run(const GenerateArgs& a) {
         opt.stop_ids = rt->config().eos_token_ids;
         if (tok.eos_id() >= 0) opt.stop_ids.push_back(tok.eos_id());
     }
-    if (!a.json) {
-        fmt::print("{}", a.prompt);
+    const bool one = prompts.size() == 1;
+    if (!a.json && one) {
+        fmt::print("{}", texts[0]);
         std::fflush(stdout);
     }
-    std::string text;
-    int32_t prev = prompt.back();
+    std::vector<std::string> out_text(prompts.size());
+    std::vector<int32_t> prev;
+    for (const auto& p : prompts) prev.push_back(p.back());
+    model::GenerateTiming timing;
     const auto t0 = std::chrono::steady_clock::now();
-    const auto out = model::generate(*rt, prompt, opt, [&](int32_t id) {
-        const std::string piece = tok.decode_token(id, prev);
-        prev = id;
-        if (a.json) return void(text += piece);
-        fmt::print("{}", piece);
-        std::fflush(stdout);
-    });
+    const auto out = model::generate_batch(
+        *rt, prompts, opt,
+        [&](int64_t s, int32_t id) {
+            const size_t i = static_cast<size_t>(s);
+            const std::string piece = tok.decode_token(id, prev[i]);
+            prev[i] = id;
+            if (a.json || !one) return void(out_text[i] += piece);
+            fmt::print("{}", piece);
+            std::fflush(stdout);
+        },
+        &timing);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double tps = s > 0 ? static_cast<double>(out.size()) / s : 0.0;
+    int64_t generated = 0;
+    for (const auto& o : out) generated += static_cast<int64_t>(o.size());
+    const double tps = s > 0 ? static_cast<double>(generated) / s : 0.0;
+    const int64_t B = static_cast<int64_t>(prompts.size());
+    // Decode throughput: tokens the decode steps made (one per sequence and
+    // step, the done ones' included: they were computed) per second.
+    const double decode_tps = timing.decode_seconds > 0
+                                  ? static_cast<double>(B * timing.decode_steps) / timing.decode_seconds
+                                  : 0.0;
+    const auto* gm = dynamic_cast<const model::GpuModel*>(rt.get());
     if (a.json) {
         nlohmann::ordered_json j;
-        j["prompt"] = a.prompt;
-        j["text"] = text;
-        j["prompt_tokens"] = prompt.size();
-        j["generated_tokens"] = out.size();
-        j["ids"] = out;  // exact, where "text" may hold U+FFFD (below)
+        j["prompt"] = texts[0];
+        j["text"] = out_text[0];
+        j["prompt_tokens"] = prompts[0].size();
+        j["generated_tokens"] = generated;
+        j["ids"] = out[0];  // exact, where "text" may hold U+FFFD (below)
+        if (!one) {
+            nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
+            for (size_t i = 0; i < out.size(); ++i)
+                seqs.push_back({{"prompt", texts[i]},
+                                {"prompt_tokens", prompts[i].size()},
+                                {"text", out_text[i]},
+                                {"ids", out[i]}});
+            j["sequences"] = seqs;
+        }
+        j["batch"] = B;
         j["seconds"] = s;
         j["tokens_per_second"] = tps;
+        j["prefill_seconds"] = timing.prefill_seconds;  // time to every sequence's first token
+        j["decode_steps"] = timing.decode_steps;
+        j["decode_seconds"] = timing.decode_seconds;
+        j["decode_tokens_per_second"] = decode_tps;
         j["weight_bytes"] = rt->weight_bytes();
         j["device_bytes"] = rt->device_bytes();
         j["peak_rss_bytes"] = peak_rss_bytes();
         j["packed"] = !a.dequant;
+        j["weights"] = a.dequant ? a.dtype : "packed";
+        j["kv"] = device == model::Device::gpu && ro.kv != model::KvFormat::f32 ? "f16" : "f32";
+        if (gm) {
+            j["graph_captures"] = gm->graph_captures();
+            j["graph_replays"] = gm->graph_replays();
+        }
         // A sampled sequence can hold byte tokens that are not valid UTF-8 (half
         // a character, a stray continuation byte); JSON text must be, so those
         // bytes become U+FFFD instead of an exception after the generation.
@@ -87,11 +167,17 @@ void run(const GenerateArgs& a) {
                    j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
         return;
     }
-    fmt::print("\n");
+    if (one) {
+        fmt::print("\n");
+    } else {
+        for (size_t i = 0; i < out.size(); ++i) fmt::print("[{}] {}{}\n", i, texts[i], out_text[i]);
+    }
     std::fflush(stdout);  // the text before the timing line, also when both go to one pipe
     fmt::print(stderr,
-               "[{} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; weights {:.2f} MB]\n",
-               prompt.size(), out.size(), s, tps, rt->weight_bytes() / 1e6);
+               "[{} sequence{}, {} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; first "
+               "tokens after {:.3f} s, decode {:.1f} tok/s; weights {:.2f} MB]\n",
+               B, B == 1 ? "" : "s", prompts[0].size(), generated, s, tps, timing.prefill_seconds,
+               decode_tps, rt->weight_bytes() / 1e6);
 }
 
 }  // namespace
@@ -110,7 +196,20 @@ void add_generate(CLI::App& app) {
                     "folder with tokenizer.json (default: the model's)");
     cmd->add_flag("--ignore-eos", a->ignore_eos, "do not stop at the end-of-sequence token");
     cmd->add_flag("--dequant", a->dequant,
-                  "dequantise compressed layers to float32 at load (default: run them packed)");
+                  "dequantise compressed layers at load (default: run them packed)");
+    cmd->add_option("--dtype", a->dtype,
+                    "with --dequant: the dense weights' format, f32, or f16 (GPU: the dense fp16 "
+                    "runtime the packed one is measured against)")
+        ->capture_default_str();
+    cmd->add_option("--kv", a->kv, "KV cache format: auto (f16 on the GPU, f32 on the CPU), f32, f16")
+        ->capture_default_str();
+    cmd->add_option("--batch", a->batch, "decode N copies of --prompt together")
+        ->capture_default_str();
+    cmd->add_option("--prompts", a->prompts_file,
+                    "a text file of prompts, one per line, decoded together");
+    cmd->add_flag("--no-graph", a->no_graph,
+                  "GPU: launch each decode step's kernels one by one instead of replaying a "
+                  "captured CUDA graph");
     add_no_verify(cmd, a->no_verify);
     cmd->add_flag("--json", a->json, "print the text and figures as one JSON line");
     cmd->callback([a] { run(*a); });

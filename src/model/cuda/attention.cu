@@ -17,9 +17,11 @@
 //     of attention at 256 cached positions (32 warps in all, each reading 32
 //     rows at a stride of a row per lane).
 #include <cooperative_groups.h>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
@@ -32,14 +34,27 @@ namespace cortiq::model::cuda {
 
 namespace {
 
+// A cached key or value as float: the cache holds float32 or fp16.
+__device__ __forceinline__ float kv_load(const float* p) { return __ldg(p); }
+__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(__ldg(p)); }
+
+// The position of sequence b's first query row: pos[b] when the positions
+// live on the device (a captured decode step), else pos0.
+__device__ __forceinline__ int64_t first_position(const int32_t* pos, int64_t pos0, int64_t b) {
+    return pos ? static_cast<int64_t>(pos[b]) : pos0;
+}
+
 constexpr int kWarps = 4;  // query rows per block, all of one head
 constexpr int kMaxHeadDim = 256;
 constexpr int kDimsPerLane = kMaxHeadDim / 32;
 
 // q · k over d values; q in shared memory (already scaled by 1/sqrt(d)).
-__device__ __forceinline__ float dot(const float* q, const float* k, int d) {
+template <class KV>
+__device__ __forceinline__ float dot(const float* q, const KV* k, int d) {
     float s = 0;
-    if ((d & 3) == 0) {  // rows start at multiples of 4 floats: 16-byte loads
+    if constexpr (!std::is_same_v<KV, float>) {
+        for (int i = 0; i < d; ++i) s += q[i] * kv_load(k + i);
+    } else if ((d & 3) == 0) {  // rows start at multiples of 4 floats: 16-byte loads
         const float4* q4 = reinterpret_cast<const float4*>(q);
         const float4* k4 = reinterpret_cast<const float4*>(k);
         for (int i = 0; i < d / 4; ++i) {
@@ -52,9 +67,10 @@ __device__ __forceinline__ float dot(const float* q, const float* k, int d) {
     return s;
 }
 
-__global__ void attention_kernel(const float* q, const float* k, const float* v, float* out,
-                                 int64_t T, int64_t kv_rows, int heads, int kv_heads, int hd,
-                                 int64_t pos0, int64_t window, float scale) {
+template <class KV>
+__global__ void attention_kernel(const float* q, const KV* k, const KV* v, float* out, int64_t T,
+                                 int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
+                                 const int32_t* pos, int64_t window, float scale) {
     pdl_start();
     extern __shared__ float4 smem4[];  // kWarps rows of hd floats (float4: 16-byte aligned)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -70,10 +86,10 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
     for (int d = lane; d < hd; d += 32) qs[d] = qrow[d] * scale;
     __syncwarp();
 
-    const int64_t p = pos0 + i;  // this row's position: keys lo..p are visible
+    const int64_t p = first_position(pos, pos0, b) + i;  // this row's position: keys lo..p
     const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
-    const float* kb = k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
-    const float* vb = v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
+    const KV* kb = k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
+    const KV* vb = v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd;
 
     float m = -INFINITY, l = 0;  // running max and Σ exp(s − m)
     float acc[kDimsPerLane];
@@ -91,11 +107,11 @@ __global__ void attention_kernel(const float* q, const float* k, const float* v,
         const int nk = static_cast<int>(min(int64_t{32}, p - j0 + 1));  // same in every lane
         for (int t = 0; t < nk; ++t) {
             const float pt = __shfl_sync(kFullMask, pj, t);
-            const float* vr = vb + (j0 + t) * kv_dim;
+            const KV* vr = vb + (j0 + t) * kv_dim;
 #pragma unroll
             for (int c = 0; c < kDimsPerLane; ++c) {
                 const int d = lane + 32 * c;
-                if (d < hd) acc[c] += pt * __ldg(vr + d);
+                if (d < hd) acc[c] += pt * kv_load(vr + d);
             }
         }
         m = m_new;
@@ -131,8 +147,8 @@ struct Partial {
 
 // Warp w's keys are lo + 4·(w + W·t) + u, u < 4, t = 0, 1, .., W the warps
 // of the cluster; the warp keeps its running max m, sum l and output acc.
-template <int kDims>
-__device__ void attend_keys(const float (&qv)[kDims], const float* kb, const float* vb,
+template <int kDims, class KV>
+__device__ void attend_keys(const float (&qv)[kDims], const KV* kb, const KV* vb,
                             int64_t kv_dim, int64_t lo, int64_t p, int w, int W, int hd, float& m,
                             float& l, float (&acc)[kDims]) {
     const int lane = threadIdx.x % 32;
@@ -144,8 +160,8 @@ __device__ void attend_keys(const float (&qv)[kDims], const float* kb, const flo
             for (int c = 0; c < kDims; ++c) {
                 const int d = lane + 32 * c;
                 const bool in = j0 + u <= p && d < hd;
-                kv[u][c] = in ? __ldg(kb + (j0 + u) * kv_dim + d) : 0.0f;
-                vv[u][c] = in ? __ldg(vb + (j0 + u) * kv_dim + d) : 0.0f;
+                kv[u][c] = in ? kv_load(kb + (j0 + u) * kv_dim + d) : 0.0f;
+                vv[u][c] = in ? kv_load(vb + (j0 + u) * kv_dim + d) : 0.0f;
             }
         float s[kDecodeKeys];
 #pragma unroll
@@ -173,9 +189,12 @@ __device__ void attend_keys(const float (&qv)[kDims], const float* kb, const flo
     }
 }
 
-// Merges n partials (a share with m = −∞, l = 0 weighs e^{−∞} = 0):
-// m = max m_k, l = Σ l_k e^{m_k − m}, acc = Σ acc_k e^{m_k − m}, by the
-// block's threads over the dimensions.
+// Merges n partials: m = max m_k, l = Σ l_k e^{m_k − m}, acc = Σ acc_k
+// e^{m_k − m}, by the block's threads over the dimensions. A share that saw
+// no key (m = −∞; a warp or a whole block past the last visible key, as in a
+// captured step whose grid is sized for its size class) is skipped: its
+// e^{m_k − m} would be NaN when every share is empty, and its acc is never
+// written. With every share empty the merge is empty too (m = −∞, l = 0).
 template <class Get>
 __device__ void merge_partials(int n, int hd, Get&& get, Partial& out) {
     float mm = get(0).m;
@@ -184,6 +203,7 @@ __device__ void merge_partials(int n, int hd, Get&& get, Partial& out) {
         float num = 0.0f, den = 0.0f;
         for (int k = 0; k < n; ++k) {
             const Partial& pk = get(k);
+            if (pk.m == -INFINITY) continue;
             const float e = expf(pk.m - mm);
             num += pk.acc[d] * e;
             den += pk.l * e;
@@ -201,11 +221,11 @@ __device__ void merge_partials(int n, int hd, Get&& get, Partial& out) {
 // One block an SM at head_dim 128 (84 registers). Measured on the H200 with
 // two (at most 64 registers, a few spilled): context 256 0.289 against 0.234
 // ms of attention a token for 32 layers, context 2048 1.026 against 1.118.
-template <int kDims>
+template <int kDims, class KV>
 __global__ void __launch_bounds__(32 * kDecodeWarps)
-    attention_decode_kernel(const float* q, const float* k, const float* v, float* out, int64_t T,
+    attention_decode_kernel(const float* q, const KV* k, const KV* v, float* out, int64_t T,
                             int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
-                            int64_t window, float scale) {
+                            const int32_t* pos, int64_t window, float scale) {
     __shared__ Partial warp_part[kDecodeWarps], block_part, final_part;
     pdl_start();
     namespace cg = cooperative_groups;
@@ -225,10 +245,10 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
         qv[c] = d < hd ? qrow[d] * scale : 0.0f;
         acc[c] = 0.0f;
     }
-    const int64_t p = pos0 + i;  // keys lo..p are visible
+    const int64_t p = first_position(pos, pos0, b) + i;  // keys lo..p are visible
     const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
     float m = -INFINITY, l = 0.0f;
-    attend_keys<kDims>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
+    attend_keys<kDims, KV>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
                        v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
                        rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
     Partial& mine = warp_part[warp];
@@ -260,27 +280,30 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 
 }  // namespace
 
-void attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t T,
-               int64_t kv_rows, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t pos0,
-               int64_t window, cudaStream_t stream) {
-    CORTIQ_ASSERT(head_dim > 0 && head_dim <= kMaxHeadDim, "head_dim {} (at most {})", head_dim,
-                  kMaxHeadDim);
-    CORTIQ_ASSERT(kv_heads > 0 && heads % kv_heads == 0 && batch <= 65535 && heads <= 65535);
-    CORTIQ_ASSERT(kv_rows >= pos0 + T, "{} key rows for positions up to {}", kv_rows, pos0 + T);
-    if (batch == 0 || T == 0) return;
+int attention_decode_splits(int64_t keys, int64_t window) {
+    static const int per_block = knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
+    static const int most = knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
+    const int64_t seen = window > 0 ? std::min(window, keys) : keys;
+    return static_cast<int>(std::clamp<int64_t>((seen + per_block - 1) / per_block, 1, most));
+}
+
+namespace {
+
+template <class KV>
+void launch_attention(const AttentionArgs& a, const KV* k, const KV* v, cudaStream_t stream) {
+    const int64_t T = a.T, head_dim = a.head_dim;
     const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-    if (T <= kDecodeMaxRows && batch * T <= 65535) {
-        // a block per 128 visible keys, at most 8 (one cluster)
-        const int64_t keys = window > 0 ? std::min(window, pos0 + T) : pos0 + T;
-        static const int per_block = knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
-        static const int most = knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
+    const int heads = static_cast<int>(a.heads), kv_heads = static_cast<int>(a.kv_heads);
+    if (T <= kDecodeMaxRows && a.batch * T <= 65535) {
+        // a block per 128 visible keys, at most 8 (one cluster); with the
+        // positions on the device, as many as the caller's bound needs
         const int splits =
-            static_cast<int>(std::clamp<int64_t>((keys + per_block - 1) / per_block, 1, most));
-        const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(heads),
-                        static_cast<unsigned>(batch * T));
-        auto* kernel = head_dim <= 64    ? attention_decode_kernel<2>
-                       : head_dim <= 128 ? attention_decode_kernel<4>
-                                         : attention_decode_kernel<8>;
+            attention_decode_splits(a.max_keys > 0 ? a.max_keys : a.pos0 + T, a.window);
+        const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads),
+                        static_cast<unsigned>(a.batch * T));
+        auto* kernel = head_dim <= 64    ? attention_decode_kernel<2, KV>
+                       : head_dim <= 128 ? attention_decode_kernel<4, KV>
+                                         : attention_decode_kernel<8, KV>;
         if (splits > 8)
             CUDA_CHECK(
                 cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -297,17 +320,54 @@ void attention(const float* q, const float* k, const float* v, float* out, int64
         attr[1].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 2;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, q, k, v, out, T, kv_rows,
-                                      static_cast<int>(heads), static_cast<int>(kv_heads),
-                                      static_cast<int>(head_dim), pos0, window, scale));
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a.q, k, v, a.out, T, a.kv_rows, heads,
+                                      kv_heads, static_cast<int>(head_dim), a.pos0, a.pos,
+                                      a.window, scale));
         return;
     }
-    const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps), static_cast<unsigned>(heads),
-                    static_cast<unsigned>(batch));
+    const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps),
+                    static_cast<unsigned>(a.heads), static_cast<unsigned>(a.batch));
     const size_t smem = sizeof(float) * kWarps * static_cast<size_t>(head_dim);
-    launch_pdl(attention_kernel, grid, 32 * kWarps, smem, stream, q, k, v, out, T, kv_rows,
-               static_cast<int>(heads), static_cast<int>(kv_heads), static_cast<int>(head_dim),
-               pos0, window, scale);
+    launch_pdl(attention_kernel<KV>, grid, 32 * kWarps, smem, stream, a.q, k, v, a.out, T,
+               a.kv_rows, heads, kv_heads, static_cast<int>(head_dim), a.pos0, a.pos, a.window,
+               scale);
+}
+
+}  // namespace
+
+void attention(const AttentionArgs& a, cudaStream_t stream) {
+    CORTIQ_ASSERT(a.head_dim > 0 && a.head_dim <= kMaxHeadDim, "head_dim {} (at most {})",
+                  a.head_dim, kMaxHeadDim);
+    CORTIQ_ASSERT(a.kv_heads > 0 && a.heads % a.kv_heads == 0 && a.batch <= 65535 &&
+                  a.heads <= 65535);
+    CORTIQ_ASSERT(a.pos || a.kv_rows >= a.pos0 + a.T, "{} key rows for positions up to {}",
+                  a.kv_rows, a.pos0 + a.T);
+    CORTIQ_ASSERT((a.k_f16 != nullptr) == (a.v_f16 != nullptr) &&
+                  (a.k_f16 != nullptr) != (a.k != nullptr));
+    if (a.batch == 0 || a.T == 0) return;
+    if (a.k_f16)
+        launch_attention(a, a.k_f16, a.v_f16, stream);
+    else
+        launch_attention(a, a.k, a.v, stream);
+}
+
+void attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t T,
+               int64_t kv_rows, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t pos0,
+               int64_t window, cudaStream_t stream) {
+    AttentionArgs a;
+    a.q = q;
+    a.k = k;
+    a.v = v;
+    a.out = out;
+    a.batch = batch;
+    a.T = T;
+    a.kv_rows = kv_rows;
+    a.heads = heads;
+    a.kv_heads = kv_heads;
+    a.head_dim = head_dim;
+    a.pos0 = pos0;
+    a.window = window;
+    attention(a, stream);
 }
 
 }  // namespace cortiq::model::cuda

@@ -26,7 +26,7 @@ __global__ void conv_kernel(const float* x, int64_t rows, int64_t T, int64_t C, 
         for (int k = 0; k < K; ++k) {
             const int64_t tau = t - P + k;  // the input's position in its sequence
             const float in = tau >= 0 ? x[(seq0 + tau) * C + c]
-                             : state  ? state[(P + tau) * C + c]
+                             : state  ? state[((r / T) * P + P + tau) * C + c]
                                       : 0.0f;
             acc += w[c * K + k] * in;
         }
@@ -34,12 +34,14 @@ __global__ void conv_kernel(const float* x, int64_t rows, int64_t T, int64_t C, 
     }
 }
 
-// state (P × C) ← the inputs at positions T − P .. T − 1 (one sequence); a
-// row taken from the old state (r + T) is read before it is overwritten, as
-// each thread walks its channel in ascending order.
+// Sequence b's state (P × C, blockIdx.y = b) ← its inputs at positions
+// T − P .. T − 1; a row taken from the old state (r + T) is read before it is
+// overwritten, as each thread walks its channel in ascending order.
 __global__ void conv_state_kernel(const float* x, int64_t T, int64_t C, int P, float* state) {
     const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
     if (c >= C) return;
+    x += blockIdx.y * T * C;
+    state += blockIdx.y * static_cast<int64_t>(P) * C;
     for (int64_t r = 0; r < P; ++r) {
         const int64_t tau = T - P + r;
         state[r * C + c] = tau >= 0 ? x[tau * C + c] : state[(r + T) * C + c];
@@ -52,7 +54,7 @@ void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, con
                         int64_t K, float* state, float* y, cudaStream_t stream) {
     CORTIQ_ASSERT(K >= 1 && K <= kMaxKernel && C > 0, "conv width {} (at most {}), {} channels", K,
                   kMaxKernel, C);
-    CORTIQ_ASSERT(!state || batch == 1, "a convolution state serves one sequence, not {}", batch);
+    CORTIQ_ASSERT(batch <= 65535, "{} sequences", batch);
     const int64_t total = batch * T * C;
     if (total == 0) return;
     const int64_t blocks = std::min<int64_t>((total + 255) / 256, 65536);
@@ -60,7 +62,8 @@ void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, con
                                                                    static_cast<int>(K), state, y);
     CUDA_LAUNCH_CHECK();
     if (!state || K == 1) return;
-    conv_state_kernel<<<static_cast<unsigned>((C + 255) / 256), 256, 0, stream>>>(
+    const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(batch));
+    conv_state_kernel<<<grid, 256, 0, stream>>>(
         x, T, C, static_cast<int>(K - 1), state);
     CUDA_LAUNCH_CHECK();
 }

@@ -33,7 +33,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t kh = h / (H / r.k_heads);
     const int64_t j = static_cast<int64_t>(blockIdx.x) * kCols + lane;  // this thread's column
     const bool col = j < dv;
-    float* S = state ? state + h * dk * dv : nullptr;
+    float* S = state ? state + (b * H + h) * dk * dv : nullptr;  // sequence b's, head h
 
     float s[kRowsPerThread];
 #pragma unroll
@@ -95,8 +95,6 @@ void gated_delta_rule(const DeltaRuleArgs& r, float* state, float* out, int64_t 
     CORTIQ_ASSERT(r.k_heads > 0 && r.v_heads % r.k_heads == 0 && r.dk > 0 && r.dv > 0,
                   "delta rule: {} key heads, {} value heads", r.k_heads, r.v_heads);
     CORTIQ_ASSERT(r.dk <= kMaxDk, "delta rule: key head dimension {} (at most {})", r.dk, kMaxDk);
-    CORTIQ_ASSERT(!state || r.batch == 1, "a delta-rule state serves one sequence, not {}",
-                  r.batch);
     CORTIQ_ASSERT(r.batch <= 65535 && r.v_heads <= 65535);
     if (r.batch == 0 || r.T == 0) return;
     const dim3 grid(static_cast<unsigned>((r.dv + kCols - 1) / kCols),

@@ -3,13 +3,18 @@
 // GEMMs and the kernels of kernels.hpp, in the order of model/block.cpp.
 #include "model/gpu_model.hpp"
 
+#include <algorithm>
 #include <numeric>
 
 #include "model/cuda/gpu_model_impl.hpp"
 
 namespace cortiq::model {
 
-GpuModel::GpuModel(const Model& m) : impl_(std::make_unique<Impl>(m)) {}
+GpuModel::GpuModel(const Model& m, const GpuOptions& o) {
+    GpuOptions resolved = o;
+    if (resolved.kv == KvFormat::automatic) resolved.kv = KvFormat::f32;
+    impl_ = std::make_unique<Impl>(m, resolved);
+}
 GpuModel::~GpuModel() = default;
 GpuModel::GpuModel(GpuModel&&) noexcept = default;
 GpuModel& GpuModel::operator=(GpuModel&&) noexcept = default;
@@ -21,7 +26,7 @@ const io::ModelConfig& GpuModel::config() const {
 MatF GpuModel::forward(std::span<const int32_t> tokens) {
     const int64_t T = static_cast<int64_t>(tokens.size());
     impl_->load_tokens(tokens);
-    impl_->run(1, T, 0, false, false);
+    impl_->run(1, T, nullptr, false);
     return impl_->download_logits(T);
 }
 
@@ -31,7 +36,7 @@ double GpuModel::windows_nll(std::span<const int32_t> tokens, int64_t windows) {
     const int64_t len = R / windows;
     Impl& g = *impl_;
     g.load_tokens(tokens);
-    g.run(windows, len, 0, false, false);
+    g.run(windows, len, nullptr, false);
     cuda::next_token_nll(g.ws.logits.get(), g.ws.tokens.get(), R, len, g.cfg.vocab_size,
                          g.ws.nll.get(), g.stream());
     std::vector<double> nll(static_cast<size_t>(R));
@@ -48,24 +53,35 @@ int64_t GpuModel::batch_windows(int64_t len) const {
     return std::clamp<int64_t>(std::min(by_rows, by_logits), 1, 65535);
 }
 
-void GpuModel::reset_cache(int64_t capacity) {
+void GpuModel::reset_cache(int64_t capacity, int64_t sequences) {
     CORTIQ_CHECK(capacity > 0, "KV cache capacity must be positive, got {}", capacity);
-    Impl::Cache& kc = impl_->cache;
-    const io::ModelConfig& c = impl_->cfg;
-    const cudaStream_t st = impl_->stream();
-    kc.length = 0;
-    if (kc.capacity != capacity) {
+    CORTIQ_CHECK(sequences > 0 && sequences <= 65535, "KV cache: {} sequences", sequences);
+    Impl& g = *impl_;
+    Impl::Cache& kc = g.cache;
+    const io::ModelConfig& c = g.cfg;
+    const cudaStream_t st = g.stream();
+    if (kc.capacity != capacity || kc.sequences != sequences) {
+        g.graphs.clear();    // they hold the old cache's addresses
         kc = Impl::Cache{};  // free the old cache first
+        kc.f16 = g.opt.kv == KvFormat::f16;
         const io::DeltaNetConfig& d = c.delta;
+        const int64_t rows = capacity * sequences;
         for (int64_t l = 0; l < c.num_layers; ++l) {
             const bool delta = c.is_delta(l);  // a DeltaNet layer keeps states, not keys
-            kc.k.emplace_back(delta ? 0 : capacity * c.kv_dim(), st);
-            kc.v.emplace_back(delta ? 0 : capacity * c.kv_dim(), st);
-            kc.conv.emplace_back(delta ? (d.conv_kernel - 1) * d.conv_dim() : 0, st);
-            kc.state.emplace_back(delta ? d.v_heads * d.k_dim * d.v_dim : 0, st);
+            const int64_t kv = delta ? 0 : rows * c.kv_dim();
+            kc.k.emplace_back(kc.f16 ? 0 : kv, st);
+            kc.v.emplace_back(kc.f16 ? 0 : kv, st);
+            kc.k16.emplace_back(kc.f16 ? kv : 0, st);
+            kc.v16.emplace_back(kc.f16 ? kv : 0, st);
+            kc.conv.emplace_back(delta ? sequences * (d.conv_kernel - 1) * d.conv_dim() : 0, st);
+            kc.state.emplace_back(delta ? sequences * d.v_heads * d.k_dim * d.v_dim : 0, st);
         }
+        kc.pos = cortiq::cuda::DeviceBuffer<int32_t>(sequences, st);
         kc.capacity = capacity;
+        kc.sequences = sequences;
     }
+    kc.length.assign(static_cast<size_t>(sequences), 0);
+    g.ensure_rope(capacity);
     // A new sequence starts from zero DeltaNet states.
     for (auto* part : {&kc.conv, &kc.state})
         for (DVec& b : *part)
@@ -74,20 +90,76 @@ void GpuModel::reset_cache(int64_t capacity) {
                     cudaMemsetAsync(b.get(), 0, static_cast<size_t>(b.size()) * sizeof(float), st));
 }
 
-MatF GpuModel::forward_cached(std::span<const int32_t> tokens, bool last_only) {
-    Impl::Cache& kc = impl_->cache;
-    const int64_t T = static_cast<int64_t>(tokens.size());
+namespace {
+
+// Checks that sequences seq0..seq0 + count − 1 exist and have room for
+// `tokens` more positions each; returns their positions now.
+std::vector<int32_t> cached_positions(const GpuModel::Impl& g, int64_t seq0, int64_t count,
+                                      int64_t tokens) {
+    const auto& kc = g.cache;
     CORTIQ_CHECK(kc.capacity > 0, "forward_cached: no KV cache (reset_cache first)");
-    CORTIQ_CHECK(kc.length + T <= kc.capacity, "KV cache full: {} + {} tokens > capacity {}",
-                 kc.length, T, kc.capacity);
-    impl_->load_tokens(tokens);
-    impl_->run(1, T, kc.length, true, last_only);
-    kc.length += T;
-    return impl_->download_logits(last_only ? 1 : T);
+    CORTIQ_CHECK(seq0 >= 0 && seq0 + count <= kc.sequences, "KV cache: sequence {} of {}",
+                 seq0 + count - 1, kc.sequences);
+    std::vector<int32_t> pos;
+    for (int64_t s = seq0; s < seq0 + count; ++s) {
+        const int64_t len = kc.length[static_cast<size_t>(s)];
+        CORTIQ_CHECK(len + tokens <= kc.capacity, "KV cache full: {} + {} tokens > capacity {}",
+                     len, tokens, kc.capacity);
+        pos.push_back(static_cast<int32_t>(len));
+    }
+    return pos;
 }
 
-int64_t GpuModel::cache_length() const {
-    return impl_->cache.length;
+}  // namespace
+
+MatF GpuModel::forward_cached(std::span<const int32_t> tokens, bool last_only, int64_t seq) {
+    Impl& g = *impl_;
+    const int64_t T = static_cast<int64_t>(tokens.size());
+    const std::vector<int32_t> pos = cached_positions(g, seq, 1, T);
+    g.load_tokens(tokens);
+    CUDA_CHECK(cudaMemcpyAsync(g.cache.pos.get() + seq, pos.data(), sizeof(int32_t),
+                               cudaMemcpyHostToDevice, g.stream()));
+    const CacheStep cs{seq, g.cache.pos.get() + seq, pos[0] + T};
+    if (T == 1)
+        g.decode(1, cs);
+    else
+        g.run(1, T, &cs, last_only);
+    g.cache.length[static_cast<size_t>(seq)] += T;
+    return g.download_logits(last_only ? 1 : T);
+}
+
+MatF GpuModel::decode_step(std::span<const int32_t> tokens) {
+    Impl& g = *impl_;
+    const int64_t B = static_cast<int64_t>(tokens.size());
+    CORTIQ_CHECK(B == g.cache.sequences, "decode_step: {} tokens for {} sequences", B,
+                 g.cache.sequences);
+    const std::vector<int32_t> pos = cached_positions(g, 0, B, 1);
+    g.load_tokens(tokens);
+    CUDA_CHECK(cudaMemcpyAsync(g.cache.pos.get(), pos.data(), pos.size() * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, g.stream()));
+    const int64_t longest = *std::max_element(pos.begin(), pos.end());
+    g.decode(B, CacheStep{0, g.cache.pos.get(), longest + 1});
+    for (int64_t& len : g.cache.length) ++len;
+    return g.download_logits(B);
+}
+
+int64_t GpuModel::cache_length(int64_t seq) const {
+    const Impl::Cache& kc = impl_->cache;
+    CORTIQ_CHECK(seq >= 0 && seq < std::max<int64_t>(kc.sequences, 1),
+                 "KV cache: sequence {} of {}", seq, kc.sequences);
+    return kc.length.empty() ? 0 : kc.length[static_cast<size_t>(seq)];
+}
+
+int64_t GpuModel::cache_sequences() const {
+    return impl_->cache.sequences;
+}
+
+int64_t GpuModel::graph_replays() const {
+    return impl_->replays;
+}
+
+int64_t GpuModel::graph_captures() const {
+    return impl_->captures;
 }
 
 int64_t GpuModel::device_bytes() const {
@@ -126,7 +198,7 @@ void GpuModel::run_block(int64_t layer, int64_t batch, int64_t T, float* x,
     CORTIQ_CHECK(layer >= 0 && layer < g.cfg.num_layers, "layer {} of {}", layer, g.cfg.num_layers);
     g.ensure_rope(T);
     g.ensure_work(batch * T);
-    g.block(static_cast<size_t>(layer), batch, T, 0, false, x, hook, stop_after);
+    g.block(static_cast<size_t>(layer), batch, T, nullptr, x, hook, stop_after);
 }
 
 const float* GpuModel::final_norm_rows(const float* x, int64_t rows) {

@@ -7,8 +7,13 @@
 #include <algorithm>
 #include <array>
 #include <functional>
+#include <map>
 #include <string_view>
+#include <tuple>
+#include <utility>
 #include <vector>
+
+#include <cuda_fp16.h>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
@@ -37,10 +42,41 @@ inline constexpr int64_t kBatchRows = 16384;
 // ...unless its logits (rows × vocab floats, kept on the device) would pass this.
 inline constexpr int64_t kMaxLogitBytes = int64_t{1} << 30;
 
+// An instantiated CUDA graph (owned; destroyed with it).
+class GraphExec {
+  public:
+    GraphExec() = default;
+    explicit GraphExec(cudaGraphExec_t e) : e_(e) {}
+    GraphExec(GraphExec&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+    GraphExec& operator=(GraphExec&& o) noexcept {
+        std::swap(e_, o.e_);
+        return *this;
+    }
+    ~GraphExec() {
+        if (e_) cudaGraphExecDestroy(e_);
+    }
+    cudaGraphExec_t get() const { return e_; }
+    explicit operator bool() const { return e_ != nullptr; }
+
+  private:
+    cudaGraphExec_t e_ = nullptr;
+};
+
+// Where the rows of a cached pass go: the sequences seq0.. of the cache, the
+// position of each one's first row in device memory (pos, one per
+// sequence), and a bound on the keys any row sees (it sizes the attention
+// grid, and with it the captured graph's size class).
+struct CacheStep {
+    int64_t seq0 = 0;
+    const int32_t* pos = nullptr;
+    int64_t max_keys = 0;
+};
+
 struct GpuModel::Impl {
     gpu_base::Gpu gpu;  // first member: destroyed last, after every buffer freed on its stream
     io::ModelConfig cfg;
     std::vector<float> inv_freq;
+    GpuOptions opt;
     cuda::DeviceWeights w;
 
     // cos/sin of every position below rope_rows (the CPU's table, rows × d/2).
@@ -58,18 +94,37 @@ struct GpuModel::Impl {
         gpu_base::DeviceBuffer<double> nll;
     } ws;
 
-    // Keys and values (after RoPE) of positions [0, length), per attention
-    // layer capacity × kv_dim; per Gated DeltaNet layer its convolution state
-    // ((kernel − 1) × conv_dim) and delta-rule state (v_heads × dk × dv).
+    // Per sequence s: keys and values (after RoPE) of positions [0,
+    // length[s]), per attention layer capacity × kv_dim (float32 or fp16;
+    // sequence s's rows from s·capacity); per Gated DeltaNet layer its
+    // convolution state ((kernel − 1) × conv_dim) and delta-rule state
+    // (v_heads × dk × dv). pos: the device copy of each sequence's next
+    // position, written before each cached pass.
     struct Cache {
-        int64_t capacity = 0, length = 0;
+        int64_t capacity = 0, sequences = 0;
+        bool f16 = false;
+        std::vector<int64_t> length;
         std::vector<DVec> k, v, conv, state;
+        std::vector<gpu_base::DeviceBuffer<__half>> k16, v16;
+        gpu_base::DeviceBuffer<int32_t> pos;
     } cache;
 
-    explicit Impl(const Model& m)
+    // The decode step's graphs by (sequences, first sequence, attention
+    // splits): captured on a step's second run with the same buffers (the
+    // first sizes every workspace), replayed while they stay the same.
+    struct StepGraph {
+        GraphExec exec;
+        uint64_t buffers = 0;  // buffers_signature() it was made with
+        bool warmed = false;
+    };
+    std::map<std::tuple<int64_t, int64_t, int>, StepGraph> graphs;
+    int64_t replays = 0, captures = 0;
+
+    Impl(const Model& m, const GpuOptions& o)
         : cfg(m.config()),
           inv_freq(rope_inv_freq(m.config())),
-          w(cuda::upload_weights(m, gpu.stream())) {}
+          opt(o),
+          w(cuda::upload_weights(m, gpu.stream(), o.weights)) {}
 
     cudaStream_t stream() const { return gpu.stream(); }
 
@@ -86,18 +141,56 @@ struct GpuModel::Impl {
         return f;
     }
 
-    int64_t cache_floats() const {
+    int64_t cache_bytes() const {
         int64_t f = 0;
         for (const auto* part : {&cache.k, &cache.v, &cache.conv, &cache.state})
-            for (const DVec& b : *part) f += b.size();
+            for (const DVec& b : *part) f += 4 * b.size();
+        for (const auto* part : {&cache.k16, &cache.v16})
+            for (const auto& b : *part) f += 2 * b.size();
         return f;
+    }
+
+    cuda::KvCacheView kv_view(size_t l, int64_t seq0) {
+        const int64_t off = seq0 * cache.capacity * cfg.kv_dim();
+        cuda::KvCacheView v;
+        v.capacity = cache.capacity;
+        if (cache.f16) {
+            v.k_f16 = cache.k16[l].get() + off;
+            v.v_f16 = cache.v16[l].get() + off;
+        } else {
+            v.k_f32 = cache.k[l].get() + off;
+            v.v_f32 = cache.v[l].get() + off;
+        }
+        return v;
+    }
+
+    // The addresses every captured step reads or writes (workspace, RoPE
+    // table, cache positions, the packed and fp16 scratch), hashed: a graph
+    // is replayed only while they are the ones it was captured with.
+    uint64_t buffers_signature() const {
+        const auto& sc = *w.scratch;
+        const void* ptrs[] = {ws.tokens.get(), ws.x.get(), ws.n.get(), ws.q.get(), ws.k.get(),
+                              ws.v.get(), ws.attn.get(), ws.gate.get(), ws.up.get(),
+                              ws.logits.get(), ws.qg.get(), ws.agate.get(), ws.qkv_lin.get(),
+                              ws.qkv.get(), ws.z.get(), ws.a.get(), ws.b.get(), ws.g.get(),
+                              ws.beta.get(), ws.core.get(), rope_cos.get(), rope_sin.get(),
+                              cache.pos.get(), sc.xg.get(), sc.t.get(), sc.u.get(), sc.tile.get(),
+                              sc.x16.get(), sc.t16.get(), sc.tile16.get(), sc.row_scale.get(),
+                              sc.gemv.part.get(), sc.gemv.counters.get(), sc.planes.get(),
+                              sc.plane_floats.get(), sc.tile_sums.get(), w.half_scratch->x.get()};
+        uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses
+        for (const void* p : ptrs) {
+            h ^= static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
+            h *= 1099511628211ull;
+        }
+        return h;
     }
 
     int64_t bytes() const {
         const auto& sc = *w.scratch;
         const int64_t scratch = 4 * (sc.xg.size() + sc.t.size() + sc.u.size() + sc.tile.size());
         return w.bytes + scratch + 8 * rope_rows * static_cast<int64_t>(inv_freq.size()) +
-               4 * ws.rows * row_floats() + 12 * ws.rows + 4 * cache_floats();
+               4 * ws.rows * row_floats() + 12 * ws.rows + cache_bytes();
     }
 
     // The table covers positions [0, positions); rows are computed exactly
@@ -176,9 +269,11 @@ struct GpuModel::Impl {
     // from n (the normed input; with x_norm, x normed by the projections,
     // n then scratch) to o_proj's output added into x. With
     // Qwen3.5's output gate, q_proj makes the query and the gate per head.
+    // With cs the keys and values go to the cache and attention reads it;
+    // without, each sequence sees its own rows from position 0.
     // Returns false when it stopped at an input.
-    bool attention(size_t l, int64_t batch, int64_t T, int64_t pos0, bool cached, float* n,
-                   float* x, const Seen& seen, const cuda::InputNorm* x_norm = nullptr) {
+    bool attention(size_t l, int64_t batch, int64_t T, const CacheStep* cs, float* n, float* x,
+                   const Seen& seen, const cuda::InputNorm* x_norm = nullptr) {
         const io::ModelConfig& c = cfg;
         const int64_t R = batch * T, hd = c.head_dim, half = rope_half();
         const float eps = static_cast<float>(c.rms_norm_eps);
@@ -187,8 +282,8 @@ struct GpuModel::Impl {
         const cuda::DeviceLayer& L = w.layers[l];
         if (seen("self_attn.q_proj", n, c.hidden_size)) return false;
         float* q = ws.q.get();
-        float* k = cached ? cache.k[l].get() + pos0 * c.kv_dim() : ws.k.get();
-        float* v = cached ? cache.v[l].get() + pos0 * c.kv_dim() : ws.v.get();
+        float* k = ws.k.get();
+        float* v = ws.v.get();
         if (x_norm)  // n not written: the projections norm x themselves
             cuda::linear_group_normed(bl, st, {&L.q, &L.k, &L.v}, x, *x_norm, n, c.hidden_size, R,
                                       {c.attn_gate ? ws.qg.get() : q, k, v});
@@ -202,11 +297,31 @@ struct GpuModel::Impl {
             cuda::rmsnorm(k, R * c.num_kv_heads, hd, L.k_norm.get(), eps, k, st);
         }
         cuda::rope_qk(q, c.num_heads, k, c.num_kv_heads, R, T, hd, half, rope_cos.get(),
-                      rope_sin.get(), pos0, st);
-        const float* keys = cached ? cache.k[l].get() : ws.k.get();
-        const float* vals = cached ? cache.v[l].get() : ws.v.get();
-        cuda::attention(q, keys, vals, ws.attn.get(), batch, T, cached ? cache.capacity : T,
-                        c.num_heads, c.num_kv_heads, hd, pos0, c.sliding_window, st);
+                      rope_sin.get(), 0, cs ? cs->pos : nullptr, st);
+        cuda::AttentionArgs a;
+        a.q = q;
+        a.k = k;
+        a.v = v;
+        a.out = ws.attn.get();
+        a.batch = batch;
+        a.T = T;
+        a.kv_rows = T;
+        a.heads = c.num_heads;
+        a.kv_heads = c.num_kv_heads;
+        a.head_dim = hd;
+        a.window = c.sliding_window;
+        if (cs) {
+            const cuda::KvCacheView kv = kv_view(l, cs->seq0);
+            cuda::kv_store(k, v, batch, T, c.kv_dim(), kv, 0, cs->pos, st);
+            a.k = kv.k_f32;
+            a.v = kv.v_f32;
+            a.k_f16 = kv.k_f16;
+            a.v_f16 = kv.v_f16;
+            a.kv_rows = cache.capacity;
+            a.pos = cs->pos;
+            a.max_keys = cs->max_keys;
+        }
+        cuda::attention(a, st);
         if (c.attn_gate) cuda::sigmoid_gate(ws.attn.get(), ws.agate.get(), R * c.q_dim(), st);
         if (seen("self_attn.o_proj", ws.attn.get(), c.q_dim())) return false;
         cuda::linear(bl, st, L.o, ws.attn.get(), R, x, 1.0f);
@@ -214,10 +329,10 @@ struct GpuModel::Impl {
     }
 
     // The Gated DeltaNet mixer of block l (model/delta_block.cpp): from n to
-    // out_proj's output added into x. With the cache (batch 1) the
-    // convolution and the delta rule continue from its states and leave
-    // theirs there; without it every sequence starts from zero states.
-    bool delta(size_t l, int64_t batch, int64_t T, bool cached, const float* n, float* x,
+    // out_proj's output added into x. With cs the convolution and the delta
+    // rule continue from the cached sequences' states and leave theirs
+    // there; without it every sequence starts from zero states.
+    bool delta(size_t l, int64_t batch, int64_t T, const CacheStep* cs, const float* n, float* x,
                const Seen& seen) {
         const io::ModelConfig& c = cfg;
         const io::DeltaNetConfig& d = c.delta;
@@ -228,8 +343,10 @@ struct GpuModel::Impl {
         if (seen("linear_attn.in_proj_qkv", n, c.hidden_size)) return false;
         cuda::linear_group(bl, st, {&D.qkv, &D.z, &D.b, &D.a}, n, R,
                            {ws.qkv_lin.get(), ws.z.get(), ws.b.get(), ws.a.get()});
+        float* conv_state =
+            cs ? cache.conv[l].get() + cs->seq0 * (d.conv_kernel - 1) * C : nullptr;
         cuda::causal_conv1d_silu(ws.qkv_lin.get(), batch, T, C, D.conv.get(), d.conv_kernel,
-                                 cached ? cache.conv[l].get() : nullptr, ws.qkv.get(), st);
+                                 conv_state, ws.qkv.get(), st);
         constexpr float kL2Eps = 1e-6f;  // transformers' l2norm in the delta rule
         cuda::l2norm_heads(ws.qkv.get(), R, C, 2 * d.k_heads, d.k_dim, kL2Eps, st);  // q and k
         cuda::delta_gates(ws.a.get(), ws.b.get(), R, d.v_heads, D.a_log.get(), D.dt_bias.get(),
@@ -247,8 +364,9 @@ struct GpuModel::Impl {
         r.v_heads = d.v_heads;
         r.dk = d.k_dim;
         r.dv = d.v_dim;
-        float* state = cached ? cache.state[l].get() : nullptr;
-        if (kChunkedPrefill && T > 1)
+        float* state = cs ? cache.state[l].get() + cs->seq0 * d.v_heads * d.k_dim * d.v_dim
+                          : nullptr;
+        if (kChunkedPrefill && T > 1 && batch == 1)
             cuda::gated_delta_chunked(r, state, ws.core.get(), VD, st);
         else
             cuda::gated_delta_rule(r, state, ws.core.get(), VD, st);
@@ -261,10 +379,11 @@ struct GpuModel::Impl {
 
     int64_t rope_half() const { return static_cast<int64_t>(inv_freq.size()); }
 
-    // Block l on x (batch sequences of T rows at positions pos0.., updated in
-    // place to the block's output). With `stop_after` (an input name): returns
-    // right after `hook` saw that input (x then holds a partial sum).
-    void block(size_t l, int64_t batch, int64_t T, int64_t pos0, bool cached, float* x,
+    // Block l on x (batch sequences of T rows, from position 0 or, with cs,
+    // cached sequences', updated in place to the block's output). With
+    // `stop_after` (an input name): returns right after `hook` saw that
+    // input (x then holds a partial sum).
+    void block(size_t l, int64_t batch, int64_t T, const CacheStep* cs, float* x,
                const DeviceHook* hook = nullptr, std::string_view stop_after = {}) {
         const io::ModelConfig& c = cfg;
         const int64_t R = batch * T, H = c.hidden_size;
@@ -282,8 +401,8 @@ struct GpuModel::Impl {
         const cuda::InputNorm in_norm{L.input_norm.get(), eps};
         // The token mixer; its output projection accumulates into x.
         if (!proj_norms || L.delta_mixer) cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
-        const bool done = L.delta_mixer ? delta(l, batch, T, cached, n, x, seen)
-                                        : attention(l, batch, T, pos0, cached, n, x, seen,
+        const bool done = L.delta_mixer ? delta(l, batch, T, cs, n, x, seen)
+                                        : attention(l, batch, T, cs, n, x, seen,
                                                     proj_norms ? &in_norm : nullptr);
         if (!done) return;
         // MLP half; down_proj accumulates into x.
@@ -300,26 +419,76 @@ struct GpuModel::Impl {
         cuda::linear(bl, st, L.down, ws.gate.get(), R, x, 1.0f);
     }
 
-    // `batch` sequences of T tokens (in ws.tokens) at positions pos0.. . With
-    // the cache (batch 1) keys and values go to its rows pos0.. and attention
-    // reads every cached position; without it each sequence sees its own.
-    // Leaves the logits of every row, or of the last, in ws.logits.
-    void run(int64_t batch, int64_t T, int64_t pos0, bool cached, bool last_only) {
+    // `batch` sequences of T tokens (in ws.tokens). With cs, cached
+    // sequences cs->seq0.. continue from their positions: keys and values go
+    // to the cache and attention reads every cached position; without it
+    // each sequence sees its own rows from position 0. Leaves the logits of
+    // every row, or of the last, in ws.logits. Allocates nothing when the
+    // workspace, RoPE table and cache are already sized (a captured step).
+    void run(int64_t batch, int64_t T, const CacheStep* cs, bool last_only) {
         const io::ModelConfig& c = cfg;
         const int64_t R = batch * T, H = c.hidden_size;
         const float eps = static_cast<float>(c.rms_norm_eps);
         const cudaStream_t st = stream();
         const cublasHandle_t bl = gpu.blas();
-        CORTIQ_ASSERT(R <= ws.rows && (!cached || (batch == 1 && pos0 + T <= cache.capacity)));
-        ensure_rope(pos0 + T);
+        CORTIQ_ASSERT(R <= ws.rows && (!cs || cs->seq0 + batch <= cache.sequences));
+        if (!cs) ensure_rope(T);  // a cache's table is made with it (reset_cache)
 
         float* x = ws.x.get();
         cuda::embed_rows(w, ws.tokens.get(), R, H, x, st);
-        for (size_t l = 0; l < w.layers.size(); ++l) block(l, batch, T, pos0, cached, x);
+        for (size_t l = 0; l < w.layers.size(); ++l) block(l, batch, T, cs, x);
         const int64_t r0 = last_only ? R - 1 : 0;
         float* n = ws.n.get();
         cuda::rmsnorm(x + r0 * H, R - r0, H, w.final_norm.get(), eps, n, st);
         cuda::linear(bl, st, w.lm_head, n, R - r0, ws.logits.get(), 0.0f);
+    }
+
+    // One token for each of `batch` cached sequences from cs.seq0 (tokens in
+    // ws.tokens, positions in cache.pos): the captured graph of this size
+    // class replayed, or, with graphs off, on a step's first run with these
+    // buffers and whenever they change, the same kernels launched one by one.
+    void decode(int64_t batch, const CacheStep& cs) {
+        if (!opt.graphs) return run(batch, 1, &cs, false);
+        const cudaStream_t st = stream();
+        const int splits = cuda::attention_decode_splits(cs.max_keys, cfg.sliding_window);
+        StepGraph& g = graphs[{batch, cs.seq0, splits}];
+        const uint64_t buffers = buffers_signature();
+        if (!g.exec || g.buffers != buffers) {
+            if (!g.warmed || g.buffers != buffers) {  // size every buffer first
+                run(batch, 1, &cs, false);
+                g.exec = GraphExec{};
+                g.warmed = true;
+                g.buffers = buffers_signature();
+                return;
+            }
+            g.exec = capture([&] { run(batch, 1, &cs, false); });
+            CORTIQ_ASSERT(buffers_signature() == buffers, "a buffer moved while capturing a step");
+            ++captures;
+        }
+        CUDA_CHECK(cudaGraphLaunch(g.exec.get(), st));
+        ++replays;
+    }
+
+    // f's launches on the stream, captured (not run) into an instantiated graph.
+    template <class F>
+    GraphExec capture(F&& f) {
+        const cudaStream_t st = stream();
+        CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        try {
+            f();
+        } catch (...) {
+            cudaGraph_t broken = nullptr;
+            cudaStreamEndCapture(st, &broken);
+            if (broken) cudaGraphDestroy(broken);
+            throw;
+        }
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamEndCapture(st, &graph));
+        cudaGraphExec_t exec = nullptr;
+        const cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        CUDA_CHECK(e);
+        return GraphExec(exec);
     }
 
     MatF download_logits(int64_t rows) {

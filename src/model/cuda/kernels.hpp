@@ -7,6 +7,7 @@
 // (pdl.cuh).
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -16,6 +17,13 @@ namespace cortiq::model::cuda {
 // out[r,:] = table[tokens[r],:]   (rows × d; ids already checked on the host)
 void embed(const int32_t* tokens, const float* table, int64_t rows, int64_t d, float* out,
            cudaStream_t stream);
+// The same from an fp16 table (the dense fp16 runtime).
+void embed(const int32_t* tokens, const __half* table, int64_t rows, int64_t d, float* out,
+           cudaStream_t stream);
+
+// y[i] = fp16(x[i]) over n values (round to nearest; the dense fp16 runtime's
+// GEMM inputs).
+void to_f16(const float* x, int64_t n, __half* y, cudaStream_t stream);
 
 // y[r,:] = w ∘ x[r,:] / sqrt(mean_j x[r,j]² + eps)   (rows × n; y may be x).
 // Qwen3's q/k norm is the same call on rows of head_dim values.
@@ -24,11 +32,26 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const float* w, float eps,
 
 // In place, rotate_half convention (model::rope), on q (rows of q_heads
 // heads) and k (rows of k_heads heads) in one launch: row r is at position
-// pos0 + r mod T; cos/sin hold rows of `half` values for positions 0.. ;
-// 2·half ≤ head_dim dims of each head turn (partial rotary: the rest stay).
+// p0 + r mod T, p0 = pos[r / T] when pos (device memory, one per sequence)
+// is given, else pos0; cos/sin hold rows of `half` values for positions
+// 0.. ; 2·half ≤ head_dim dims of each head turn (partial rotary: the rest
+// stay).
 void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t rows, int64_t T,
              int64_t head_dim, int64_t half, const float* cos, const float* sin, int64_t pos0,
-             cudaStream_t stream);
+             const int32_t* pos, cudaStream_t stream);
+
+// The keys and values of `batch` sequences of T rows (k, v: batch·T rows of
+// kv_dim) into a KV cache of `capacity` rows per sequence: row i of
+// sequence b goes to cache row b·capacity + p0 + i, p0 = pos[b] (device
+// memory) when pos is given, else pos0. The cache is float32 (k_f32,
+// v_f32) or fp16 (k_f16, v_f16, rounded to nearest); the other pair null.
+struct KvCacheView {
+    float *k_f32 = nullptr, *v_f32 = nullptr;
+    __half *k_f16 = nullptr, *v_f16 = nullptr;
+    int64_t capacity = 0;
+};
+void kv_store(const float* k, const float* v, int64_t batch, int64_t T, int64_t kv_dim,
+              const KvCacheView& cache, int64_t pos0, const int32_t* pos, cudaStream_t stream);
 
 // Causal grouped-query attention (model::attention). Sequence b's query row
 // i (position pos0 + i) of head h attends key rows j ≤ pos0 + i (and
@@ -38,6 +61,27 @@ void rope_qk(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t rows,
 void attention(const float* q, const float* k, const float* v, float* out, int64_t batch, int64_t T,
                int64_t kv_rows, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t pos0,
                int64_t window, cudaStream_t stream);
+// The same on a float32 (k, v) or fp16 (k_f16, v_f16) cache, the positions
+// either pos0 for every sequence or pos[b] (device memory; sequence b's first
+// query row) — then max_keys bounds the keys any query row sees and sizes the
+// decode grid, so that one captured launch serves every position below it.
+struct AttentionArgs {
+    const float* q = nullptr;
+    const float *k = nullptr, *v = nullptr;
+    const __half *k_f16 = nullptr, *v_f16 = nullptr;
+    float* out = nullptr;
+    int64_t batch = 1, T = 0, kv_rows = 0, heads = 0, kv_heads = 0, head_dim = 0;
+    int64_t pos0 = 0;
+    const int32_t* pos = nullptr;
+    int64_t max_keys = 0;  // with pos: at least every row's position + 1
+    int64_t window = 0;
+};
+void attention(const AttentionArgs& a, cudaStream_t stream);
+// The blocks (a cluster) attention gives each decoded query row when any row
+// sees at most `keys` keys (min(keys, window) with a window > 0): one per
+// 128 keys, at most 8 (CORTIQ_ATTN_KEYS, CORTIQ_ATTN_SPLITS). The size class
+// of a captured decode step.
+int attention_decode_splits(int64_t keys, int64_t window);
 
 // gate ← silu(gate) ∘ up over n values (in place).
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream);
@@ -73,8 +117,9 @@ void l2norm_heads(float* x, int64_t rows, int64_t ld, int64_t heads, int64_t d, 
 // Depthwise causal convolution of width K with SiLU (model::causal_conv1d_silu)
 // on `batch` sequences of T rows of C channels: y[t, c] = silu(Σ_k w[c·K + k] ·
 // x[t − K + 1 + k, c]). Rows before a sequence's first come from `state`
-// ((K − 1) × C, oldest first; batch 1 only), which is then updated to the last
-// K − 1 inputs; with state null they are zeros and nothing is kept. y ≠ x.
+// ((K − 1) × C per sequence, oldest first, sequence b's at b·(K − 1)·C),
+// which is then updated to the last K − 1 inputs; with state null they are
+// zeros and nothing is kept. y ≠ x.
 void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, const float* w,
                         int64_t K, float* state, float* y, cudaStream_t stream);
 
@@ -86,8 +131,9 @@ void delta_gates(const float* a, const float* b, int64_t rows, int64_t heads, co
 // The gated delta rule (model::gated_delta_recurrent) on `batch` sequences of T
 // rows, step by step over the tokens (decoding; delta_rule.cu). q, k: row stride ld_qk, k_heads·dk
 // values; v: stride ld_v, v_heads·dv; g, beta: rows × v_heads; value head h
-// reads key head h / (v_heads / k_heads). state: v_heads × dk × dv (batch 1),
-// the start state, updated; null: every sequence starts from zero and the end
+// reads key head h / (v_heads / k_heads). state: v_heads × dk × dv per
+// sequence (sequence b's at b·v_heads·dk·dv), the start state, updated;
+// null: every sequence starts from zero and the end
 // state is dropped. out: rows × v_heads·dv (row stride ld_o). dk ≤ 128.
 struct DeltaRuleArgs {
     const float *q = nullptr, *k = nullptr, *v = nullptr, *g = nullptr, *beta = nullptr;

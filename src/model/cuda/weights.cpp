@@ -1,6 +1,7 @@
 #include "model/cuda/weights.hpp"
 
 #include "core/error.hpp"
+#include "core/half.hpp"
 #include "model/blr_linear.hpp"
 #include "model/cuda/kernels.hpp"
 #include "model/llama.hpp"
@@ -14,11 +15,38 @@ DVec upload(const std::vector<float>& v, cudaStream_t stream, int64_t& bytes) {
     return cortiq::cuda::upload_f(v, stream);
 }
 
+cortiq::cuda::DeviceBuffer<__half> upload_half(const MatF& w, cudaStream_t stream,
+                                               int64_t& bytes) {
+    std::vector<uint16_t> h(static_cast<size_t>(w.size()));
+    for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_half(w.data()[i]);
+    cortiq::cuda::DeviceBuffer<__half> d(w.size(), stream);
+    CUDA_CHECK(cudaMemcpyAsync(d.get(), h.data(), h.size() * sizeof(uint16_t),
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // h is freed on return
+    bytes += static_cast<int64_t>(h.size() * sizeof(uint16_t));
+    return d;
+}
+
+// Where upload_linear puts a layer: its format and the scratch it shares.
+struct Target {
+    WeightFormat format;
+    PackedScratch* scratch;
+    HalfScratch* half_scratch;
+};
+
 DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
-                           PackedScratch* scratch) {
+                           const Target& to) {
     DeviceLinear d;
     d.m = l.out_features();
     d.n = l.in_features();
+    PackedScratch* scratch = to.scratch;
+    if (to.format == WeightFormat::f16) {
+        d.own16 = upload_half(l.w->dense(), stream, bytes);  // one layer's float copy at a time
+        d.w16 = d.own16.get();
+        d.half_scratch = to.half_scratch;
+        if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
+        return d;
+    }
     if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get())) {
         d.packed = std::make_unique<DevicePacked>(upload_packed(blr->packed(), stream));
         d.scratch = scratch;
@@ -35,7 +63,7 @@ DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
 }
 
 DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t& bytes,
-                         PackedScratch* scratch) {
+                         const Target& scratch) {
     DeviceDelta d;
     d.qkv = upload_linear(w.qkv, stream, bytes, scratch);
     d.z = upload_linear(w.z, stream, bytes, scratch);
@@ -51,11 +79,14 @@ DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t&
 
 }  // namespace
 
-DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream, WeightFormat format) {
     const io::ModelConfig& c = m.config();
     DeviceWeights d;
+    const Target to{format, d.scratch.get(), d.half_scratch.get()};
     const Embedding& e = m.embedding();
-    if (!e.packed()) {
+    if (format == WeightFormat::f16) {
+        d.embed16 = upload_half(e.packed() ? e.dense() : e.table(), stream, d.bytes);
+    } else if (!e.packed()) {
         d.embed = upload(e.table().vec(), stream, d.bytes);
     } else if (!m.head_shares_embedding()) {
         d.embed_own = std::make_unique<DevicePacked>(upload_packed(*e.packed_ptr(), stream));
@@ -68,22 +99,22 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
         DeviceLayer& l = d.layers[static_cast<size_t>(i)];
         l.input_norm = upload(w.input_norm, stream, d.bytes);
         l.post_attn_norm = upload(w.post_attn_norm, stream, d.bytes);
-        l.gate = upload_linear(w.gate, stream, d.bytes, d.scratch.get());
-        l.up = upload_linear(w.up, stream, d.bytes, d.scratch.get());
-        l.down = upload_linear(w.down, stream, d.bytes, d.scratch.get());
+        l.gate = upload_linear(w.gate, stream, d.bytes, to);
+        l.up = upload_linear(w.up, stream, d.bytes, to);
+        l.down = upload_linear(w.down, stream, d.bytes, to);
         if (w.mixer == io::Mixer::gated_delta) {
             l.delta_mixer = true;
-            l.delta = upload_delta(w.delta, stream, d.bytes, d.scratch.get());
+            l.delta = upload_delta(w.delta, stream, d.bytes, to);
             continue;
         }
         if (c.qk_norm) {
             l.q_norm = upload(w.q_norm, stream, d.bytes);
             l.k_norm = upload(w.k_norm, stream, d.bytes);
         }
-        l.q = upload_linear(w.q, stream, d.bytes, d.scratch.get());
-        l.k = upload_linear(w.k, stream, d.bytes, d.scratch.get());
-        l.v = upload_linear(w.v, stream, d.bytes, d.scratch.get());
-        l.o = upload_linear(w.o, stream, d.bytes, d.scratch.get());
+        l.q = upload_linear(w.q, stream, d.bytes, to);
+        l.k = upload_linear(w.k, stream, d.bytes, to);
+        l.v = upload_linear(w.v, stream, d.bytes, to);
+        l.o = upload_linear(w.o, stream, d.bytes, to);
     }
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight
@@ -93,7 +124,7 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream) {
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
     } else {
-        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, d.scratch.get());
+        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, to);
         if (m.head_shares_embedding()) d.embed_packed = d.lm_head.packed.get();
     }
     return d;
@@ -103,12 +134,14 @@ void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int
                 float* out, cudaStream_t stream) {
     if (w.embed_packed)
         embed_packed(tokens, *w.embed_packed, rows, out, stream);
+    else if (!w.embed16.empty())
+        embed(tokens, w.embed16.get(), rows, hidden, out, stream);
     else
         embed(tokens, w.embed.get(), rows, hidden, out, stream);
 }
 
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {
-    CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w && !d.packed,
+    CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w && !d.packed && !d.w16,
                  "set_weight: a {}x{} weight for a {}x{} layer{}", w.rows(), w.cols(), d.m, d.n,
                  d.own.get() == d.w ? "" : " that shares its storage");
     CUDA_CHECK(cudaMemcpyAsync(d.own.get(), w.data(), static_cast<size_t>(w.size()) * sizeof(float),
@@ -124,6 +157,18 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
         return packed_linear(blas, stream, *l.packed, *l.scratch, x, rows, y, beta,
                              l.bias.empty() ? nullptr : l.bias.get());
     const float one = 1.0f;
+    if (l.w16) {  // fp16 weight and input, float32 accumulation and output
+        auto& x16 = l.half_scratch->x;
+        if (x16.size() < rows * l.n) x16 = cortiq::cuda::DeviceBuffer<__half>(rows * l.n, stream);
+        to_f16(x, rows * l.n, x16.get(), stream);
+        CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.m),
+                                  static_cast<int>(rows), static_cast<int>(l.n), &one, l.w16,
+                                  CUDA_R_16F, static_cast<int>(l.n), x16.get(), CUDA_R_16F,
+                                  static_cast<int>(l.n), &beta, y, CUDA_R_32F,
+                                  static_cast<int>(l.m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
+        return;
+    }
     // Column-major view: yᵀ (m × rows) = W (m × n, i.e. the row-major n-wide
     // matrix transposed) · xᵀ (n × rows).
     CUBLAS_CHECK(cublasSgemm(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.m),

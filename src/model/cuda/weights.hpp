@@ -1,5 +1,7 @@
-// A Model's weights on the device, float32 and dense, and the one GEMM every
-// linear layer goes through.
+// A Model's weights on the device — compressed layers as their bits, float
+// ones float32; or, for the dense fp16 runtime (the baseline of the packed
+// one), every weight fp16 and dense — and the one GEMM every linear layer
+// goes through.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 #include "core/cuda/device.hpp"
 #include "core/matrix.hpp"
 #include "model/cuda/blr_linear.hpp"
+#include "model/runtime.hpp"  // WeightFormat
 
 namespace cortiq::model {
 class Model;
@@ -19,9 +22,20 @@ namespace cortiq::model::cuda {
 
 using cortiq::cuda::DVec;
 
+// The fp16 copy of a dense fp16 layer's input (x → fp16 before the GEMM),
+// shared by a model's layers and sized for the largest batch seen.
+struct HalfScratch {
+    cortiq::cuda::DeviceBuffer<__half> x;
+};
+
 struct DeviceLinear {
     DVec own;                  // m × n row-major (empty when w points into another buffer)
     const float* w = nullptr;  // the weight: own.get(), or a shared buffer (tied lm_head)
+    // The dense fp16 runtime: the weight in fp16 (own16, or a shared table),
+    // w null; its input goes through half_scratch.
+    cortiq::cuda::DeviceBuffer<__half> own16;
+    const __half* w16 = nullptr;
+    HalfScratch* half_scratch = nullptr;
     DVec bias;                 // m values, or empty
     int64_t m = 0, n = 0;
     // A compressed layer runs from its bits instead (w stays null), with the
@@ -47,6 +61,7 @@ struct DeviceLayer {
 
 struct DeviceWeights {
     DVec embed;  // vocab × hidden, a float embedding
+    cortiq::cuda::DeviceBuffer<__half> embed16;  // the same in fp16 (WeightFormat::f16)
     // A compressed embedding: its bits and scales (embed stays empty); a tied
     // head reads the same ones (embed_packed then points into lm_head).
     std::unique_ptr<DevicePacked> embed_own;
@@ -55,12 +70,17 @@ struct DeviceWeights {
     DVec final_norm;
     DeviceLinear lm_head;  // tied: reads `embed` (a compressed one: embed_packed is its bits)
     std::unique_ptr<PackedScratch> scratch = std::make_unique<PackedScratch>();
+    std::unique_ptr<HalfScratch> half_scratch = std::make_unique<HalfScratch>();
     int64_t bytes = 0;  // device memory held by the weights
 };
 
-// Copies every weight of m to the device: float layers dense, compressed ones
-// (model::BlrLinear) as their bits and f16 scales, never dequantised.
-DeviceWeights upload_weights(const Model& m, cudaStream_t stream);
+// Copies every weight of m to the device. native: float layers dense,
+// compressed ones (model::BlrLinear) as their bits and f16 scales, never
+// dequantised. f16: the embedding, every linear layer and the head dense in
+// fp16, a compressed one dequantised on the host one layer at a time (the
+// norms and the DeltaNet's small tensors stay float32).
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream,
+                             WeightFormat format = WeightFormat::native);
 
 // out (rows × hidden) = the embedding rows of tokens (ids checked on the
 // host), from the float table or the compressed embedding's bits.
