@@ -352,7 +352,7 @@ struct DecodeState {
         const int64_t half = kHeadDim / 2;
         if (!(skip & kSkipRope))
             mc::rope_qk(q.get(), kHeads, k_row(l), kHeads, 1, 1, kHeadDim, half, cos.get(),
-                        sin.get(), ctx - 1, st);
+                        sin.get(), ctx - 1, nullptr, st);
         if (!(skip & kSkipAttention))
             mc::attention(q.get(), kc[static_cast<size_t>(l)].get(),
                           vc[static_cast<size_t>(l)].get(), att.get(), 1, 1, ctx, kHeads, kHeads,
