@@ -148,8 +148,7 @@ TEST_P(DecodeGpu, F16CacheStaysWithinTheRoundingBoundOfF32) {
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
         double change = 0;
         for (int64_t i = 0; i < ref[t].size(); ++i)
-            change = std::max(change,
-                              std::fabs(double{got[t].data()[i]} - ref[t].data()[i]));
+            change = std::max(change, std::fabs(double{got[t].data()[i]} - ref[t].data()[i]));
         if (sorted[0] - sorted[1] > 2 * change) {
             ++decisive;
             kept += argmax(got[t]) == argmax(ref[t]);
@@ -177,7 +176,7 @@ TEST_P(DecodeGpu, SequencesDecodedTogetherMatchEachAlone) {
         // each alone first: its greedy tokens are then fed to the batch
         std::vector<std::vector<MatF>> single;
         for (const auto& p : prompts) single.push_back(decode_logits(alone, p, steps));
-        together.reset_cache(64, B);
+        together.reset_cache(128, B);
         for (int64_t s = 0; s < B; ++s) {
             const MatF l = together.forward_cached(prompts[static_cast<size_t>(s)], true, s);
             EXPECT_LE(rel_diff(l, single[static_cast<size_t>(s)][0]), kFloatRowsTol);
@@ -263,6 +262,12 @@ TEST(DecodeGpuPacked, GraphFp16CacheAndBatchOnAPackedModel) {
     const auto c = decode_logits(h, prompt, 150, &fed);
     for (size_t t = 0; t < a.size(); ++t)
         EXPECT_LE(rel_diff(c[t], a[t]), f16_cache_bound(m.config().num_layers)) << "step " << t;
+    // the dense fp16 runtime made from the bits (dequantised on the device)
+    model::GpuOptions w16;
+    w16.weights = model::WeightFormat::f16;
+    model::GpuModel f(m, w16);
+    EXPECT_LE(rel_diff(f.forward(prompt), g.forward(prompt)), kF16WeightsTol);
+    EXPECT_GT(f.weight_bytes(), 2 * g.weight_bytes());
     // 16 sequences together against each alone
     const int64_t B = 16, vocab = m.config().vocab_size;
     std::vector<std::vector<MatF>> single;

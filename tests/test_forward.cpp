@@ -4,7 +4,6 @@
 // models for the variants the golden models do not cover (Qwen2 biases,
 // Mistral's sliding window, llama3 RoPE scaling, tied heads).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -221,7 +220,8 @@ TEST(Forward, GenerateCliDecodesSeveralPrompts) {
     EXPECT_EQ(j3.at("batch").get<int64_t>(), 3);
     EXPECT_EQ(j3.at("generated_tokens").get<int64_t>(), 36);
     for (const auto& q : j3.at("sequences")) EXPECT_EQ(q.at("ids"), j1.at("ids"));
-    const fs::path list = fs::temp_directory_path() / ("cortiq_prompts_" + std::to_string(getpid()));
+    const fs::path list =
+        fs::temp_directory_path() / ("cortiq_prompts_" + std::to_string(getpid()));
     {
         std::ofstream f(list);
         f << "Once upon a time\n\nThe dog\r\n";

@@ -12,7 +12,7 @@ cd "$(dirname "$0")/../.."
 data=../shared/data
 bins=(build/tools/cortiq/cortiq build/tests/test_cuda_encoder build/tests/test_cuda_knots build/tests/test_forward_gpu
       build/tests/test_calib_gpu build/tests/test_blr_linear_gpu build/tests/test_tune_grad_gpu build/tests/test_tune_delta_grad_gpu
-      build/tests/test_qwen35_gpu build/bench/bench_blr_gpu
+      build/tests/test_qwen35_gpu build/tests/test_decode_gpu build/tests/test_embedding_gpu build/bench/bench_blr_gpu build/bench/bench_decode_gpu
       build/bench/bench_blr_cpu build/bench/bench_encode_gpu build/bench/bench_gemm_align_gpu
       build/bench/bench_launch_floor_gpu build/tests/test_kernels_gpu)
 [ -n "${BINS:-}" ] && read -ra bins <<< "$BINS"

@@ -56,8 +56,7 @@ class GpuModel final : public Runtime {
     int64_t batch_windows(int64_t len) const override;
 
     void reset_cache(int64_t capacity, int64_t sequences = 1) override;
-    MatF forward_cached(std::span<const int32_t> tokens, bool last_only,
-                        int64_t seq = 0) override;
+    MatF forward_cached(std::span<const int32_t> tokens, bool last_only, int64_t seq = 0) override;
     MatF decode_step(std::span<const int32_t> tokens) override;
     int64_t cache_length(int64_t seq = 0) const override;
     int64_t cache_sequences() const override;

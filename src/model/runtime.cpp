@@ -106,7 +106,8 @@ std::unique_ptr<Runtime> make_runtime(const Model& m, Device d) {
 
 std::unique_ptr<Runtime> make_runtime(const Model& m, const RuntimeOptions& o) {
     if (o.device == Device::cpu) {
-        CORTIQ_CHECK(o.kv != KvFormat::f16, "an fp16 KV cache is GPU-only (--kv f16 needs --device gpu)");
+        CORTIQ_CHECK(o.kv != KvFormat::f16,
+                     "an fp16 KV cache is GPU-only (--kv f16 needs --device gpu)");
         CORTIQ_CHECK(o.weights == WeightFormat::native,
                      "fp16 weights are GPU-only (--dtype f16 needs --device gpu)");
         return std::make_unique<CpuRuntime>(m);

@@ -35,7 +35,8 @@ struct GenerateArgs {
 // The prompts' texts: --prompt repeated --batch times, or one per non-empty
 // line of --prompts.
 std::vector<std::string> prompt_texts(const GenerateArgs& a) {
-    if (a.prompts_file.empty()) return std::vector<std::string>(static_cast<size_t>(a.batch), a.prompt);
+    if (a.prompts_file.empty())
+        return std::vector<std::string>(static_cast<size_t>(a.batch), a.prompt);
     std::vector<std::string> out;
     const std::string text = io::read_text_file(a.prompts_file, "prompts");
     size_t at = 0;
@@ -123,9 +124,10 @@ void run(const GenerateArgs& a) {
     const int64_t B = static_cast<int64_t>(prompts.size());
     // Decode throughput: tokens the decode steps made (one per sequence and
     // step, the done ones' included: they were computed) per second.
-    const double decode_tps = timing.decode_seconds > 0
-                                  ? static_cast<double>(B * timing.decode_steps) / timing.decode_seconds
-                                  : 0.0;
+    const double decode_tps =
+        timing.decode_seconds > 0
+            ? static_cast<double>(B * timing.decode_steps) / timing.decode_seconds
+            : 0.0;
     const auto* gm = dynamic_cast<const model::GpuModel*>(rt.get());
     if (a.json) {
         nlohmann::ordered_json j;
@@ -201,7 +203,8 @@ void add_generate(CLI::App& app) {
                     "with --dequant: the dense weights' format, f32, or f16 (GPU: the dense fp16 "
                     "runtime the packed one is measured against)")
         ->capture_default_str();
-    cmd->add_option("--kv", a->kv, "KV cache format: auto (f16 on the GPU, f32 on the CPU), f32, f16")
+    cmd->add_option("--kv", a->kv,
+                    "KV cache format: auto (f16 on the GPU, f32 on the CPU), f32, f16")
         ->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode N copies of --prompt together")
         ->capture_default_str();

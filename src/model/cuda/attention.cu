@@ -35,8 +35,12 @@ namespace cortiq::model::cuda {
 namespace {
 
 // A cached key or value as float: the cache holds float32 or fp16.
-__device__ __forceinline__ float kv_load(const float* p) { return __ldg(p); }
-__device__ __forceinline__ float kv_load(const __half* p) { return __half2float(__ldg(p)); }
+__device__ __forceinline__ float kv_load(const float* p) {
+    return __ldg(p);
+}
+__device__ __forceinline__ float kv_load(const __half* p) {
+    return __half2float(__ldg(p));
+}
 
 // The position of sequence b's first query row: pos[b] when the positions
 // live on the device (a captured decode step), else pos0.
@@ -148,9 +152,9 @@ struct Partial {
 // Warp w's keys are lo + 4·(w + W·t) + u, u < 4, t = 0, 1, .., W the warps
 // of the cluster; the warp keeps its running max m, sum l and output acc.
 template <int kDims, class KV>
-__device__ void attend_keys(const float (&qv)[kDims], const KV* kb, const KV* vb,
-                            int64_t kv_dim, int64_t lo, int64_t p, int w, int W, int hd, float& m,
-                            float& l, float (&acc)[kDims]) {
+__device__ void attend_keys(const float (&qv)[kDims], const KV* kb, const KV* vb, int64_t kv_dim,
+                            int64_t lo, int64_t p, int w, int W, int hd, float& m, float& l,
+                            float (&acc)[kDims]) {
     const int lane = threadIdx.x % 32;
     for (int64_t j0 = lo + int64_t{w} * kDecodeKeys; j0 <= p; j0 += int64_t{W} * kDecodeKeys) {
         float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
@@ -249,8 +253,8 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     const int64_t lo = window > 0 ? max(int64_t{0}, p - window + 1) : 0;
     float m = -INFINITY, l = 0.0f;
     attend_keys<kDims, KV>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
-                       v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
-                       rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
+                           v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
+                           rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
     Partial& mine = warp_part[warp];
     if (lane == 0) {
         mine.m = m;
@@ -320,9 +324,8 @@ void launch_attention(const AttentionArgs& a, const KV* k, const KV* v, cudaStre
         attr[1].val.clusterDim.z = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 2;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a.q, k, v, a.out, T, a.kv_rows, heads,
-                                      kv_heads, static_cast<int>(head_dim), a.pos0, a.pos,
-                                      a.window, scale));
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, a.q, k, v, a.out, T, a.kv_rows, heads, kv_heads,
+                                      static_cast<int>(head_dim), a.pos0, a.pos, a.window, scale));
         return;
     }
     const dim3 grid(static_cast<unsigned>((T + kWarps - 1) / kWarps),

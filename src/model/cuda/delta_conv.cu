@@ -63,8 +63,7 @@ void causal_conv1d_silu(const float* x, int64_t batch, int64_t T, int64_t C, con
     CUDA_LAUNCH_CHECK();
     if (!state || K == 1) return;
     const dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(batch));
-    conv_state_kernel<<<grid, 256, 0, stream>>>(
-        x, T, C, static_cast<int>(K - 1), state);
+    conv_state_kernel<<<grid, 256, 0, stream>>>(x, T, C, static_cast<int>(K - 1), state);
     CUDA_LAUNCH_CHECK();
 }
 

@@ -6,8 +6,12 @@ namespace cortiq::model::cuda {
 
 namespace {
 
-__device__ __forceinline__ float as_float(float x) { return x; }
-__device__ __forceinline__ float as_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float as_float(float x) {
+    return x;
+}
+__device__ __forceinline__ float as_float(__half x) {
+    return __half2float(x);
+}
 
 template <class E>
 __global__ void embed_kernel(const int32_t* tokens, const E* table, int64_t d, float* out) {

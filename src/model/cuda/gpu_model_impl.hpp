@@ -4,6 +4,8 @@
 // model/delta_block.cpp (Qwen3.5's Gated DeltaNet and gated attention).
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <array>
 #include <functional>
@@ -12,8 +14,6 @@
 #include <tuple>
 #include <utility>
 #include <vector>
-
-#include <cuda_fp16.h>
 
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
@@ -124,7 +124,7 @@ struct GpuModel::Impl {
         : cfg(m.config()),
           inv_freq(rope_inv_freq(m.config())),
           opt(o),
-          w(cuda::upload_weights(m, gpu.stream(), o.weights)) {}
+          w(cuda::upload_weights(m, gpu.stream(), gpu.blas(), o.weights)) {}
 
     cudaStream_t stream() const { return gpu.stream(); }
 
@@ -169,15 +169,43 @@ struct GpuModel::Impl {
     // is replayed only while they are the ones it was captured with.
     uint64_t buffers_signature() const {
         const auto& sc = *w.scratch;
-        const void* ptrs[] = {ws.tokens.get(), ws.x.get(), ws.n.get(), ws.q.get(), ws.k.get(),
-                              ws.v.get(), ws.attn.get(), ws.gate.get(), ws.up.get(),
-                              ws.logits.get(), ws.qg.get(), ws.agate.get(), ws.qkv_lin.get(),
-                              ws.qkv.get(), ws.z.get(), ws.a.get(), ws.b.get(), ws.g.get(),
-                              ws.beta.get(), ws.core.get(), rope_cos.get(), rope_sin.get(),
-                              cache.pos.get(), sc.xg.get(), sc.t.get(), sc.u.get(), sc.tile.get(),
-                              sc.x16.get(), sc.t16.get(), sc.tile16.get(), sc.row_scale.get(),
-                              sc.gemv.part.get(), sc.gemv.counters.get(), sc.planes.get(),
-                              sc.plane_floats.get(), sc.tile_sums.get(), w.half_scratch->x.get()};
+        const void* ptrs[] = {ws.tokens.get(),
+                              ws.x.get(),
+                              ws.n.get(),
+                              ws.q.get(),
+                              ws.k.get(),
+                              ws.v.get(),
+                              ws.attn.get(),
+                              ws.gate.get(),
+                              ws.up.get(),
+                              ws.logits.get(),
+                              ws.qg.get(),
+                              ws.agate.get(),
+                              ws.qkv_lin.get(),
+                              ws.qkv.get(),
+                              ws.z.get(),
+                              ws.a.get(),
+                              ws.b.get(),
+                              ws.g.get(),
+                              ws.beta.get(),
+                              ws.core.get(),
+                              rope_cos.get(),
+                              rope_sin.get(),
+                              cache.pos.get(),
+                              sc.xg.get(),
+                              sc.t.get(),
+                              sc.u.get(),
+                              sc.tile.get(),
+                              sc.x16.get(),
+                              sc.t16.get(),
+                              sc.tile16.get(),
+                              sc.row_scale.get(),
+                              sc.gemv.part.get(),
+                              sc.gemv.counters.get(),
+                              sc.planes.get(),
+                              sc.plane_floats.get(),
+                              sc.tile_sums.get(),
+                              w.half_scratch->x.get()};
         uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses
         for (const void* p : ptrs) {
             h ^= static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p));
@@ -343,8 +371,7 @@ struct GpuModel::Impl {
         if (seen("linear_attn.in_proj_qkv", n, c.hidden_size)) return false;
         cuda::linear_group(bl, st, {&D.qkv, &D.z, &D.b, &D.a}, n, R,
                            {ws.qkv_lin.get(), ws.z.get(), ws.b.get(), ws.a.get()});
-        float* conv_state =
-            cs ? cache.conv[l].get() + cs->seq0 * (d.conv_kernel - 1) * C : nullptr;
+        float* conv_state = cs ? cache.conv[l].get() + cs->seq0 * (d.conv_kernel - 1) * C : nullptr;
         cuda::causal_conv1d_silu(ws.qkv_lin.get(), batch, T, C, D.conv.get(), d.conv_kernel,
                                  conv_state, ws.qkv.get(), st);
         constexpr float kL2Eps = 1e-6f;  // transformers' l2norm in the delta rule
@@ -364,8 +391,8 @@ struct GpuModel::Impl {
         r.v_heads = d.v_heads;
         r.dk = d.k_dim;
         r.dv = d.v_dim;
-        float* state = cs ? cache.state[l].get() + cs->seq0 * d.v_heads * d.k_dim * d.v_dim
-                          : nullptr;
+        float* state =
+            cs ? cache.state[l].get() + cs->seq0 * d.v_heads * d.k_dim * d.v_dim : nullptr;
         if (kChunkedPrefill && T > 1 && batch == 1)
             cuda::gated_delta_chunked(r, state, ws.core.get(), VD, st);
         else
@@ -401,9 +428,9 @@ struct GpuModel::Impl {
         const cuda::InputNorm in_norm{L.input_norm.get(), eps};
         // The token mixer; its output projection accumulates into x.
         if (!proj_norms || L.delta_mixer) cuda::rmsnorm(x, R, H, L.input_norm.get(), eps, n, st);
-        const bool done = L.delta_mixer ? delta(l, batch, T, cs, n, x, seen)
-                                        : attention(l, batch, T, cs, n, x, seen,
-                                                    proj_norms ? &in_norm : nullptr);
+        const bool done =
+            L.delta_mixer ? delta(l, batch, T, cs, n, x, seen)
+                          : attention(l, batch, T, cs, n, x, seen, proj_norms ? &in_norm : nullptr);
         if (!done) return;
         // MLP half; down_proj accumulates into x.
         if (proj_norms) {  // gate/up norm x, down_proj applies SwiGLU, as they read

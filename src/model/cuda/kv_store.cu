@@ -13,8 +13,12 @@ namespace cortiq::model::cuda {
 
 namespace {
 
-__device__ __forceinline__ void put(float* p, float x) { *p = x; }
-__device__ __forceinline__ void put(__half* p, float x) { *p = __float2half_rn(x); }
+__device__ __forceinline__ void put(float* p, float x) {
+    *p = x;
+}
+__device__ __forceinline__ void put(__half* p, float x) {
+    *p = __float2half_rn(x);
+}
 
 template <class KV>
 __global__ void kv_store_kernel(const float* k, const float* v, int64_t rows, int64_t T,
@@ -39,8 +43,8 @@ void kv_store(const float* k, const float* v, int64_t batch, int64_t T, int64_t 
     const bool f16 = cache.k_f16 != nullptr;
     CORTIQ_ASSERT(f16 ? cache.v_f16 && !cache.k_f32 : cache.k_f32 && cache.v_f32,
                   "a KV cache is float32 or fp16");
-    CORTIQ_ASSERT(pos || pos0 + T <= cache.capacity, "positions up to {} in a cache of {}", pos0 + T,
-                  cache.capacity);
+    CORTIQ_ASSERT(pos || pos0 + T <= cache.capacity, "positions up to {} in a cache of {}",
+                  pos0 + T, cache.capacity);
     const int64_t total = batch * T * kv_dim;
     if (total == 0) return;
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 65536)));

@@ -1,5 +1,7 @@
 #include "model/cuda/weights.hpp"
 
+#include <algorithm>
+
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "model/blr_linear.hpp"
@@ -15,8 +17,7 @@ DVec upload(const std::vector<float>& v, cudaStream_t stream, int64_t& bytes) {
     return cortiq::cuda::upload_f(v, stream);
 }
 
-cortiq::cuda::DeviceBuffer<__half> upload_half(const MatF& w, cudaStream_t stream,
-                                               int64_t& bytes) {
+cortiq::cuda::DeviceBuffer<__half> upload_half(const MatF& w, cudaStream_t stream, int64_t& bytes) {
     std::vector<uint16_t> h(static_cast<size_t>(w.size()));
     for (size_t i = 0; i < h.size(); ++i) h[i] = float_to_half(w.data()[i]);
     cortiq::cuda::DeviceBuffer<__half> d(w.size(), stream);
@@ -32,16 +33,48 @@ struct Target {
     WeightFormat format;
     PackedScratch* scratch;
     HalfScratch* half_scratch;
+    cublasHandle_t blas;
 };
 
-DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
-                           const Target& to) {
+// Ŵᵀ (n × m, row-major: Ŵ column-major) of a packed layer in fp16, formed on
+// the device by the packed kernels themselves: rows j0.. of the identity
+// through the layer give rows j0.. of Ŵᵀ (identity rows are exact in the
+// kernels' fp16 inputs), a chunk of rows at a time so that no n × n identity
+// is ever held.
+cortiq::cuda::DeviceBuffer<__half> dequant_to_f16(const DevicePacked& p, int64_t m, int64_t n,
+                                                  const Target& to, cudaStream_t stream) {
+    constexpr int64_t kChunk = 1024;
+    cortiq::cuda::DeviceBuffer<__half> out(n * m, stream);
+    const int64_t rows = std::min(kChunk, n);
+    DVec eye(rows * n, stream), wt(rows * m, stream);
+    std::vector<float> host(static_cast<size_t>(rows * n));
+    for (int64_t j0 = 0; j0 < n; j0 += rows) {
+        const int64_t c = std::min(rows, n - j0);
+        std::fill(host.begin(), host.end(), 0.0f);
+        for (int64_t i = 0; i < c; ++i) host[static_cast<size_t>(i * n + j0 + i)] = 1.0f;
+        CUDA_CHECK(cudaMemcpyAsync(eye.get(), host.data(), static_cast<size_t>(c * n) * 4,
+                                   cudaMemcpyHostToDevice, stream));
+        packed_linear(to.blas, stream, p, *to.scratch, eye.get(), c, wt.get(), 0.0f, nullptr);
+        to_f16(wt.get(), c * m, out.get() + j0 * m, stream);
+        CUDA_CHECK(cudaStreamSynchronize(stream));  // host is refilled next
+    }
+    return out;
+}
+
+DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes, const Target& to) {
     DeviceLinear d;
     d.m = l.out_features();
     d.n = l.in_features();
     PackedScratch* scratch = to.scratch;
     if (to.format == WeightFormat::f16) {
-        d.own16 = upload_half(l.w->dense(), stream, bytes);  // one layer's float copy at a time
+        if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get())) {
+            const DevicePacked p = upload_packed(blr->packed(), stream);
+            d.own16 = dequant_to_f16(p, d.m, d.n, to, stream);
+            d.w16_transposed = true;
+            bytes += 2 * d.m * d.n;
+        } else {
+            d.own16 = upload_half(l.w->dense(), stream, bytes);
+        }
         d.w16 = d.own16.get();
         d.half_scratch = to.half_scratch;
         if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
@@ -79,10 +112,11 @@ DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t&
 
 }  // namespace
 
-DeviceWeights upload_weights(const Model& m, cudaStream_t stream, WeightFormat format) {
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
+                             WeightFormat format) {
     const io::ModelConfig& c = m.config();
     DeviceWeights d;
-    const Target to{format, d.scratch.get(), d.half_scratch.get()};
+    const Target to{format, d.scratch.get(), d.half_scratch.get(), blas};
     const Embedding& e = m.embedding();
     if (format == WeightFormat::f16) {
         d.embed16 = upload_half(e.packed() ? e.dense() : e.table(), stream, d.bytes);
@@ -119,7 +153,12 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, WeightFormat f
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight
     // of its own in the file) shares it on the device too.
-    if (m.head_shares_embedding() && !e.packed()) {
+    if (m.head_shares_embedding() && format == WeightFormat::f16) {
+        d.lm_head.w16 = d.embed16.get();
+        d.lm_head.half_scratch = d.half_scratch.get();
+        d.lm_head.m = c.vocab_size;
+        d.lm_head.n = c.hidden_size;
+    } else if (m.head_shares_embedding() && !e.packed()) {
         d.lm_head.w = d.embed.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
@@ -161,11 +200,14 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
         auto& x16 = l.half_scratch->x;
         if (x16.size() < rows * l.n) x16 = cortiq::cuda::DeviceBuffer<__half>(rows * l.n, stream);
         to_f16(x, rows * l.n, x16.get(), stream);
-        CUBLAS_CHECK(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.m),
-                                  static_cast<int>(rows), static_cast<int>(l.n), &one, l.w16,
-                                  CUDA_R_16F, static_cast<int>(l.n), x16.get(), CUDA_R_16F,
-                                  static_cast<int>(l.n), &beta, y, CUDA_R_32F,
-                                  static_cast<int>(l.m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+        // W row-major (m × n) is Wᵀ column-major: OP_T, leading dimension n;
+        // a dequantised Ŵᵀ row-major is Ŵ column-major: OP_N, leading m
+        const bool t = l.w16_transposed;
+        CUBLAS_CHECK(cublasGemmEx(
+            blas, t ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(l.m),
+            static_cast<int>(rows), static_cast<int>(l.n), &one, l.w16, CUDA_R_16F,
+            static_cast<int>(t ? l.m : l.n), x16.get(), CUDA_R_16F, static_cast<int>(l.n), &beta, y,
+            CUDA_R_32F, static_cast<int>(l.m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
         return;
     }

@@ -35,8 +35,9 @@ struct DeviceLinear {
     // w null; its input goes through half_scratch.
     cortiq::cuda::DeviceBuffer<__half> own16;
     const __half* w16 = nullptr;
+    bool w16_transposed = false;  // w16 holds Wᵀ row-major (a dequantised packed layer)
     HalfScratch* half_scratch = nullptr;
-    DVec bias;                 // m values, or empty
+    DVec bias;  // m values, or empty
     int64_t m = 0, n = 0;
     // A compressed layer runs from its bits instead (w stays null), with the
     // scratch buffers its model's packed layers share.
@@ -60,7 +61,7 @@ struct DeviceLayer {
 };
 
 struct DeviceWeights {
-    DVec embed;  // vocab × hidden, a float embedding
+    DVec embed;                                  // vocab × hidden, a float embedding
     cortiq::cuda::DeviceBuffer<__half> embed16;  // the same in fp16 (WeightFormat::f16)
     // A compressed embedding: its bits and scales (embed stays empty); a tied
     // head reads the same ones (embed_packed then points into lm_head).
@@ -77,9 +78,10 @@ struct DeviceWeights {
 // Copies every weight of m to the device. native: float layers dense,
 // compressed ones (model::BlrLinear) as their bits and f16 scales, never
 // dequantised. f16: the embedding, every linear layer and the head dense in
-// fp16, a compressed one dequantised on the host one layer at a time (the
-// norms and the DeltaNet's small tensors stay float32).
-DeviceWeights upload_weights(const Model& m, cudaStream_t stream,
+// fp16, a compressed layer dequantised on the device by its own packed
+// kernels (blas: for those), a compressed embedding on the host (the norms
+// and the DeltaNet's small tensors stay float32).
+DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
                              WeightFormat format = WeightFormat::native);
 
 // out (rows × hidden) = the embedding rows of tokens (ids checked on the
