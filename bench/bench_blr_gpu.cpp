@@ -515,15 +515,9 @@ int main(int argc, char** argv) try {
         else
             CORTIQ_FAIL("unknown flag {}", k);
     }
-    std::vector<double> bpws;
-    std::stringstream ss(bpw);
-    for (std::string t; std::getline(ss, t, ',');) bpws.push_back(std::stod(t));
-    std::vector<int64_t> tiles;
-    std::stringstream ts(tile_list);
-    for (std::string t; std::getline(ts, t, ',');) tiles.push_back(std::stoll(t));
-    std::vector<int> path_counts;
-    std::stringstream ps(path_list);
-    for (std::string t; std::getline(ps, t, ',');) path_counts.push_back(std::stoi(t));
+    const auto bpws = bench::parse_list<double>(bpw);
+    const auto tiles = bench::parse_list<int64_t>(tile_list);
+    const auto path_counts = bench::parse_list<int>(path_list);
     ec::Gpu gpu;
     layer_table(gpu, shapes, bpws, path_counts, tokens, reps, tiles);
     if (layers > 0)

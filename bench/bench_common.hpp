@@ -58,4 +58,18 @@ inline std::vector<std::pair<int64_t, int64_t>> parse_shapes(const std::string& 
     return out;
 }
 
+// "1,4,16" → {1, 4, 16}; "0.55,1.0" → {0.55, 1.0} (a list flag's values).
+template <class T>
+std::vector<T> parse_list(const std::string& s) {
+    std::vector<T> out;
+    std::stringstream ss(s);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+        std::istringstream in(tok);
+        T v{};
+        CORTIQ_CHECK(static_cast<bool>(in >> v) && in.eof(), "'{}' in the list '{}'", tok, s);
+        out.push_back(v);
+    }
+    return out;
+}
+
 }  // namespace cortiq::bench

@@ -37,6 +37,7 @@
 #ifdef CORTIQ_HAVE_CUDA
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "blr/layout.hpp"
 #include "blr/model.hpp"
 #include "core/half.hpp"
@@ -207,13 +208,8 @@ int main(int argc, char** argv) try {
         else
             CORTIQ_FAIL("unknown flag {}", k);
     }
-    auto ints = [](const std::string& s) {
-        std::vector<int64_t> out;
-        std::stringstream ss(s);
-        for (std::string t; std::getline(ss, t, ',');) out.push_back(std::stoll(t));
-        return out;
-    };
-    const std::vector<int64_t> batches = ints(batch_list), ctxs = ints(ctx_list);
+    const auto batches = bench::parse_list<int64_t>(batch_list);
+    const auto ctxs = bench::parse_list<int64_t>(ctx_list);
     const char* base = std::getenv("TMPDIR");
     std::string dir_tmpl =
         (base && *base ? std::string(base) : std::string("/tmp")) + "/cortiq_decode_XXXXXX";
@@ -231,8 +227,7 @@ int main(int argc, char** argv) try {
 
     std::vector<Row> rows;
     nlohmann::json ttft = nlohmann::json::array();
-    std::stringstream ss(shapes);
-    for (std::string sname; std::getline(ss, sname, ',');) {
+    for (const std::string& sname : bench::parse_list<std::string>(shapes)) {
         const Shape sh = shape_of(sname);
         const fs::path file = dir / (sname + ".safetensors");
         const auto t0 = std::chrono::steady_clock::now();

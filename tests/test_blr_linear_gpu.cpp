@@ -30,6 +30,7 @@
 #include "model/llama.hpp"
 #include "model/runtime.hpp"
 #include "quantize/quantize.hpp"
+#include "quick_quantize.hpp"
 
 #ifdef CORTIQ_HAVE_CUDA
 #include "model/cuda/blr_linear.hpp"
@@ -354,15 +355,7 @@ TEST(BlrLinearGpu, CompressedModelScoresAlikeOnBothDevices) {
     const fs::path d =
         fs::temp_directory_path() / ("cortiq_gpu_packed_" + std::to_string(getpid()));
     fs::create_directories(d);
-    quant::QuantizeOptions o;
-    o.model_dir = (test::kData / "models/stories260K").string();
-    o.calib_paths = {(test::kData / "text/tinystories-calib.txt").string()};
-    o.out_path = (d / "q.safetensors").string();
-    o.bpw = 1.0;
-    o.calib.samples = 4;
-    o.calib.seqlen = 64;
-    o.progress = false;
-    o.verbose = false;
+    const quant::QuantizeOptions o = test::quick_stories_options(d / "q.safetensors");
     quant::quantize(o);
     const auto packed = model::Model::load(o.out_path);
     model::LoadOptions lo;

@@ -17,6 +17,7 @@
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "quantize/quantize.hpp"
+#include "quick_quantize.hpp"
 
 using namespace cortiq;
 using namespace cortiq::test;
@@ -235,15 +236,7 @@ TEST(DecodeGpuPacked, GraphFp16CacheAndBatchOnAPackedModel) {
     const fs::path d =
         fs::temp_directory_path() / ("cortiq_decode_packed_" + std::to_string(getpid()));
     fs::create_directories(d);
-    quant::QuantizeOptions o;
-    o.model_dir = (kData / "models/stories260K").string();
-    o.calib_paths = {(kData / "text/tinystories-calib.txt").string()};
-    o.out_path = (d / "q.safetensors").string();
-    o.bpw = 1.0;
-    o.calib.samples = 4;
-    o.calib.seqlen = 64;
-    o.progress = false;
-    o.verbose = false;
+    const quant::QuantizeOptions o = quick_stories_options(d / "q.safetensors");
     quant::quantize(o);
     const auto m = model::Model::load(o.out_path);
     const auto prompt = prompt_ids(20, m.config().vocab_size, 21);

@@ -13,6 +13,7 @@
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "quantize/quantize.hpp"
+#include "quick_quantize.hpp"
 #include "test_files.hpp"
 
 using namespace cortiq;
@@ -49,15 +50,8 @@ TEST(EmbeddingGpu, CompressedRowsMatchTheCpu) {
     // its own ~1e-3), so the lookup is what is compared
     std::ofstream(d / "plan.json")
         << R"({"model.layers.*": null, "model.embed_tokens.weight": 2.0})";
-    quant::QuantizeOptions o;
-    o.model_dir = (kData / "models/stories260K").string();
-    o.calib_paths = {(kData / "text/tinystories-calib.txt").string()};
-    o.out_path = (d / "e.safetensors").string();
+    quant::QuantizeOptions o = quick_stories_options(d / "e.safetensors");
     o.plan_path = (d / "plan.json").string();
-    o.calib.samples = 4;
-    o.calib.seqlen = 64;
-    o.progress = false;
-    o.verbose = false;
     quant::quantize(o);
     check_gpu_against_cpu(o.out_path, "tied", kPackedHeadTol);
     // the same file with a float head of its own

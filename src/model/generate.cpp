@@ -55,12 +55,12 @@ std::vector<std::vector<int32_t>> generate_batch(
     std::vector<int32_t> next(static_cast<size_t>(B));
     std::vector<bool> done(static_cast<size_t>(B), false);
     int64_t live = B;
-    // Keeps sequence s's token picked from its logits; false once every
-    // sequence is done.
+    // Picks and keeps sequence s's next token from its logits; a sequence
+    // that is done keeps feeding its last token, its logits unread.
     auto take = [&](int64_t s, std::span<const float> logits) {
         const size_t i = static_cast<size_t>(s);
-        next[i] = pick_token(logits, opt.temperature, rngs[i]);
         if (done[i]) return;
+        next[i] = pick_token(logits, opt.temperature, rngs[i]);
         out[i].push_back(next[i]);
         if (on_token) on_token(s, next[i]);
         const bool stop =

@@ -35,7 +35,8 @@ class Gpu;  // core/cuda/device.hpp
 namespace cortiq::model {
 
 struct GpuOptions {
-    KvFormat kv = KvFormat::f32;  // the exact twin of the CPU by default (automatic: f32)
+    // f32 by default: the exact twin of the CPU (automatic: f16, generation's default)
+    KvFormat kv = KvFormat::f32;
     WeightFormat weights = WeightFormat::native;
     bool graphs = true;
 };

@@ -114,7 +114,7 @@ std::unique_ptr<Runtime> make_runtime(const Model& m, const RuntimeOptions& o) {
     }
     CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
     GpuOptions g;
-    g.kv = o.kv == KvFormat::f32 ? KvFormat::f32 : KvFormat::f16;
+    g.kv = o.kv;  // automatic: the GpuModel's f16
     g.weights = o.weights;
     g.graphs = o.graphs;
     return std::make_unique<GpuModel>(m, g);

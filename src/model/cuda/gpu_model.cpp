@@ -12,7 +12,7 @@ namespace cortiq::model {
 
 GpuModel::GpuModel(const Model& m, const GpuOptions& o) {
     GpuOptions resolved = o;
-    if (resolved.kv == KvFormat::automatic) resolved.kv = KvFormat::f32;
+    if (resolved.kv == KvFormat::automatic) resolved.kv = KvFormat::f16;  // the GPU's default
     impl_ = std::make_unique<Impl>(m, resolved);
 }
 GpuModel::~GpuModel() = default;
@@ -63,16 +63,16 @@ void GpuModel::reset_cache(int64_t capacity, int64_t sequences) {
     if (kc.capacity != capacity || kc.sequences != sequences) {
         g.graphs.clear();    // they hold the old cache's addresses
         kc = Impl::Cache{};  // free the old cache first
-        kc.f16 = g.opt.kv == KvFormat::f16;
+        const bool f16 = g.opt.kv == KvFormat::f16;
         const io::DeltaNetConfig& d = c.delta;
         const int64_t rows = capacity * sequences;
         for (int64_t l = 0; l < c.num_layers; ++l) {
             const bool delta = c.is_delta(l);  // a DeltaNet layer keeps states, not keys
             const int64_t kv = delta ? 0 : rows * c.kv_dim();
-            kc.k.emplace_back(kc.f16 ? 0 : kv, st);
-            kc.v.emplace_back(kc.f16 ? 0 : kv, st);
-            kc.k16.emplace_back(kc.f16 ? kv : 0, st);
-            kc.v16.emplace_back(kc.f16 ? kv : 0, st);
+            kc.k.emplace_back(f16 ? 0 : kv, st);
+            kc.v.emplace_back(f16 ? 0 : kv, st);
+            kc.k16.emplace_back(f16 ? kv : 0, st);
+            kc.v16.emplace_back(f16 ? kv : 0, st);
             kc.conv.emplace_back(delta ? sequences * (d.conv_kernel - 1) * d.conv_dim() : 0, st);
             kc.state.emplace_back(delta ? sequences * d.v_heads * d.k_dim * d.v_dim : 0, st);
         }

@@ -95,14 +95,13 @@ struct GpuModel::Impl {
     } ws;
 
     // Per sequence s: keys and values (after RoPE) of positions [0,
-    // length[s]), per attention layer capacity × kv_dim (float32 or fp16;
-    // sequence s's rows from s·capacity); per Gated DeltaNet layer its
-    // convolution state ((kernel − 1) × conv_dim) and delta-rule state
-    // (v_heads × dk × dv). pos: the device copy of each sequence's next
-    // position, written before each cached pass.
+    // length[s]), per attention layer capacity × kv_dim (float32 or fp16,
+    // as opt.kv says; sequence s's rows from s·capacity); per Gated DeltaNet
+    // layer its convolution state ((kernel − 1) × conv_dim) and delta-rule
+    // state (v_heads × dk × dv). pos: the device copy of each sequence's
+    // next position, written before each cached pass.
     struct Cache {
         int64_t capacity = 0, sequences = 0;
-        bool f16 = false;
         std::vector<int64_t> length;
         std::vector<DVec> k, v, conv, state;
         std::vector<gpu_base::DeviceBuffer<__half>> k16, v16;
@@ -154,7 +153,7 @@ struct GpuModel::Impl {
         const int64_t off = seq0 * cache.capacity * cfg.kv_dim();
         cuda::KvCacheView v;
         v.capacity = cache.capacity;
-        if (cache.f16) {
+        if (opt.kv == KvFormat::f16) {
             v.k_f16 = cache.k16[l].get() + off;
             v.v_f16 = cache.v16[l].get() + off;
         } else {
