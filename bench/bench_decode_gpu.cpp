@@ -35,6 +35,7 @@
 #include "core/error.hpp"
 
 #ifdef CORTIQ_HAVE_CUDA
+#include <cuda_runtime.h>
 #include <unistd.h>
 
 #include "bench_common.hpp"
@@ -152,7 +153,7 @@ struct Config {
 };
 
 struct Row {
-    std::string shape, runtime, kv;
+    std::string shape, runtime, kv, head;
     bool graphs;
     int64_t batch, ctx;
     double tokens_per_s, ms_per_step;
@@ -236,29 +237,35 @@ int main(int argc, char** argv) try {
         fs::remove(file);
         fmt::print(stderr, "{}: {} layers at {} bpw made in {:.1f} s\n", sh.name, layers, bpw,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-        std::vector<Config> configs(4);
-        configs[0].label = "packed";
-        configs[0].o.kv = model::KvFormat::f16;
-        configs[1].label = "packed";
-        configs[1].o.kv = model::KvFormat::f16;
+        // generate's defaults (graph, fp16 cache and head), then one of them
+        // changed at a time (B = 1 only), then the dense fp16 runtime
+        std::vector<Config> configs(5);
+        for (Config& c : configs) {
+            c.label = "packed";
+            c.o.kv = model::KvFormat::f16;
+            c.o.head = model::HeadFormat::f16;
+        }
         configs[1].o.graphs = false;
-        configs[2].label = "packed";
         configs[2].o.kv = model::KvFormat::f32;
-        configs[3].label = "fp16";
-        configs[3].o.kv = model::KvFormat::f16;
-        configs[3].o.weights = model::WeightFormat::f16;
+        configs[3].o.head = model::HeadFormat::f32;
+        configs[4].label = "fp16";
+        configs[4].o.weights = model::WeightFormat::f16;
         for (const Config& c : configs) {
             model::GpuModel g(m, c.o);
-            const bool full = c.o.graphs && c.o.kv == model::KvFormat::f16;
+            const bool full =
+                c.o.graphs && c.o.kv == model::KvFormat::f16 && c.o.head == model::HeadFormat::f16;
             for (const int64_t ctx : ctxs)
                 for (const int64_t B : batches) {
-                    if (!full && B != 1) continue;  // the no-graph and f32 rows: B = 1
+                    if (!full && B != 1) continue;  // the rows of one change: B = 1
                     const auto [tps, prefill] = measure(g, B, ctx, steps);
+                    const bool head16 = c.o.head == model::HeadFormat::f16 ||
+                                        c.o.weights == model::WeightFormat::f16;
                     rows.push_back({sh.name, c.label,
-                                    c.o.kv == model::KvFormat::f16 ? "f16" : "f32", c.o.graphs, B,
-                                    ctx, tps, 1e3 * B / tps, g.weight_bytes()});
-                    fmt::print(stderr, "  {} kv {} graph {} B {} ctx {}: {:.1f} tok/s\n", c.label,
-                               rows.back().kv, c.o.graphs, B, ctx, tps);
+                                    c.o.kv == model::KvFormat::f16 ? "f16" : "f32",
+                                    head16 ? "f16" : "f32", c.o.graphs, B, ctx, tps, 1e3 * B / tps,
+                                    g.weight_bytes()});
+                    fmt::print(stderr, "  {} kv {} head {} graph {} B {} ctx {}: {:.1f} tok/s\n",
+                               c.label, rows.back().kv, rows.back().head, c.o.graphs, B, ctx, tps);
                 }
             if (full) {
                 const auto [tps, prefill] = measure(g, 1, prompt, 2);
@@ -271,16 +278,16 @@ int main(int argc, char** argv) try {
         }
     }
     fmt::print(
-        "| shape | runtime | KV cache | graph | B | context | tokens/s | ms/step | packed "
-        "÷ fp16 |\n|---|---|---|---|---|---|---|---|---|\n");
+        "| shape | runtime | KV cache | head | graph | B | context | tokens/s | ms/step | packed "
+        "÷ fp16 |\n|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Row& r : rows) {
         double fp16 = 0;
         for (const Row& f : rows)
             if (f.shape == r.shape && f.runtime == "fp16" && f.batch == r.batch && f.ctx == r.ctx)
                 fp16 = f.tokens_per_s;
-        fmt::print("| {} | {} | {} | {} | {} | {} | {:.1f} | {:.3f} | {} |\n", r.shape, r.runtime,
-                   r.kv, r.graphs ? "yes" : "no", r.batch, r.ctx, r.tokens_per_s, r.ms_per_step,
-                   fp16 > 0 ? fmt::format("{:.2f}×", r.tokens_per_s / fp16) : "");
+        fmt::print("| {} | {} | {} | {} | {} | {} | {} | {:.1f} | {:.3f} | {} |\n", r.shape,
+                   r.runtime, r.kv, r.head, r.graphs ? "yes" : "no", r.batch, r.ctx, r.tokens_per_s,
+                   r.ms_per_step, fp16 > 0 ? fmt::format("{:.2f}×", r.tokens_per_s / fp16) : "");
     }
     fmt::print(
         "\n| shape | runtime | prompt tokens | time to first token (s) |\n|---|---|---|---|\n");
@@ -290,6 +297,8 @@ int main(int argc, char** argv) try {
                    t["seconds"].get<double>());
     if (!json_path.empty()) {
         nlohmann::json j;
+        cudaDeviceProp prop{};
+        if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) j["device"] = prop.name;
         j["bpw"] = bpw;
         j["steps"] = steps;
         j["layers"] = layers;
@@ -297,6 +306,7 @@ int main(int argc, char** argv) try {
             j["rows"].push_back({{"shape", r.shape},
                                  {"runtime", r.runtime},
                                  {"kv", r.kv},
+                                 {"head", r.head},
                                  {"graphs", r.graphs},
                                  {"batch", r.batch},
                                  {"ctx", r.ctx},

@@ -68,7 +68,7 @@ namespace ec = cortiq::cuda;
 // Returns the largest relative error seen.
 double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                     const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
-                    std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 17, 300},
+                    std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 16, 17, 300},
                     model::cuda::Decode decode = model::cuda::Decode::planes) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
@@ -185,7 +185,8 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     // planes with t's wide planes (the default), planes with t's planes by a
     // launch of their own (CORTIQ_T_PLANES=launch), the row kernels
     for (int variant : {0, 1, 2})
-        for (int rows : {1, 2}) {
+        for (int rows : {1, 2, 7, 16}) {
+            if (variant == 2 && rows > mc::kDecodeRows) continue;
             mc::PackedScratch ws;
             ws.decode = variant == 2 ? mc::Decode::rows : mc::Decode::planes;
             ws.t_wide = variant == 0;
@@ -216,6 +217,51 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
                 const auto got = ec::download_f(ys[l].get(), ys[l].size(), st);
                 EXPECT_LE(rel_diff(got, want[l]), kLayerTol)
                     << "layer " << l << " rows " << rows << " variant " << variant;
+            }
+        }
+#endif
+}
+
+// Up to 16 rows decode by planes in pairs of tokens (sign_mma.cu): every row
+// of a 16-row decode equals, bit for bit, that row decoded alone, for a
+// two-path layer, a one-path one and a sign payload, with t as wide planes
+// and through a launch of its own.
+TEST(BlrLinearGpu, EachOfSixteenDecodedRowsEqualsItDecodedAlone) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    namespace mc = model::cuda;
+    Rng rng(21);
+    ec::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    std::vector<blr::PackedWeight> pws;
+    for (auto [m, n, r, p] : {std::tuple{700, 1500, 300, 2}, {1100, 600, 530, 1}})
+        pws.push_back(blr::PackedWeight::from_payload(
+            blr::pack(random_model(m, n, r, p, 7 * m + n)), "rows"));
+    MatD s(129, 700);
+    for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
+    pws.push_back(
+        blr::PackedWeight::from_payload(blr::pack_sign(s, VecD(129, 0.1), VecD(700, 0.7)), "s"));
+    for (const auto& pw : pws)
+        for (bool t_wide : {true, false}) {
+            const auto dev = mc::upload_packed(pw, st);
+            mc::PackedScratch ws;
+            ws.t_wide = t_wide;
+            const int rows = mc::kPlaneDecodeRows;
+            std::vector<float> x(static_cast<size_t>(rows * pw.n));
+            for (auto& v : x) v = static_cast<float>(rng.normal());
+            const auto dx = ec::upload_f(x, st);
+            ec::DVec all(rows * pw.m, st), one(pw.m, st);
+            mc::packed_linear(gpu.blas(), st, dev, ws, dx.get(), rows, all.get(), 0.0f, nullptr);
+            const auto got_all = ec::download_f(all.get(), all.size(), st);
+            for (int i = 0; i < rows; ++i) {
+                mc::packed_linear(gpu.blas(), st, dev, ws, dx.get() + i * pw.n, 1, one.get(), 0.0f,
+                                  nullptr);
+                const auto got = ec::download_f(one.get(), one.size(), st);
+                for (int64_t k = 0; k < pw.m; ++k)
+                    ASSERT_EQ(got_all[static_cast<size_t>(i * pw.m + k)],
+                              got[static_cast<size_t>(k)])
+                        << pw.m << "×" << pw.n << " t_wide " << t_wide << " row " << i << " k "
+                        << k;
             }
         }
 #endif
@@ -274,7 +320,7 @@ TEST(BlrLinearGpu, NormedDecodeEqualsTheNormThenTheDecode) {
         std::vector<float> w(static_cast<size_t>(n));
         for (auto& v : w) v = static_cast<float>(1.0 + 0.3 * rng.normal());
         const auto dw = ec::upload_f(w, st);
-        for (int rows : {1, 2}) {
+        for (int rows : {1, 2, 5, 16}) {
             mc::PackedScratch ws;
             ASSERT_TRUE(mc::decode_norms_input(ws, rows));
             std::vector<float> x(static_cast<size_t>(rows * n));
@@ -305,7 +351,8 @@ TEST(BlrLinearGpu, NormedDecodeEqualsTheNormThenTheDecode) {
     mc::PackedScratch rows_ws;
     rows_ws.decode = mc::Decode::rows;
     EXPECT_FALSE(mc::decode_norms_input(rows_ws, 1));
-    EXPECT_FALSE(mc::decode_norms_input(mc::PackedScratch{}, 3));
+    EXPECT_TRUE(mc::decode_norms_input(mc::PackedScratch{}, mc::kPlaneDecodeRows));
+    EXPECT_FALSE(mc::decode_norms_input(mc::PackedScratch{}, mc::kPlaneDecodeRows + 1));
 #endif
 }
 
@@ -323,7 +370,7 @@ TEST(BlrLinearGpu, SwigluDecodeEqualsSwigluThenTheDecode) {
         const auto pw =
             blr::PackedWeight::from_payload(blr::pack(random_model(m, n, r, p, 3 * m + n)), "down");
         const auto dev = mc::upload_packed(pw, st);
-        for (int rows : {1, 2}) {
+        for (int rows : {1, 2, 3, 16}) {
             mc::PackedScratch ws;
             std::vector<float> gate(static_cast<size_t>(rows * n)), up(gate.size()),
                 y0(static_cast<size_t>(rows * m));
@@ -401,7 +448,7 @@ TEST(BlrLinearGpu, PlanesEqualTheCpuReferenceBitForBit) {
     const cudaStream_t st = gpu.stream();
     Rng rng(13);
     for (int64_t cols : {1, 33, 512, 1500, 11008}) {
-        const int rows = 2;
+        const int rows = cols == 1500 ? 5 : 2;
         std::vector<float> x(static_cast<size_t>(rows * cols)), g(static_cast<size_t>(cols));
         for (size_t i = 0; i < x.size(); ++i)
             x[i] = static_cast<float>(rng.normal() * ((i / 512) % 3 == 1 ? 1e-5 : 1.0) *
@@ -459,9 +506,9 @@ TEST(BlrLinearGpu, WidePlanesOfTEqualTheCpuReferenceBitForBit) {
     ec::Gpu gpu;
     const cudaStream_t st = gpu.stream();
     Rng rng(17);
-    const int rows = 2;
     for (auto [r, n] :
          {std::pair<int64_t, int64_t>{1, 33}, {17, 600}, {530, 1500}, {1100, 11008}}) {
+        const int rows = r == 530 ? 5 : 2;  // an odd count: a pair of blocks with one token
         const int64_t ld = ((n + 31) / 32 + 3) / 4 * 4;
         std::vector<uint32_t> words(static_cast<size_t>(r * ld + mc::kMmaTailWords));
         for (auto& w : words) w = static_cast<uint32_t>(rng.next_u64());

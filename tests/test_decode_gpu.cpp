@@ -34,9 +34,10 @@ namespace {
 double f16_cache_bound(int64_t layers) {
     return std::ldexp(1.0, -11) * 33.0 * static_cast<double>(layers);
 }
-// Several rows of the packed decode take other kernels than one row (the
-// batch path for more than two rows rounds activations to fp16 for the
-// tensor cores): each layer's output stays within the packed layers'
+// Up to 16 rows a packed layer gives each row the bits it gives alone
+// (test_blr_linear_gpu.cpp), but the float head and, past 16 rows, the batch
+// path (activations rounded to fp16 for the tensor cores) do not: each
+// layer's output stays within the packed layers'
 // GPU-against-CPU bound (test_blr_linear_gpu.cpp's kLayerTol, 1e-3) of the
 // other path's, and the residual stream adds the layers' differences, so the
 // logits of an L-layer model stay within L·kLayerTol (as f16_cache_bound
@@ -225,6 +226,56 @@ TEST_P(DecodeGpu, DenseF16WeightsAgreeWithF32) {
     const auto b = decode_logits(g16, prompt, 16, &fed);
     for (size_t t = 0; t < a.size(); ++t) EXPECT_LE(rel_diff(b[t], a[t]), kF16WeightsTol);
     EXPECT_LT(g16.weight_bytes(), 0.6 * g32.weight_bytes());
+}
+
+// The fp16 head against the float32 one on the same hidden states (every
+// kernel before the head is the same): logit j = x · w_j, x the final norm's
+// output, with x and w_j rounded to fp16 (2^-11 each) and the products summed
+// in float32 in either GEMM (n·2^-24 each), so |Δ_j| ≤ (2^-10 + 2^-20 +
+// n·2^-23) Σ_i |x_i w_ji| ≤ (…) ‖x‖ ‖w_j‖, and ‖x‖ ≤ √n·G (the normed row has
+// RMS below 1; G: the largest gain of the final norm, w or 1 + w). A head read
+// from the wrong rows or a wrong table is off by O(1) per logit.
+TEST_P(DecodeGpu, F16HeadStaysWithinItsRoundingBound) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const auto m = model::Model::load(model_path(GetParam()).string());
+    const int64_t n = m.config().hidden_size, vocab = m.config().vocab_size;
+    const MatF head = m.head_shares_embedding() ? m.embedding().dense() : m.lm_head().w->dense();
+    double gain = 0;
+    for (const float w : m.final_norm())
+        gain = std::max({gain, std::fabs(double{w}), std::fabs(1.0 + w)});
+    std::vector<double> row_norm(static_cast<size_t>(vocab));
+    for (int64_t j = 0; j < vocab; ++j) {
+        double s = 0;
+        for (int64_t i = 0; i < n; ++i) s += double{head(j, i)} * head(j, i);
+        row_norm[static_cast<size_t>(j)] = std::sqrt(s);
+    }
+    const double factor = (std::ldexp(1.0, -10) + std::ldexp(1.0, -20) +
+                           static_cast<double>(n) * std::ldexp(1.0, -23)) *
+                          std::sqrt(static_cast<double>(n)) * gain;
+    model::GpuOptions o16;
+    o16.head = model::HeadFormat::f16;
+    model::GpuModel g32(m), g16(m, o16);
+    const auto prompt = prompt_ids(24, vocab, 5);
+    const auto a = decode_logits(g32, prompt, 40);
+    const auto fed = greedy_of(a);
+    const auto b = decode_logits(g16, prompt, 40, &fed);
+    double worst = 0, moved = 0;
+    for (size_t t = 0; t < a.size(); ++t)
+        for (int64_t j = 0; j < vocab; ++j) {
+            const double d = std::fabs(double{b[t](0, j)} - a[t](0, j));
+            moved = std::max(moved, d);
+            worst = std::max(worst, d / (factor * row_norm[static_cast<size_t>(j)]));
+        }
+    std::printf("%s: fp16 head moves a logit by at most %.3g, %.3g of its bound\n",
+                GetParam().c_str(), moved, worst);
+    EXPECT_LE(worst, 1.0);
+    EXPECT_GT(moved, 0.0);  // the fp16 head is in use
+    // an untied head halves; a tied one is an fp16 copy beside the table
+    if (!m.head_shares_embedding())
+        EXPECT_EQ(g32.weight_bytes() - g16.weight_bytes(), 2 * vocab * n);
+    else
+        EXPECT_EQ(g16.weight_bytes() - g32.weight_bytes(), 2 * vocab * n);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, DecodeGpu,

@@ -38,6 +38,9 @@ struct GpuOptions {
     // f32 by default: the exact twin of the CPU (automatic: f16, generation's default)
     KvFormat kv = KvFormat::f32;
     WeightFormat weights = WeightFormat::native;
+    // f32 by default, as the KV cache (automatic: f16); the f16 weights hold
+    // the head in fp16 whatever this says
+    HeadFormat head = HeadFormat::f32;
     bool graphs = true;
 };
 

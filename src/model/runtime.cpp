@@ -98,6 +98,13 @@ KvFormat parse_kv_format(std::string_view s) {
     CORTIQ_FAIL("--kv must be auto, f32 or f16, got '{}'", s);
 }
 
+HeadFormat parse_head_format(std::string_view s) {
+    if (s == "auto") return HeadFormat::automatic;
+    if (s == "f32") return HeadFormat::f32;
+    if (s == "f16") return HeadFormat::f16;
+    CORTIQ_FAIL("--head must be auto, f32 or f16, got '{}'", s);
+}
+
 std::unique_ptr<Runtime> make_runtime(const Model& m, Device d) {
     RuntimeOptions o;
     o.device = d;
@@ -110,12 +117,15 @@ std::unique_ptr<Runtime> make_runtime(const Model& m, const RuntimeOptions& o) {
                      "an fp16 KV cache is GPU-only (--kv f16 needs --device gpu)");
         CORTIQ_CHECK(o.weights == WeightFormat::native,
                      "fp16 weights are GPU-only (--dtype f16 needs --device gpu)");
+        CORTIQ_CHECK(o.head != HeadFormat::f16,
+                     "an fp16 head is GPU-only (--head f16 needs --device gpu)");
         return std::make_unique<CpuRuntime>(m);
     }
     CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
     GpuOptions g;
     g.kv = o.kv;  // automatic: the GpuModel's f16
     g.weights = o.weights;
+    g.head = o.head;  // automatic: the GpuModel's f16
     g.graphs = o.graphs;
     return std::make_unique<GpuModel>(m, g);
 }

@@ -35,10 +35,20 @@ KvFormat parse_kv_format(std::string_view s);  // "auto", "f32" or "f16"
 // one is measured against). f16 is GPU-only.
 enum class WeightFormat { native, f16 };
 
+// The output head's format on the GPU when it is a float tensor: float32 (the
+// twin of the CPU, what scoring uses) or fp16 (half the bytes a decode step
+// reads for it: 0.5 GB a token at a 128,256-word vocabulary; products in
+// float32). A tied head gets an fp16 copy of the table (the lookups keep the
+// float32 one).
+// automatic: fp16 on the GPU, float32 on the CPU (generation's default).
+enum class HeadFormat { automatic, f32, f16 };
+HeadFormat parse_head_format(std::string_view s);  // "auto", "f32" or "f16"
+
 struct RuntimeOptions {
     Device device = Device::cpu;
     KvFormat kv = KvFormat::automatic;
     WeightFormat weights = WeightFormat::native;
+    HeadFormat head = HeadFormat::f32;
     // The GPU decode step (one token per sequence) as one captured CUDA graph,
     // replayed for every token; false: its kernels launched one by one (the
     // same kernels, the same results).

@@ -1,5 +1,6 @@
 // cortiq generate MODEL --prompt TEXT [--max-tokens K] [--temp T] [--seed S] [--dequant]
-//                      [--dtype f32|f16] [--kv auto|f32|f16] [--batch N | --prompts FILE]
+//                      [--dtype f32|f16] [--kv auto|f32|f16] [--head auto|f32|f16]
+//                      [--batch N | --prompts FILE]
 //                      [--no-graph] [--no-verify] [--json]
 #include "model/generate.hpp"
 
@@ -25,6 +26,7 @@ namespace {
 
 struct GenerateArgs {
     std::string model, prompt, prompts_file, tokenizer, device = "cpu", kv = "auto", dtype = "f32";
+    std::string head = "auto";
     int64_t max_tokens = 128, batch = 1;
     double temp = 0.0;
     uint64_t seed = 0;
@@ -59,6 +61,9 @@ model::RuntimeOptions runtime_options(const GenerateArgs& a, model::Device devic
     model::RuntimeOptions o;
     o.device = device;
     o.kv = model::parse_kv_format(a.kv);
+    o.head = model::parse_head_format(a.head);
+    if (o.head == model::HeadFormat::automatic && device == model::Device::cpu)
+        o.head = model::HeadFormat::f32;
     o.weights = a.dtype == "f16" ? model::WeightFormat::f16 : model::WeightFormat::native;
     o.graphs = !a.no_graph;
     return o;
@@ -158,6 +163,10 @@ void run(const GenerateArgs& a) {
         j["packed"] = !a.dequant;
         j["weights"] = a.dequant ? a.dtype : "packed";
         j["kv"] = device == model::Device::gpu && ro.kv != model::KvFormat::f32 ? "f16" : "f32";
+        j["head"] =
+            device == model::Device::gpu && (ro.head != model::HeadFormat::f32 || a.dtype == "f16")
+                ? "f16"
+                : "f32";
         if (gm) {
             j["graph_captures"] = gm->graph_captures();
             j["graph_replays"] = gm->graph_replays();
@@ -205,6 +214,10 @@ void add_generate(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--kv", a->kv,
                     "KV cache format: auto (f16 on the GPU, f32 on the CPU), f32, f16")
+        ->capture_default_str();
+    cmd->add_option("--head", a->head,
+                    "a float output head's format: auto (f16 on the GPU, f32 on the CPU), f32, "
+                    "f16 (GPU)")
         ->capture_default_str();
     cmd->add_option("--batch", a->batch, "decode N copies of --prompt together")
         ->capture_default_str();

@@ -8,7 +8,9 @@
 //   - a few query rows (decoding): a cluster of blocks of 16 warps per
 //     (query row, head), one block per 128 visible keys up to 8, the keys
 //     dealt out to the cluster's warps four at a time; a warp reads each key
-//     and value row whole (lane t holds dimensions t + 32c: coalesced), keeps
+//     and value row whole (lane t holds the kDims dimensions t·kDims + c, one
+//     8- or 16-byte load of float32 or fp16 values, so an fp16 row is read
+//     in half the transactions of a float32 one), keeps
 //     its own running max, sum and output, and the partial softmaxes are
 //     merged (m = max_w m_w, l = Σ_w l_w e^{m_w − m}, out = Σ_w acc_w
 //     e^{m_w − m} / l): a block's warps in its shared memory, then the
@@ -42,6 +44,71 @@ __device__ __forceinline__ float kv_load(const __half* p) {
     return __half2float(__ldg(p));
 }
 
+// Two fp16 values packed in a 32-bit word (the low half first, as in memory).
+__device__ __forceinline__ __half2 half2_of(uint32_t w) {
+    return __halves2half2(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu)),
+                          __ushort_as_half(static_cast<unsigned short>(w >> 16)));
+}
+
+// Dimensions lane·N .. lane·N + N − 1 of a cached row as float, N = 2, 4 or
+// 8: one vector load when the row's values are aligned to N (head_dim a
+// multiple of N), else one value at a time; dimensions ≥ hd read as 0.
+template <int N>
+__device__ __forceinline__ void load_dims(const float* row, int lane, int hd, bool vec,
+                                          float (&out)[N]) {
+    const int d0 = lane * N;
+    if (vec && d0 < hd) {
+        if constexpr (N == 2) {
+            const float2 a = __ldg(reinterpret_cast<const float2*>(row + d0));
+            out[0] = a.x;
+            out[1] = a.y;
+        } else {
+#pragma unroll
+            for (int c = 0; c < N; c += 4) {
+                const float4 a = __ldg(reinterpret_cast<const float4*>(row + d0 + c));
+                out[c] = a.x;
+                out[c + 1] = a.y;
+                out[c + 2] = a.z;
+                out[c + 3] = a.w;
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int c = 0; c < N; ++c) out[c] = d0 + c < hd ? __ldg(row + d0 + c) : 0.0f;
+}
+template <int N>
+__device__ __forceinline__ void load_dims(const __half* row, int lane, int hd, bool vec,
+                                          float (&out)[N]) {
+    const int d0 = lane * N;
+    if (vec && d0 < hd) {
+        // N halves = N/2 half2, loaded as one 4-, 8- or 16-byte word
+        uint32_t words[N / 2];
+        if constexpr (N == 2) {
+            words[0] = __ldg(reinterpret_cast<const unsigned*>(row + d0));
+        } else if constexpr (N == 4) {
+            const uint2 w = __ldg(reinterpret_cast<const uint2*>(row + d0));
+            words[0] = w.x;
+            words[1] = w.y;
+        } else {
+            const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + d0));
+            words[0] = w.x;
+            words[1] = w.y;
+            words[2] = w.z;
+            words[3] = w.w;
+        }
+#pragma unroll
+        for (int c = 0; c < N / 2; ++c) {
+            const float2 f = __half22float2(half2_of(words[c]));
+            out[2 * c] = f.x;
+            out[2 * c + 1] = f.y;
+        }
+        return;
+    }
+#pragma unroll
+    for (int c = 0; c < N; ++c) out[c] = d0 + c < hd ? __half2float(__ldg(row + d0 + c)) : 0.0f;
+}
+
 // The position of sequence b's first query row: pos[b] when the positions
 // live on the device (a captured decode step), else pos0.
 __device__ __forceinline__ int64_t first_position(const int32_t* pos, int64_t pos0, int64_t b) {
@@ -57,7 +124,20 @@ template <class KV>
 __device__ __forceinline__ float dot(const float* q, const KV* k, int d) {
     float s = 0;
     if constexpr (!std::is_same_v<KV, float>) {
-        for (int i = 0; i < d; ++i) s += q[i] * kv_load(k + i);
+        if ((d & 7) == 0) {  // rows start at multiples of 8 halves: 16-byte loads
+            const uint4* k8 = reinterpret_cast<const uint4*>(k);
+            for (int i = 0; i < d / 8; ++i) {
+                const uint4 w = __ldg(k8 + i);
+                const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float2 f = __half22float2(half2_of(words[c]));
+                    s += q[8 * i + 2 * c] * f.x + q[8 * i + 2 * c + 1] * f.y;
+                }
+            }
+        } else {
+            for (int i = 0; i < d; ++i) s += q[i] * kv_load(k + i);
+        }
     } else if ((d & 3) == 0) {  // rows start at multiples of 4 floats: 16-byte loads
         const float4* q4 = reinterpret_cast<const float4*>(q);
         const float4* k4 = reinterpret_cast<const float4*>(k);
@@ -153,20 +233,21 @@ struct Partial {
 // of the cluster; the warp keeps its running max m, sum l and output acc.
 template <int kDims, class KV>
 __device__ void attend_keys(const float (&qv)[kDims], const KV* kb, const KV* vb, int64_t kv_dim,
-                            int64_t lo, int64_t p, int w, int W, int hd, float& m, float& l,
-                            float (&acc)[kDims]) {
+                            int64_t lo, int64_t p, int w, int W, int hd, bool vec, float& m,
+                            float& l, float (&acc)[kDims]) {
     const int lane = threadIdx.x % 32;
     for (int64_t j0 = lo + int64_t{w} * kDecodeKeys; j0 <= p; j0 += int64_t{W} * kDecodeKeys) {
         float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
 #pragma unroll
-        for (int u = 0; u < kDecodeKeys; ++u)
+        for (int u = 0; u < kDecodeKeys; ++u) {
+            if (j0 + u <= p) {  // warp-uniform
+                load_dims<kDims>(kb + (j0 + u) * kv_dim, lane, hd, vec, kv[u]);
+                load_dims<kDims>(vb + (j0 + u) * kv_dim, lane, hd, vec, vv[u]);
+            } else {
 #pragma unroll
-            for (int c = 0; c < kDims; ++c) {
-                const int d = lane + 32 * c;
-                const bool in = j0 + u <= p && d < hd;
-                kv[u][c] = in ? kv_load(kb + (j0 + u) * kv_dim + d) : 0.0f;
-                vv[u][c] = in ? kv_load(vb + (j0 + u) * kv_dim + d) : 0.0f;
+                for (int c = 0; c < kDims; ++c) kv[u][c] = vv[u][c] = 0.0f;
             }
+        }
         float s[kDecodeKeys];
 #pragma unroll
         for (int u = 0; u < kDecodeKeys; ++u) {
@@ -242,10 +323,11 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     const int64_t q_dim = static_cast<int64_t>(heads) * hd;
     const int64_t kv_dim = static_cast<int64_t>(kv_heads) * hd;
     const float* qrow = q + row * q_dim + static_cast<int64_t>(h) * hd;
+    const bool vec = hd % kDims == 0;  // every row aligned to kDims values
     float qv[kDims], acc[kDims];
 #pragma unroll
     for (int c = 0; c < kDims; ++c) {
-        const int d = lane + 32 * c;
+        const int d = lane * kDims + c;
         qv[c] = d < hd ? qrow[d] * scale : 0.0f;
         acc[c] = 0.0f;
     }
@@ -254,7 +336,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     float m = -INFINITY, l = 0.0f;
     attend_keys<kDims, KV>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
                            v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
-                           rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, m, l, acc);
+                           rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, vec, m, l, acc);
     Partial& mine = warp_part[warp];
     if (lane == 0) {
         mine.m = m;
@@ -262,7 +344,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     }
 #pragma unroll
     for (int c = 0; c < kDims; ++c) {
-        const int d = lane + 32 * c;
+        const int d = lane * kDims + c;
         if (d < hd) mine.acc[d] = acc[c];
     }
     __syncthreads();

@@ -127,6 +127,12 @@ int64_t round_up(int64_t v, int64_t k) {
 // (sign_mma.hpp) by the same kernel; then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p
 // from them (a sign payload: y = β·y + bias + h ∘ S (g ∘ x) in the first
 // product launch).
+// Decode::planes takes up to kPlaneDecodeRows rows; the earlier decode
+// kernels two.
+bool decodes_by_planes(const PackedScratch& ws, int64_t rows) {
+    return rows > 0 && rows <= kPlaneDecodeRows && ws.decode == Decode::planes;
+}
+
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
                    cudaStream_t stream, const InputNorm* norm = nullptr,
                    const float* swiglu_up = nullptr) {
@@ -397,10 +403,12 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    const float* bias) {
     if (rows == 0) return;
     static_assert(kDecodeRows == 2, "sign_gemv takes 1 or 2 rows");
+    if (decodes_by_planes(ws, rows)) {
+        const PackedOut one{&w, y, beta, bias};
+        return decode_planes(&one, 1, ws, x, static_cast<int>(rows), stream);
+    }
     if (rows <= kDecodeRows) {
         const PackedOut one{&w, y, beta, bias};
-        if (ws.decode == Decode::planes)
-            return decode_planes(&one, 1, ws, x, static_cast<int>(rows), stream);
         if (ws.decode == Decode::rows &&
             decode_rows(&one, 1, ws, x, static_cast<int>(rows), stream))
             return;
@@ -413,7 +421,7 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
 
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows) {
-    if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::planes)
+    if (decodes_by_planes(ws, rows))
         return decode_planes(layers, count, ws, x, static_cast<int>(rows), stream);
     if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::rows &&
         decode_rows(layers, count, ws, x, static_cast<int>(rows), stream))
@@ -424,7 +432,7 @@ void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedO
 }
 
 bool decode_norms_input(const PackedScratch& ws, int64_t rows) {
-    return rows > 0 && rows <= kDecodeRows && ws.decode == Decode::planes;
+    return decodes_by_planes(ws, rows);
 }
 
 void packed_linear_group_normed(cublasHandle_t, cudaStream_t stream, const PackedOut* layers,

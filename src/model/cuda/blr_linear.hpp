@@ -2,8 +2,9 @@
 // the CUDA twin of model/blr_linear.hpp). Per path:
 //   t = ℓ ∘ (S_Vᵀ (g ∘ x)),  u = S_U t,  y = β·y + Σ_p h_p ∘ u_p (+ bias)
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
-// One or two rows (decode): Decode::planes (the default, below) multiplies
-// the sign rows on the binary tensor cores against bit planes of the inputs;
+// Up to 16 rows (decode of 1–16 sequences): Decode::planes (the default,
+// below) multiplies the sign rows on the binary tensor cores against bit
+// planes of the inputs; one or two rows:
 // Decode::rows keeps the earlier two launches of a kernel that adds
 // tabulated signed sums of four inputs, a block per run of whole rows
 // (model/cuda/sign_rows.cu): every path's t, then y from all paths; with
@@ -117,7 +118,8 @@ DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream);
 void embed_packed(const int32_t* tokens, const DevicePacked& e, int64_t rows, float* out,
                   cudaStream_t stream);
 
-// Rows up to this many take the decode kernels.
+// Rows up to this many take the decode kernels: Decode::rows and
+// Decode::spans; Decode::planes up to kPlaneDecodeRows (sign_mma.hpp).
 constexpr int64_t kDecodeRows = 2;
 
 // y (rows × m) = beta·y + x (rows × n) · Ŵᵀ (+ bias[m] when bias is not null).
@@ -133,9 +135,9 @@ struct PackedOut {
     const float* bias = nullptr;
 };
 
-// Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: with rows ≤
-// kDecodeRows, Decode::planes three launches for all of them and Decode::rows
-// two; otherwise one packed_linear each.
+// Every layer's y = beta·y + x Ŵᵀ (+ bias), x (rows × n) shared: Decode::planes
+// (rows ≤ kPlaneDecodeRows) three launches for all of them, Decode::rows (rows
+// ≤ kDecodeRows) two; otherwise one packed_linear each.
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows);
 

@@ -12,7 +12,9 @@ namespace cortiq::model {
 
 GpuModel::GpuModel(const Model& m, const GpuOptions& o) {
     GpuOptions resolved = o;
-    if (resolved.kv == KvFormat::automatic) resolved.kv = KvFormat::f16;  // the GPU's default
+    // the GPU's defaults for generation
+    if (resolved.kv == KvFormat::automatic) resolved.kv = KvFormat::f16;
+    if (resolved.head == HeadFormat::automatic) resolved.head = HeadFormat::f16;
     impl_ = std::make_unique<Impl>(m, resolved);
 }
 GpuModel::~GpuModel() = default;

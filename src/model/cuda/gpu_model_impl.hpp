@@ -123,7 +123,8 @@ struct GpuModel::Impl {
         : cfg(m.config()),
           inv_freq(rope_inv_freq(m.config())),
           opt(o),
-          w(cuda::upload_weights(m, gpu.stream(), gpu.blas(), o.weights)) {}
+          w(cuda::upload_weights(m, gpu.stream(), gpu.blas(), o.weights,
+                                 o.head == HeadFormat::f16)) {}
 
     cudaStream_t stream() const { return gpu.stream(); }
 

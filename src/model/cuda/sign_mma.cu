@@ -12,6 +12,10 @@
 // in a fixed order (deterministic). The weights of the first chunks are
 // loaded before the wait for the previous kernel (programmatic dependent
 // launch: the sign_planes kernel before it is small, so both fit together).
+// More than two tokens (up to kPlaneDecodeRows): a row of blocks per pair of
+// tokens (blockIdx.y), each the two-token kernel on its pair; the pairs read
+// the same sign rows, the first from memory and the others mostly from L2,
+// and a token's sums are those it would get decoded alone.
 #include <algorithm>
 
 #include "core/error.hpp"
@@ -33,6 +37,7 @@ struct Params {
     int first_block[kMaxMmaProducts + 1];
     int split[kMaxMmaProducts];  // warps per tile of 16 rows: 1, 2, 4 or 8
     int count;
+    int tokens;  // rows of activations in all (pairs of them along blockIdx.y)
 };
 
 // D += A·B over 256 k, A 16×256 and B 256×8 bits, popc(a AND b) per element.
@@ -199,6 +204,10 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
         pr_words[threadIdx.x] = reinterpret_cast<const uint32_t*>(&p.prod[pi])[threadIdx.x];
     __syncthreads();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    // this block's tokens: i0 .. i0 + valid − 1; a missing second token of
+    // an odd count reads the first's inputs and writes nothing
+    const int i0 = R * static_cast<int>(blockIdx.y), valid = min(R, p.tokens - i0);
+    auto tok = [&](int i) { return i0 + min(i, valid - 1); };
     const int split = p.split[pi], tiles_per_block = kWarps / split;
     const int64_t rows = pr.piece[0].s.rows;
     // the block's first tile of 16 rows, and this warp's
@@ -227,7 +236,8 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     const int fin_tb = threadIdx.x / (16 * R), fin_i = (threadIdx.x / 16) % R;
     const int64_t fin_k = 16 * (tile0 + fin_tb) + threadIdx.x % 16;
     const bool in_group = int(threadIdx.x) < tiles_per_block * 16 * R;
-    const bool finishes = in_group && fin_k < rows;
+    const bool stores = in_group && fin_i < valid;
+    const bool finishes = stores && fin_k < rows;
     float fin_scale[2] = {1.0f, 1.0f}, fin_bias = 0.0f;
     if (finishes) {
         for (int pc = 0; pc < pr.pieces; ++pc)
@@ -244,10 +254,10 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     float b_share[R];
 #pragma unroll
     for (int i = 0; i < R; ++i)
-        b_share[i] = planes_out ? bound_share(pr.piece[0].in, i, lane) : 0.0f;
+        b_share[i] = planes_out ? bound_share(pr.piece[0].in, tok(i), lane) : 0.0f;
     if constexpr (kWide) {
         if (warp < pr.pieces * R) {
-            const float s = wide_q_sum(pr.piece[warp / R].wide, warp % R, lane);
+            const float s = wide_q_sum(pr.piece[warp / R].wide, tok(warp % R), lane);
             if (lane == 0) wide_s[warp / R][warp % R] = s;
         }
     }
@@ -264,7 +274,8 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
             const int pc = c >= c0 ? 1 : 0, cc = pc ? c - c0 : c;
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                const float2 v = chunk_sums<kWide>(pr.piece[pc], i, cc, a_lo[u], a_hi[u], g, t);
+                const float2 v =
+                    chunk_sums<kWide>(pr.piece[pc], tok(i), cc, a_lo[u], a_hi[u], g, t);
                 if (pc) {
                     acc1[i][0] += v.x;
                     acc1[i][1] += v.y;
@@ -294,7 +305,8 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
     float val = 0.0f;
     if (finishes) {
         const int rr = threadIdx.x % 16;
-        val = pr.beta == 0.0f ? 0.0f : pr.beta * pr.out[fin_i * pr.ld_out + fin_k];
+        const int64_t row_out = int64_t{i0 + fin_i} * pr.ld_out + fin_k;
+        val = pr.beta == 0.0f ? 0.0f : pr.beta * pr.out[row_out];
         val += fin_bias;
         for (int pc = 0; pc < pr.pieces; ++pc) {
             float sum = 0.0f;
@@ -302,7 +314,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
             // narrow: Σq inside sum; wide: S = Σ_c σ'_c Σq once per token
             val += fin_scale[pc] * ((kWide ? wide_s[pc][fin_i] : 0.0f) - 2.0f * sum);
         }
-        if (pr.out) pr.out[fin_i * pr.ld_out + fin_k] = val;
+        if (pr.out) pr.out[row_out] = val;
     }
     // the warps that hold tiles (warp-uniform), for the ballots
     if (!planes_out || warp * 32 >= tiles_per_block * 16 * R) return;
@@ -311,7 +323,7 @@ __global__ void __launch_bounds__(kThreads, R == 1 ? 3 : 2)
         const float b1 = bound_butterfly(b_share[R - 1]);
         if (fin_i == 1) b_in = b1;
     }
-    write_wide(pr.planes_out, rows, tile0 + fin_tb, fin_i, val, finishes, in_group,
+    write_wide(pr.planes_out, rows, tile0 + fin_tb, i0 + fin_i, val, finishes, stores,
                l_max * b_in * (1.0f + 1.0f / 4096.0f));
 }
 
@@ -330,9 +342,11 @@ int split_for(int chunks) {
 
 template <bool kWide>
 void launch_mma(const MmaProduct* products, int count, int rows, cudaStream_t stream) {
-    CORTIQ_ASSERT(rows == 1 || rows == 2, "sign_mma takes 1 or 2 rows, not {}", rows);
+    CORTIQ_ASSERT(rows >= 1 && rows <= kPlaneDecodeRows, "sign_mma takes 1 to {} rows, not {}",
+                  kPlaneDecodeRows, rows);
     for (int c0 = 0; c0 < count; c0 += kMaxMmaProducts) {
         Params p{};
+        p.tokens = rows;
         int blocks = 0;
         for (int i = c0; i < std::min(count, c0 + kMaxMmaProducts); ++i) {
             const MmaProduct& pr = products[i];
@@ -362,7 +376,7 @@ void launch_mma(const MmaProduct* products, int count, int rows, cudaStream_t st
         }
         if (p.count == 0) continue;
         p.first_block[p.count] = blocks;
-        const dim3 grid(static_cast<unsigned>(blocks));
+        const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((rows + 1) / 2));
         if (rows == 1)
             launch_pdl(sign_mma_kernel<1, kWide>, grid, kThreads, 0, stream, p);
         else

@@ -115,7 +115,7 @@ struct PlaneJob {
     const float* up = nullptr;  // R rows of cols values, leading dimension ld_in
 };
 
-// rows = 1 or 2; any number of jobs. Launched with programmatic dependent
+// rows = 1 .. kPlaneDecodeRows; any number of jobs. Launched with programmatic dependent
 // launch (reads the previous kernel's outputs after it completes).
 void sign_planes(const PlaneJob* jobs, int count, int rows, cudaStream_t stream);
 
@@ -142,10 +142,12 @@ struct MmaProduct {
 };
 
 constexpr int kMaxMmaProducts = 8;
+// The most rows of activations sign_planes and sign_mma take.
+constexpr int kPlaneDecodeRows = 16;
 // Words a SignMatrix for sign_mma must be readable past its last row.
 constexpr int64_t kMmaTailWords = 16;
 
-// rows = 1 or 2. sign_mma reads the pieces' planes (in), sign_mma_wide
+// rows = 1 .. kPlaneDecodeRows. sign_mma reads the pieces' planes (in), sign_mma_wide
 // their wide planes (wide).
 void sign_mma(const MmaProduct* products, int count, int rows, cudaStream_t stream);
 void sign_mma_wide(const MmaProduct* products, int count, int rows, cudaStream_t stream);

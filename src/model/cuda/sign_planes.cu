@@ -111,7 +111,8 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
 }  // namespace
 
 void sign_planes(const PlaneJob* jobs, int count, int rows, cudaStream_t stream) {
-    CORTIQ_ASSERT(rows == 1 || rows == 2, "sign_planes takes 1 or 2 rows, not {}", rows);
+    CORTIQ_ASSERT(rows >= 1 && rows <= kPlaneDecodeRows, "sign_planes takes 1 to {} rows, not {}",
+                  kPlaneDecodeRows, rows);
     for (int c0 = 0; c0 < count; c0 += kMaxJobs) {
         Params p{};
         int blocks = 0;

@@ -113,7 +113,7 @@ DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t&
 }  // namespace
 
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
-                             WeightFormat format) {
+                             WeightFormat format, bool head_f16) {
     const io::ModelConfig& c = m.config();
     DeviceWeights d;
     const Target to{format, d.scratch.get(), d.half_scratch.get(), blas};
@@ -158,12 +158,23 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
         d.lm_head.half_scratch = d.half_scratch.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
+    } else if (m.head_shares_embedding() && !e.packed() && head_f16) {
+        // an fp16 copy for the head; the lookups keep the float32 table, so
+        // that the head is the one thing that changes
+        d.lm_head.own16 = upload_half(e.table(), stream, d.bytes);
+        d.lm_head.w16 = d.lm_head.own16.get();
+        d.lm_head.half_scratch = d.half_scratch.get();
+        d.lm_head.m = c.vocab_size;
+        d.lm_head.n = c.hidden_size;
     } else if (m.head_shares_embedding() && !e.packed()) {
         d.lm_head.w = d.embed.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
     } else {
-        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, to);
+        Target head = to;
+        if (head_f16) head.format = WeightFormat::f16;
+        const bool packed = dynamic_cast<const BlrLinear*>(m.lm_head().w.get()) != nullptr;
+        d.lm_head = upload_linear(m.lm_head(), stream, d.bytes, packed ? to : head);
         if (m.head_shares_embedding()) d.embed_packed = d.lm_head.packed.get();
     }
     return d;

@@ -80,9 +80,11 @@ struct DeviceWeights {
 // dequantised. f16: the embedding, every linear layer and the head dense in
 // fp16, a compressed layer dequantised on the device by its own packed
 // kernels (blas: for those), a compressed embedding on the host (the norms
-// and the DeltaNet's small tensors stay float32).
+// and the DeltaNet's small tensors stay float32). head_f16 (native): a float
+// head dense in fp16 (tied: an fp16 copy of the table for the head, the
+// lookups still from the float32 one); a compressed head stays packed.
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
-                             WeightFormat format = WeightFormat::native);
+                             WeightFormat format = WeightFormat::native, bool head_f16 = false);
 
 // out (rows × hidden) = the embedding rows of tokens (ids checked on the
 // host), from the float table or the compressed embedding's bits.
