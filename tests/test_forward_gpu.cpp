@@ -286,7 +286,10 @@ TEST(GpuCli, PplAndGenerateMatchCpu) {
     }
     EXPECT_NEAR(ppl[1], ppl[0], kPplTol * ppl[0]);
     const std::string gen = "generate " + model + " --prompt 'Once upon a time' --max-tokens 30";
-    const CliRun c = run_cli(gen + " --device cpu"), g = run_cli(gen + " --device gpu");
+    // the GPU's float32 twin (its generation defaults round the cache and
+    // the head to fp16)
+    const CliRun c = run_cli(gen + " --device cpu"),
+                 g = run_cli(gen + " --device gpu --kv f32 --head f32");
     ASSERT_EQ(c.code, 0) << c.out;
     ASSERT_EQ(g.code, 0) << g.out;
     // The text, without the timing line ("[N prompt tokens, ...]", on stderr).
