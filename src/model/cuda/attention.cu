@@ -229,46 +229,112 @@ struct Partial {
     float acc[kMaxHeadDim];
 };
 
-// Warp w's keys are lo + 4·(w + W·t) + u, u < 4, t = 0, 1, .., W the warps
-// of the cluster; the warp keeps its running max m, sum l and output acc.
+// A lane's dimensions of one cached row as loaded: kDims floats, or kDims
+// fp16 values in kDims / 2 words (converted when used, so that twice as many
+// fp16 rows as float32 ones are in flight in the same registers).
+template <int kDims, class KV>
+struct LaneRow {
+    float f[kDims];
+    __device__ __forceinline__ void load(const KV* row, int lane, int hd, bool vec) {
+        load_dims<kDims>(row, lane, hd, vec, f);
+    }
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int c = 0; c < kDims; ++c) f[c] = 0.0f;
+    }
+    __device__ __forceinline__ float at(int c) const {
+        return f[c];
+    }
+};
+template <int kDims>
+struct LaneRow<kDims, __half> {
+    uint32_t w[kDims / 2];
+    __device__ __forceinline__ void load(const __half* row, int lane, int hd, bool vec) {
+        const int d0 = lane * kDims;
+        if (vec && d0 < hd) {
+            if constexpr (kDims == 2) {
+                w[0] = __ldg(reinterpret_cast<const unsigned*>(row + d0));
+            } else if constexpr (kDims == 4) {
+                const uint2 x = __ldg(reinterpret_cast<const uint2*>(row + d0));
+                w[0] = x.x;
+                w[1] = x.y;
+            } else {
+#pragma unroll
+                for (int c = 0; c < kDims / 2; c += 4) {
+                    const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + d0 + 2 * c));
+                    w[c] = x.x;
+                    w[c + 1] = x.y;
+                    w[c + 2] = x.z;
+                    w[c + 3] = x.w;
+                }
+            }
+            return;
+        }
+        float f[kDims];
+        load_dims<kDims>(row, lane, hd, vec, f);
+#pragma unroll
+        for (int c = 0; c < kDims / 2; ++c) {
+            const __half2 h = __floats2half2_rn(f[2 * c], f[2 * c + 1]);  // exact: fp16 values
+            w[c] = *reinterpret_cast<const uint32_t*>(&h);
+        }
+    }
+    __device__ __forceinline__ void clear() {
+#pragma unroll
+        for (int c = 0; c < kDims / 2; ++c) w[c] = 0u;
+    }
+    __device__ __forceinline__ float at(int c) const {
+        const float2 f = __half22float2(half2_of(w[c / 2]));
+        return c % 2 ? f.y : f.x;
+    }
+};
+
+// Keys a warp takes at once: kDecodeKeys float32 rows, twice as many fp16
+// ones (the same bytes in flight).
+template <class KV>
+constexpr int kDecodeKeysOf = std::is_same_v<KV, float> ? kDecodeKeys : 2 * kDecodeKeys;
+
+// Warp w's keys are lo + K·(w + W·t) + u, u < K = kDecodeKeysOf<KV>, t = 0,
+// 1, .., W the warps of the cluster; the warp keeps its running max m, sum l
+// and output acc.
 template <int kDims, class KV>
 __device__ void attend_keys(const float (&qv)[kDims], const KV* kb, const KV* vb, int64_t kv_dim,
                             int64_t lo, int64_t p, int w, int W, int hd, bool vec, float& m,
                             float& l, float (&acc)[kDims]) {
+    constexpr int K = kDecodeKeysOf<KV>;
     const int lane = threadIdx.x % 32;
-    for (int64_t j0 = lo + int64_t{w} * kDecodeKeys; j0 <= p; j0 += int64_t{W} * kDecodeKeys) {
-        float kv[kDecodeKeys][kDims], vv[kDecodeKeys][kDims];
+    for (int64_t j0 = lo + int64_t{w} * K; j0 <= p; j0 += int64_t{W} * K) {
+        LaneRow<kDims, KV> kr[K], vr[K];
 #pragma unroll
-        for (int u = 0; u < kDecodeKeys; ++u) {
+        for (int u = 0; u < K; ++u) {
             if (j0 + u <= p) {  // warp-uniform
-                load_dims<kDims>(kb + (j0 + u) * kv_dim, lane, hd, vec, kv[u]);
-                load_dims<kDims>(vb + (j0 + u) * kv_dim, lane, hd, vec, vv[u]);
+                kr[u].load(kb + (j0 + u) * kv_dim, lane, hd, vec);
+                vr[u].load(vb + (j0 + u) * kv_dim, lane, hd, vec);
             } else {
-#pragma unroll
-                for (int c = 0; c < kDims; ++c) kv[u][c] = vv[u][c] = 0.0f;
+                kr[u].clear();
+                vr[u].clear();
             }
         }
-        float s[kDecodeKeys];
+        float s[K];
 #pragma unroll
-        for (int u = 0; u < kDecodeKeys; ++u) {
+        for (int u = 0; u < K; ++u) {
             float part = 0.0f;
 #pragma unroll
-            for (int c = 0; c < kDims; ++c) part += qv[c] * kv[u][c];
+            for (int c = 0; c < kDims; ++c) part += qv[c] * kr[u].at(c);
             s[u] = j0 + u <= p ? warp_sum(part) : -INFINITY;  // warp-uniform branch
         }
         float m_new = m;
 #pragma unroll
-        for (int u = 0; u < kDecodeKeys; ++u) m_new = fmaxf(m_new, s[u]);  // finite: key j0
-        const float corr = expf(m - m_new);                                // 0 at first
+        for (int u = 0; u < K; ++u) m_new = fmaxf(m_new, s[u]);  // finite: key j0
+        const float corr = expf(m - m_new);                      // 0 at first
         l *= corr;
 #pragma unroll
         for (int c = 0; c < kDims; ++c) acc[c] *= corr;
 #pragma unroll
-        for (int u = 0; u < kDecodeKeys; ++u) {
+        for (int u = 0; u < K; ++u) {
             const float pu = expf(s[u] - m_new);  // 0 past p
             l += pu;
 #pragma unroll
-            for (int c = 0; c < kDims; ++c) acc[c] += pu * vv[u][c];
+            for (int c = 0; c < kDims; ++c) acc[c] += pu * vr[u].at(c);
         }
         m = m_new;
     }
