@@ -389,3 +389,36 @@ TEST(Synthetic, MistralSlidingWindow) {
     c["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
     check_synthetic(c, "mistral");
 }
+
+namespace {
+
+const float* dense_data(const model::Linear& l) {
+    const auto* d = dynamic_cast<const model::DenseLinear*>(l.w.get());
+    return d ? d->weight().data() : nullptr;
+}
+
+}  // namespace
+
+// Model::share holds the same float matrices (quantize keeps its original
+// model this way): the same storage, the same logits bit for bit, and a layer
+// replaced in one model is not replaced in the other.
+TEST(Forward, SharedModelHoldsTheSameWeightsAndOutlivesReplacements) {
+    REQUIRE_DATA_AT(kData / "models");
+    auto m = model::Model::load((kData / "models/tiny-llama-6m").string());
+    const model::Model s = m.share();
+    ASSERT_NE(dense_data(m.layer(1).gate), nullptr);
+    EXPECT_EQ(dense_data(s.layer(1).gate), dense_data(m.layer(1).gate));
+    EXPECT_EQ(dense_data(s.lm_head()), dense_data(m.lm_head()));
+    EXPECT_EQ(s.embedding().table_ptr(), m.embedding().table_ptr());
+    EXPECT_EQ(s.head_shares_embedding(), m.head_shares_embedding());
+    const std::vector<int32_t> tokens{1, 42, 7, 300, 5, 9};
+    const MatF before = m.forward(tokens);
+    EXPECT_EQ(s.forward(tokens).vec(), before.vec());
+    // replace m's gate_proj by a zero matrix: m changes, s does not
+    const float* kept = dense_data(m.layer(1).gate);
+    m.layer(1).gate.w = std::make_unique<model::DenseLinear>(
+        MatF(m.layer(1).gate.out_features(), m.layer(1).gate.in_features()));
+    EXPECT_NE(m.forward(tokens).vec(), before.vec());
+    EXPECT_EQ(dense_data(s.layer(1).gate), kept);
+    EXPECT_EQ(s.forward(tokens).vec(), before.vec());
+}

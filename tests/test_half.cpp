@@ -73,3 +73,23 @@ TEST(Half, Bf16RoundTripsAndRounds) {
     // 1 + 2^-8 is a tie between 1 and 1 + 2^-7: rounds to even (1).
     EXPECT_EQ(bf16_to_float(float_to_bf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
 }
+
+// The vectorised conversion gives half_to_float's floats for all 65,536
+// halves (NaNs as NaNs), at lengths that leave a tail past the 8-wide steps.
+TEST(Half, ManyAtOnceEqualOneAtATime) {
+    std::vector<uint16_t> all(65536);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint16_t>(i);
+    for (const int64_t n : {int64_t{65536}, int64_t{13}, int64_t{0}}) {
+        std::vector<float> got(static_cast<size_t>(n));
+        cortiq::halves_to_floats(all.data(), n, got.data());
+        for (int64_t i = 0; i < n; ++i) {
+            const float want = cortiq::half_to_float(all[static_cast<size_t>(i)]);
+            if (std::isnan(want))
+                EXPECT_TRUE(std::isnan(got[static_cast<size_t>(i)])) << i;
+            else
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(i)]),
+                          std::bit_cast<uint32_t>(want))
+                    << i;
+        }
+    }
+}

@@ -738,6 +738,41 @@ TEST(CalibSet, SamplesAutoFollowsTuning) {
     EXPECT_EQ(quant::resolve_samples(o, 6'000'000), 40);
 }
 
+// The plan and block tuning's epochs by default (the command line's): --plan
+// auto and 8 epochs when tuning a hybrid model of at most 100 M parameters,
+// the uniform plan and 4 epochs otherwise; a plan or a count given is kept.
+TEST(CalibSet, HybridPlanAndEpochsFollowTuningAndModelSize) {
+    quant::QuantizeOptions o;
+    o.plan_auto_default = true;
+    o.tune.epochs = quant::kTuneEpochsAuto;
+    o.tune_mode = "block+kd";
+    const int plain = tune::TuneOptions{}.epochs;
+    EXPECT_TRUE(quant::resolve_plan_auto(o, 6'000'000, true));
+    EXPECT_EQ(quant::resolve_tune_epochs(o, 6'000'000, true), quant::kTuneEpochsHybrid);
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, false));
+    EXPECT_EQ(quant::resolve_tune_epochs(o, 6'000'000, false), plain);
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 800'000'000, true));
+    EXPECT_EQ(quant::resolve_tune_epochs(o, 800'000'000, true), plain);
+    o.tune_mode = "none";
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
+    o.tune_mode = "block";
+    o.plan_path = "plan.json";  // a plan of one's own
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
+    o.plan_path.clear();
+    o.enc.method = encode::Method::rtn_sign;  // no rank to plan
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
+    o.enc.method = encode::Method::nvg;
+    o.file_bpw = 1.5;  // --file-bpw plans the whole file (plan_auto set by the caller)
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
+    o.file_bpw = 0;
+    o.plan_auto_default = false;  // --plan uniform
+    EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
+    o.plan_auto = true;  // --plan auto
+    EXPECT_TRUE(quant::resolve_plan_auto(o, 6'000'000, false));
+    o.tune.epochs = 3;
+    EXPECT_EQ(quant::resolve_tune_epochs(o, 6'000'000, true), 3);
+}
+
 TEST_F(Quantize, SeveralCalibrationTextsFromTheCommandLine) {
     const fs::path d = tmp_dir("multi");
     const std::string austen = kData + "/text/austen-heldout.txt";

@@ -65,7 +65,9 @@ def quantize(model_dir, output, bpw=1.0, calib=(), *, device="cpu", samples="aut
     progress(stage, done, total) after each tensor is encoded (stage: the
     tensor's name; done/total: weights) instead of the progress bar; what it
     raises stops the run and propagates. quiet: no per-tensor lines and no bar.
-    plan="auto" measures and allocates the bits per tensor (--plan auto);
+    plan="auto" measures and allocates the bits per tensor (--plan auto),
+    plan="uniform" gives every tensor `bpw` (None: auto when tuning a hybrid
+    model of at most 100 M parameters, else uniform);
     file_bpw budgets the whole file (--file-bpw).
     Returns the run's summary as a dict (the command line's --json), with its
     one-line "summary". The GIL is released while the library runs.

@@ -66,15 +66,17 @@ const std::map<std::string, Setter>& setters() {
         {"plan",
          [](QuantizeOptions& o, const py::handle& v) {
              const std::string p = py::str(v).cast<std::string>();
+             o.plan_auto_default = false;
              if (p == "auto")
                  o.plan_auto = true;  // as the CLI's --plan auto
-             else
+             else if (p != "uniform")
                  o.plan_path = p;
          }},
         {"file_bpw",
          [](QuantizeOptions& o, const py::handle& v) {
              o.file_bpw = in_range<double>("file_bpw", v, 0.05, 16.0);
              o.plan_auto = true;
+             o.plan_auto_default = false;
          }},
         {"sensitivity_windows",
          [](QuantizeOptions& o, const py::handle& v) {
@@ -193,6 +195,8 @@ QuantizeOptions cli_defaults() {
     o.calib_generated = quant::kCalibGeneratedAuto;
     o.kd_random = quant::kKdRandomAuto;
     o.calib.samples = quant::kSamplesAuto;
+    o.tune.epochs = quant::kTuneEpochsAuto;
+    o.plan_auto_default = true;
     return o;
 }
 

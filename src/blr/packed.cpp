@@ -25,7 +25,7 @@ void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
 void floats_into(const std::vector<uint16_t>& v, int64_t off, int64_t count,
                  std::vector<float>& out) {
     out.resize(static_cast<size_t>(count));
-    for (int64_t i = 0; i < count; ++i) out[i] = half_to_float(v[static_cast<size_t>(off + i)]);
+    halves_to_floats(v.data() + off, count, out.data());
 }
 
 // Version 1 payloads and sign payloads are rewritten into the version-2 stream

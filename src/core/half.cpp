@@ -1,5 +1,7 @@
 #include "core/half.hpp"
 
+#include <immintrin.h>
+
 #include <bit>
 #include <cstring>
 
@@ -54,6 +56,25 @@ float half_to_float(uint16_t h) {
         x = sign | ((exp + 127 - 15) << 23) | (mant << 13);
     }
     return std::bit_cast<float>(x);
+}
+
+namespace {
+
+__attribute__((target("avx,f16c"))) void halves_to_floats_f16c(const uint16_t* in, int64_t n,
+                                                               float* out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(
+            out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i))));
+    for (; i < n; ++i) out[i] = half_to_float(in[i]);
+}
+
+}  // namespace
+
+void halves_to_floats(const uint16_t* in, int64_t n, float* out) {
+    static const bool f16c = __builtin_cpu_supports("f16c");
+    if (f16c) return halves_to_floats_f16c(in, n, out);
+    for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(in[i]);
 }
 
 uint16_t float_to_bf16(float f) {

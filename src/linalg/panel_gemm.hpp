@@ -10,7 +10,10 @@
 namespace cortiq::la {
 
 // C (T × N, row-major, ldc) = beta·C + A (T × K, lda) · op(B), op(B) = Bᵀ with
-// B N × K (b_trans) or B with B K × N.
+// B N × K (b_trans) or B with B K × N. Up to kGemvRows rows with b_trans: a
+// matrix-vector product per row (no packing of B), each row's outputs the
+// same whatever the rows beside it.
+inline constexpr int64_t kGemvRows = 4;
 void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, int64_t lda,
                  const float* b, float beta, float* c, int64_t ldc);
 

@@ -21,6 +21,9 @@ class BlrLinear final : public LinearWeights {
     MatF dense() const override;  // float64 products, rounded once (as blr::dequant)
     std::string kind() const override { return w_->sign ? "sign" : "blr"; }
     int64_t resident_bytes() const override { return w_->resident_bytes(); }
+    std::unique_ptr<LinearWeights> share() const override {
+        return std::make_unique<BlrLinear>(w_);
+    }
     const blr::PackedWeight& packed() const { return *w_; }
     const std::shared_ptr<const blr::PackedWeight>& packed_ptr() const { return w_; }
 

@@ -11,6 +11,13 @@ MatF LinearWeights::apply(const MatF& x) const {
     return y;
 }
 
+Linear Linear::share() const {
+    Linear l;
+    if (w) l.w = w->share();
+    l.bias = bias;
+    return l;
+}
+
 DenseLinear::DenseLinear(MatF w) : w_(std::make_shared<const MatF>(std::move(w))) {}
 DenseLinear::DenseLinear(std::shared_ptr<const MatF> w) : w_(std::move(w)) {
     CORTIQ_ASSERT(w_ != nullptr);

@@ -25,6 +25,8 @@ class LinearWeights {
     virtual std::string kind() const = 0;  // "dense", "blr", "sign"
     // Bytes this layer holds in memory (a shared matrix counts in full).
     virtual int64_t resident_bytes() const = 0;
+    // Another holder of the same weights (no copy of the matrix or payload).
+    virtual std::unique_ptr<LinearWeights> share() const = 0;
 
     MatF apply(const MatF& x) const;
 };
@@ -40,6 +42,9 @@ class DenseLinear final : public LinearWeights {
     MatF dense() const override { return *w_; }
     std::string kind() const override { return "dense"; }
     int64_t resident_bytes() const override { return 4 * w_->size(); }
+    std::unique_ptr<LinearWeights> share() const override {
+        return std::make_unique<DenseLinear>(w_);
+    }
     const MatF& weight() const { return *w_; }
 
   private:
@@ -56,6 +61,8 @@ struct Linear {
     int64_t out_features() const { return w->out_features(); }
     // y = x Wᵀ + b; y is resized to x.rows() × out_features.
     void forward(const MatF& x, MatF& y) const;
+    // A linear layer holding the same weights (the bias copied); empty stays empty.
+    Linear share() const;
 };
 
 }  // namespace cortiq::model

@@ -219,6 +219,42 @@ void Model::set_embedding(Embedding e) {
     if (shared) lm_head_.w = tied_head(embed_);
 }
 
+Model Model::share() const {
+    Model m;
+    m.cfg_ = cfg_;
+    m.embed_ = embed_;
+    for (const LayerWeights& l : layers_) {
+        LayerWeights c;
+        c.mixer = l.mixer;
+        c.input_norm = l.input_norm;
+        c.post_attn_norm = l.post_attn_norm;
+        c.q_norm = l.q_norm;
+        c.k_norm = l.k_norm;
+        for (auto [dst, src] : {std::pair{&c.q, &l.q},
+                                {&c.k, &l.k},
+                                {&c.v, &l.v},
+                                {&c.o, &l.o},
+                                {&c.gate, &l.gate},
+                                {&c.up, &l.up},
+                                {&c.down, &l.down},
+                                {&c.delta.qkv, &l.delta.qkv},
+                                {&c.delta.z, &l.delta.z},
+                                {&c.delta.b, &l.delta.b},
+                                {&c.delta.a, &l.delta.a},
+                                {&c.delta.out, &l.delta.out}})
+            *dst = src->share();
+        c.delta.conv = l.delta.conv;
+        c.delta.a_log = l.delta.a_log;
+        c.delta.dt_bias = l.delta.dt_bias;
+        c.delta.norm = l.delta.norm;
+        m.layers_.push_back(std::move(c));
+    }
+    m.final_norm_ = final_norm_;
+    m.lm_head_ = lm_head_.share();
+    m.inv_freq_ = inv_freq_;
+    return m;
+}
+
 bool Model::head_shares_embedding() const {
     if (const auto* d = dynamic_cast<const DenseLinear*>(lm_head_.w.get()))
         return embed_.table_ptr() && &d->weight() == embed_.table_ptr().get();

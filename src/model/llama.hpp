@@ -56,6 +56,12 @@ class Model {
     static Model load(const std::string& path, const LoadOptions& lo = {});
     static Model from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& ckpt,
                                  const LoadOptions& lo = {});
+    // A model that holds the same weights as this one: its float matrices and
+    // payloads shared, not copied (the small vectors are). Replacing a layer
+    // of either later (set_embedding, a Linear's w) leaves the other as it
+    // was: quantize keeps the original model this way beside the one it
+    // compresses, for one model's memory instead of two.
+    Model share() const;
 
     const io::ModelConfig& config() const { return cfg_; }
     int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }

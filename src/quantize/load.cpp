@@ -59,16 +59,30 @@ int64_t resolve_samples(const QuantizeOptions& o, int64_t params, bool hybrid) {
     return hybrid ? kSamplesTunedHybrid : kSamplesTuned;
 }
 
+bool resolve_plan_auto(const QuantizeOptions& o, int64_t params, bool hybrid) {
+    // rtn-sign has no rank to plan
+    return o.plan_auto ||
+           (o.plan_auto_default && o.plan_path.empty() && o.file_bpw <= 0 &&
+            o.enc.method != encode::Method::rtn_sign && hybrid && tuned_small_model(o, params));
+}
+
+int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid) {
+    if (o.tune.epochs != kTuneEpochsAuto) return o.tune.epochs;
+    return hybrid && tuned_small_model(o, params) ? kTuneEpochsHybrid : tune::TuneOptions{}.epochs;
+}
+
 double resolve_kd_random(const QuantizeOptions& o, double generated) {
     if (o.kd_random >= 0) return o.kd_random;
     return generated > 0 ? 0.0 : 1.0;
 }
 
-Inputs load_and_check(const QuantizeOptions& o, const Plan& plan) {
+Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
     Inputs in{model::Model::load(o.model_dir), io::Checkpoint::open(o.model_dir), {}, {}, 0.0};
     const auto& cfg = in.model.config();
+    o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
+    o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
     CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
     std::vector<std::string> calib_texts;

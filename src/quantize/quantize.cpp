@@ -55,7 +55,7 @@ QuantizeOptions options_of_this_rank(const QuantizeOptions& o) {
 
 QuantizeReport quantize(const QuantizeOptions& options) {
     const auto t0 = std::chrono::steady_clock::now();
-    const QuantizeOptions o = options_of_this_rank(options);
+    QuantizeOptions o = options_of_this_rank(options);  // defaults resolved on load
     QuantizeReport rep;
     rep.out_path = o.out_path;
     if (dist::is_root()) check_output(o);
@@ -93,6 +93,11 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     const int64_t untuned = (work.head_bpw ? table : 0) + (work.embed_bpw ? table : 0);
     Progress bar("quantize", work.weights + (o.tune_blocks() ? work.weights - untuned : 0),
                  "weights", o.progress, o.on_progress);
+    // --match original and tuning: the uncompressed model beside the one
+    // being compressed, sharing its float weights until they are replaced
+    // (one model's host memory, and the checkpoint read once)
+    std::optional<model::Model> original;
+    if (o.match_original || o.tune_mode != "none") original.emplace(in.model.share());
     if (work.embed_bpw) {  // first: every layer is then calibrated on the compressed rows
         EmbeddingStep step{o, in.model, in.calib, journal, bar, rep, embed_payload};
         encode_embedding(step, *work.embed_bpw);
@@ -100,9 +105,6 @@ QuantizeReport quantize(const QuantizeOptions& options) {
 
     // the hidden states of every calibration window, on the forward device
     const auto calib_start = std::chrono::steady_clock::now();
-    std::optional<model::Model> original;  // --match original: the uncompressed model
-    if (o.match_original || o.tune_mode != "none")
-        original.emplace(model::Model::load(o.model_dir));
     calib::SequentialCalib states(
         in.model, in.calib,
         o.device == encode::Device::gpu ? model::Device::gpu : model::Device::cpu,

@@ -25,6 +25,10 @@ struct QuantizeOptions {
     // --plan auto: bits per tensor from measured sensitivity (allocate.hpp),
     // the uniform plan's bits in all; the plan is written to OUT.plan.json.
     bool plan_auto = false;
+    // No plan given (the command line without --plan or --file-bpw): a tuned
+    // hybrid model of at most kCalibGeneratedAutoParams parameters gets --plan
+    // auto (resolve_plan_auto); `--plan uniform` keeps the uniform plan.
+    bool plan_auto_default = false;
     // --file-bpw F (> 0): the plan auto-made under one budget for the whole
     // file, F × the source's parameters bits, every stored byte counted; the
     // embedding and an untied head may be compressed (or kept) too.
@@ -147,6 +151,15 @@ inline constexpr int64_t kSamplesTuned = 192;
 // 69.41, 192 and 0.75 37.20 / 75.51 / 70.22).
 inline constexpr int64_t kSamplesTunedHybrid = 256;
 inline constexpr double kCalibGeneratedHybrid = 1.0;
+// tune.epochs = kTuneEpochsAuto (the command line's default): block tuning
+// takes kTuneEpochsHybrid passes for such a hybrid model, which also gets
+// --plan auto by default (plan_auto_default), else tune::TuneOptions'
+// epochs. Measured on an H100 (tiny-qwen35-6m at 0.898 bpw with the hybrid
+// calibration above, four runs sharing the GPU, docs/tuning.md): the uniform
+// plan and 4 epochs gave 34.59 / 61.48 / 65.50; 8 epochs 35.89 / 61.68 /
+// 64.86; --plan auto 35.04 / 57.75 / 60.58; both 34.27 / 56.31 / 58.79.
+inline constexpr int kTuneEpochsAuto = -1;
+inline constexpr int kTuneEpochsHybrid = 8;
 
 struct TensorReport {
     std::string name, method, line;

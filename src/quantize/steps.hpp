@@ -64,13 +64,20 @@ struct Inputs {
     // Random-token windows per fit window for distillation, auto resolved.
     double kd_random = 0.0;
 };
-Inputs load_and_check(const QuantizeOptions& o, const Plan& plan);
+// Resolves o's model-dependent defaults in place (resolve_plan_auto,
+// resolve_tune_epochs) once the model is loaded, before the run's settings.
+Inputs load_and_check(QuantizeOptions& o, const Plan& plan);
 // --calib-generated with kCalibGeneratedAuto resolved for a model of `params`
 // (`hybrid`: with Gated DeltaNet layers, quantize.hpp's kCalibGeneratedHybrid).
 double resolve_calib_generated(const QuantizeOptions& o, int64_t params, bool hybrid = false);
 // Calibration windows with kSamplesAuto resolved for a model of `params`
 // (`hybrid`: kSamplesTunedHybrid).
 int64_t resolve_samples(const QuantizeOptions& o, int64_t params, bool hybrid = false);
+// --plan auto: given, or by default for a tuned small hybrid model
+// (plan_auto_default; measured in quantize.hpp beside kTuneEpochsHybrid).
+bool resolve_plan_auto(const QuantizeOptions& o, int64_t params, bool hybrid);
+// Block tuning's epochs with kTuneEpochsAuto resolved.
+int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);

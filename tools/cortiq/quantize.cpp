@@ -59,6 +59,8 @@ void add_quantize(CLI::App& app) {
     auto a = std::make_shared<QuantizeArgs>();
     a->o.calib.seqlen = 0;  // model default
     a->o.tune_mode = "auto";
+    a->o.tune.epochs = quant::kTuneEpochsAuto;  // a number replaces it (checked below)
+    a->o.plan_auto_default = true;              // --plan or --file-bpw turns it off
     auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
     cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
     cmd->add_option("--bpw", a->o.bpw,
@@ -78,7 +80,8 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--plan", a->o.plan_path,
                     "JSON: tensor-name glob -> bpw (null keeps it); auto: bits per tensor from "
                     "measured sensitivity, the uniform --bpw plan's bits in all, written to "
-                    "OUT.plan.json");
+                    "OUT.plan.json; uniform: --bpw everywhere (default: auto when tuning a "
+                    "hybrid model of at most 100 M parameters, else uniform)");
     cmd->add_option("--file-bpw", a->o.file_bpw,
                     "one budget for the whole file: this many bits per parameter of the source, "
                     "every stored byte counted (embedding and head may be compressed); implies "
@@ -129,7 +132,9 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
     cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
                     "distillation: Adam step on the sign latents (0: signs fixed)");
-    cmd->add_option("--tune-epochs", a->o.tune.epochs, "block tuning: passes over the fit windows")
+    cmd->add_option("--tune-epochs", a->o.tune.epochs,
+                    "block tuning: passes over the fit windows (default: 8 for a hybrid model of "
+                    "at most 100 M parameters, else 4)")
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--tune-batch", a->o.tune.batch_windows, "block tuning: windows per step")
         ->check(CLI::Range(1, 1 << 20));
@@ -191,14 +196,16 @@ void add_quantize(CLI::App& app) {
             parse_per_window("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
         a->o.kd_random = parse_per_window("--kd-random", a->kd_random, quant::kKdRandomAuto);
         a->o.calib.samples = parse_samples(a->samples);
-        if (a->o.plan_path == "auto") {
-            a->o.plan_auto = true;
+        if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
+        if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {
+            a->o.plan_auto = a->o.plan_path == "auto";
             a->o.plan_path.clear();
         }
         if (a->o.file_bpw > 0) {
             CORTIQ_CHECK(a->o.plan_path.empty(), "--file-bpw makes its own plan: drop --plan {}",
                          a->o.plan_path);
             a->o.plan_auto = true;
+            a->o.plan_auto_default = false;
         }
         a->o.progress = !a->quiet;
         a->o.verbose = !a->quiet;

@@ -77,26 +77,33 @@ __device__ __forceinline__ void load_dims(const float* row, int lane, int hd, bo
 #pragma unroll
     for (int c = 0; c < N; ++c) out[c] = d0 + c < hd ? __ldg(row + d0 + c) : 0.0f;
 }
+// Halves d0 .. d0 + N − 1 of a row (aligned to N) as N / 2 words of two,
+// in one 4-, 8- or 16-byte load.
+template <int N>
+__device__ __forceinline__ void load_half_words(const __half* row, int d0, uint32_t (&w)[N / 2]) {
+    if constexpr (N == 2) {
+        w[0] = __ldg(reinterpret_cast<const unsigned*>(row + d0));
+    } else if constexpr (N == 4) {
+        const uint2 x = __ldg(reinterpret_cast<const uint2*>(row + d0));
+        w[0] = x.x;
+        w[1] = x.y;
+    } else {
+        static_assert(N == 8);
+        const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + d0));
+        w[0] = x.x;
+        w[1] = x.y;
+        w[2] = x.z;
+        w[3] = x.w;
+    }
+}
+
 template <int N>
 __device__ __forceinline__ void load_dims(const __half* row, int lane, int hd, bool vec,
                                           float (&out)[N]) {
     const int d0 = lane * N;
     if (vec && d0 < hd) {
-        // N halves = N/2 half2, loaded as one 4-, 8- or 16-byte word
         uint32_t words[N / 2];
-        if constexpr (N == 2) {
-            words[0] = __ldg(reinterpret_cast<const unsigned*>(row + d0));
-        } else if constexpr (N == 4) {
-            const uint2 w = __ldg(reinterpret_cast<const uint2*>(row + d0));
-            words[0] = w.x;
-            words[1] = w.y;
-        } else {
-            const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + d0));
-            words[0] = w.x;
-            words[1] = w.y;
-            words[2] = w.z;
-            words[3] = w.w;
-        }
+        load_half_words<N>(row, d0, words);
 #pragma unroll
         for (int c = 0; c < N / 2; ++c) {
             const float2 f = __half22float2(half2_of(words[c]));
@@ -251,25 +258,7 @@ struct LaneRow<kDims, __half> {
     uint32_t w[kDims / 2];
     __device__ __forceinline__ void load(const __half* row, int lane, int hd, bool vec) {
         const int d0 = lane * kDims;
-        if (vec && d0 < hd) {
-            if constexpr (kDims == 2) {
-                w[0] = __ldg(reinterpret_cast<const unsigned*>(row + d0));
-            } else if constexpr (kDims == 4) {
-                const uint2 x = __ldg(reinterpret_cast<const uint2*>(row + d0));
-                w[0] = x.x;
-                w[1] = x.y;
-            } else {
-#pragma unroll
-                for (int c = 0; c < kDims / 2; c += 4) {
-                    const uint4 x = __ldg(reinterpret_cast<const uint4*>(row + d0 + 2 * c));
-                    w[c] = x.x;
-                    w[c + 1] = x.y;
-                    w[c + 2] = x.z;
-                    w[c + 3] = x.w;
-                }
-            }
-            return;
-        }
+        if (vec && d0 < hd) return load_half_words<kDims>(row, d0, w);
         float f[kDims];
         load_dims<kDims>(row, lane, hd, vec, f);
 #pragma unroll
