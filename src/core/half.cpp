@@ -1,5 +1,6 @@
 #include "core/half.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <bit>
@@ -72,7 +73,13 @@ __attribute__((target("avx,f16c"))) void halves_to_floats_f16c(const uint16_t* i
 }  // namespace
 
 void halves_to_floats(const uint16_t* in, int64_t n, float* out) {
-    static const bool f16c = __builtin_cpu_supports("f16c");
+    // AVX enabled by the OS, and F16C (CPUID leaf 1, ECX bit 29: not a
+    // feature every compiler's __builtin_cpu_supports names)
+    static const bool f16c = [] {
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        return __builtin_cpu_supports("avx") && __get_cpuid(1, &a, &b, &c, &d) &&
+               (c & (1u << 29)) != 0;
+    }();
     if (f16c) return halves_to_floats_f16c(in, n, out);
     for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(in[i]);
 }
