@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "core/blas_threads.hpp"
 #include "core/parallel.hpp"
@@ -104,6 +105,45 @@ TEST_F(Threads, PanelProductsGiveTheSameBitsWithOneOrTwoThreadsAndSolve) {
     for (int64_t i = 0; i < w.size(); ++i) err += std::pow(back.data()[i] - w.data()[i], 2);
     EXPECT_LE(std::sqrt(err), 1e-9 * std::sqrt(la::frob2(w)));
     EXPECT_THROW(la::panel_solve_spd_right(w, random_matrix(96, 96, 3)), std::exception);
+}
+
+// The runtime's float32 products (la::panel_sgemm, x Wᵀ): up to kGemvRows
+// rows each row by sgemv, so a row's outputs are the same bits alone or
+// beside others, with one thread or two, over column panels that cross the
+// threading threshold (a head 4096 × 256 wide); and within float32 rounding
+// of a float64 product (n·2^-23 Σ|x w| bounds each output's error).
+TEST_F(Threads, FewRowProductsGiveEachRowItsOwnBitsWithOneOrTwoThreads) {
+    const int64_t n = 256, m = 4096;
+    Rng rng(4);
+    std::vector<float> w(static_cast<size_t>(m * n)), x(static_cast<size_t>(la::kGemvRows * n));
+    for (auto& v : w) v = static_cast<float>(rng.normal());
+    for (auto& v : x) v = static_cast<float>(rng.normal());
+    auto product = [&](int threads, int64_t rows, const float* xs) {
+        set_num_threads(threads);
+        const OneBlasThread one;
+        std::vector<float> y(static_cast<size_t>(rows * m), 0.0f);
+        la::panel_sgemm(true, rows, m, n, xs, n, w.data(), 0.0f, y.data(), m);
+        return y;
+    };
+    for (const int threads : {1, 2}) {
+        const auto all = product(threads, la::kGemvRows, x.data());
+        for (int64_t i = 0; i < la::kGemvRows; ++i) {
+            const auto alone = product(3 - threads, 1, x.data() + i * n);
+            ASSERT_EQ(std::memcmp(alone.data(), all.data() + i * m, sizeof(float) * m), 0)
+                << "row " << i << " with " << threads << " threads";
+            for (int64_t k = 0; k < m; k += 97) {
+                double want = 0, mag = 0;
+                for (int64_t j = 0; j < n; ++j) {
+                    const double p = double{x[static_cast<size_t>(i * n + j)]} *
+                                     w[static_cast<size_t>(k * n + j)];
+                    want += p;
+                    mag += std::fabs(p);
+                }
+                EXPECT_LE(std::fabs(alone[static_cast<size_t>(k)] - want),
+                          static_cast<double>(n) * std::ldexp(1.0, -23) * mag);
+            }
+        }
+    }
 }
 
 }  // namespace
