@@ -19,16 +19,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-src=$(cd "$1" && pwd)
-work=$(mkdir -p "$2" && cd "$2" && pwd)
-stage=${3:-all}
-DATA=${DATA:-$root/../shared/data}
-CORTIQ=${CORTIQ:-$root/build/tools/cortiq/cortiq}
-PYTHON=${PYTHON:-python3}
-JOBS=${JOBS:-2}
-THREADS=${THREADS:-2}
-LLAMA_BUILD=${LLAMA_BUILD:-$work/llama-build}
+source "$here/llamacpp_env.sh"
 models=(tiny-llama-6m tiny-qwen3-6m)
 types=(Q8_0 IQ2_XXS IQ1_M)
 texts=(tinystories-valid austen-heldout kjv-heldout)
@@ -40,13 +31,7 @@ convert() {
 }
 
 quantize() {
-    if [ ! -f "$LLAMA_BUILD/CMakeCache.txt" ]; then
-        cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
-            -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$work/llama-cmake.log"
-    fi
-    cmake --build "$LLAMA_BUILD" -j"$JOBS" --target llama-imatrix llama-quantize llama-perplexity \
-        >"$work/llama-build.log"
+    build_llama llama-imatrix llama-quantize llama-perplexity
     local bin=$LLAMA_BUILD/bin
     for m in "${models[@]}"; do
         # Same calibration text as cortiq quantize --calib; 512-token chunks

@@ -31,33 +31,18 @@
 #             pass included) is listed below the table.
 set -euo pipefail
 
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/../.." && pwd)
-src=$(cd "$1" && pwd)
-work=$(mkdir -p "$2" && cd "$2" && pwd)
-stage=${3:-all}
-DATA=${DATA:-$root/../shared/data}
-CORTIQ=${CORTIQ:-$root/build/tools/cortiq/cortiq}
-PYTHON=${PYTHON:-python3}
-JOBS=${JOBS:-2}
-THREADS=${THREADS:-2}
+source "$(dirname "$0")/../baselines/llamacpp_env.sh"
 BPW=${BPW:-1.0}
 GEN=${GEN:-256}
 REPS=${REPS:-3}
 PROMPT=${PROMPT:-Once upon a time, there was a little girl named Lily. She loved to}
-LLAMA_BUILD=${LLAMA_BUILD:-$work/llama-build}
 LLAMA_BENCH_ARGS=${LLAMA_BENCH_ARGS:-}
 model=tiny-llama-6m
 gguf=$work/$model-f32.gguf
 packed=$work/$model-cortiq-$BPW.safetensors
 
 build() {
-    if [ ! -f "$LLAMA_BUILD/CMakeCache.txt" ]; then
-        cmake -S "$src" -B "$LLAMA_BUILD" -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF \
-            -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-            -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$work/llama-cmake.log"
-    fi
-    cmake --build "$LLAMA_BUILD" -j"$JOBS" --target llama-bench >"$work/llama-build.log"
+    build_llama llama-bench
 }
 
 convert() {
