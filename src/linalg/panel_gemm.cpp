@@ -46,12 +46,9 @@ void panel_sgemm(bool b_trans, int64_t T, int64_t N, int64_t K, const float* a, 
     if (by_rows) {  // the same panels for any T: on the threads when the work is large
         constexpr int64_t step = 128;
         const int64_t panels = (N + step - 1) / step;
-        auto panel = [&](int64_t i) { gemv_tile(i * step, std::min(N, (i + 1) * step)); };
-        if (T * N * K < kSerialWork) {
-            for (int64_t i = 0; i < panels; ++i) panel(i);
-            return;
-        }
-        return parallel_for(0, panels, panel);
+        return parallel_for(
+            0, panels, [&](int64_t i) { gemv_tile(i * step, std::min(N, (i + 1) * step)); },
+            min_per_thread_for(panels, T * N * K));
     }
     if (T * N * K < kSerialWork) return tile(0, T, 0, N);
     if (T >= 512) {

@@ -61,9 +61,7 @@ model::RuntimeOptions runtime_options(const GenerateArgs& a, model::Device devic
     model::RuntimeOptions o;
     o.device = device;
     o.kv = model::parse_kv_format(a.kv);
-    o.head = model::parse_head_format(a.head);
-    if (o.head == model::HeadFormat::automatic && device == model::Device::cpu)
-        o.head = model::HeadFormat::f32;
+    o.head = model::parse_head_format(a.head);  // auto: resolved by the runtime
     o.weights = a.dtype == "f16" ? model::WeightFormat::f16 : model::WeightFormat::native;
     o.graphs = !a.no_graph;
     return o;

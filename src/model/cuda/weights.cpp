@@ -152,24 +152,24 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
     }
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight
-    // of its own in the file) shares it on the device too.
-    if (m.head_shares_embedding() && format == WeightFormat::f16) {
-        d.lm_head.w16 = d.embed16.get();
-        d.lm_head.half_scratch = d.half_scratch.get();
+    // of its own in the file) shares it on the device too: a float table
+    // (w) or an fp16 one (w16).
+    auto tied_head = [&](const float* w, const __half* w16) {
+        d.lm_head.w = w;
+        d.lm_head.w16 = w16;
+        if (w16) d.lm_head.half_scratch = d.half_scratch.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
+    };
+    if (m.head_shares_embedding() && format == WeightFormat::f16) {
+        tied_head(nullptr, d.embed16.get());
     } else if (m.head_shares_embedding() && !e.packed() && head_f16) {
         // an fp16 copy for the head; the lookups keep the float32 table, so
         // that the head is the one thing that changes
         d.lm_head.own16 = upload_half(e.table(), stream, d.bytes);
-        d.lm_head.w16 = d.lm_head.own16.get();
-        d.lm_head.half_scratch = d.half_scratch.get();
-        d.lm_head.m = c.vocab_size;
-        d.lm_head.n = c.hidden_size;
+        tied_head(nullptr, d.lm_head.own16.get());
     } else if (m.head_shares_embedding() && !e.packed()) {
-        d.lm_head.w = d.embed.get();
-        d.lm_head.m = c.vocab_size;
-        d.lm_head.n = c.hidden_size;
+        tied_head(d.embed.get(), nullptr);
     } else {
         Target head = to;
         if (head_f16) head.format = WeightFormat::f16;
