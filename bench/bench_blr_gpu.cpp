@@ -2,7 +2,7 @@
 // (prints tables; not a timed unit test):
 //   bench_blr_gpu [--shapes 4096x4096,4096x11008,11008x4096] [--bpw 0.55,1.0,2.0]
 //                 [--tokens 512] [--layers 32] [--reps 200] [--tiles 1024,64,16]
-//                 [--paths 1,2] [--ctx 256]
+//                 [--paths 1,2] [--ctx 256] [--rows 1,4,16]
 // Decode: one token, y = W x; cuBLAS reads 2·m·n bytes of fp16 weights, the
 // packed layer its bits and f16 scales. Prefill: --tokens rows, cuBLAS fp16
 // tensor-core GEMM against the packed layer's batch path, side by side: the
@@ -16,7 +16,8 @@
 // time), against the same layers in fp16; and a whole decode step of that
 // model with every op between the linear layers (norms, RoPE, attention over
 // --ctx cached positions, SwiGLU, the fp16 head; --ctx 0: not run). Times are
-// medians of CUDA events.
+// medians of CUDA events. --rows: only the decode of that many rows at 1.0
+// bpw, fp16 cuBLAS against the binary and the fp16 tensor-core decodes.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -196,6 +197,54 @@ void layer_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<doub
     fmt::print("\n|---|---|---|---|---|---|---|---|---|---|");
     for (size_t i = 0; i < tiles.size(); ++i) fmt::print("---|");
     fmt::print("\n{}", prefill);
+}
+
+// The decode of several rows (sequences) per layer at 1.0 bpw, µs per call
+// in a graph (each call on its own copy of the weights): fp16 cuBLAS, the
+// binary tensor cores (Decode::planes, a row of blocks per pair of rows) and
+// the fp16 ones (Decode::f16, every row in one pass over the signs).
+void rows_table(ec::Gpu& gpu, const std::string& shapes, const std::vector<int64_t>& row_counts,
+                int reps, int paths) {
+    const cudaStream_t st = gpu.stream();
+    fmt::print(
+        "\nDecode of several rows, 1.0 bpw, P = {}, µs per call\n"
+        "| m×n | rows | fp16 cuBLAS | planes | f16 | fp16 ÷ planes | fp16 ÷ f16 |\n"
+        "|---|---|---|---|---|---|---|\n",
+        paths);
+    mc::PackedScratch planes, halves;
+    planes.decode = mc::Decode::planes;
+    planes.f16_from_rows = mc::kPlaneDecodeRows + 1;
+    halves.decode = mc::Decode::f16;
+    const int64_t most = mc::kPlaneDecodeRows;
+    for (auto [m, n] : bench::parse_shapes(shapes)) {
+        std::vector<ec::DeviceBuffer<__half>> w16s;
+        for (int c = copies_for(2.0 * m * n); c > 0; --c) w16s.push_back(fill_half(m * n, st));
+        const auto x16 = fill_half(most * n, st);
+        auto y16 = fill_half(most * m, st);
+        const auto x = fill_float(most * n, st);
+        auto y = fill_float(most * m, st);
+        const auto pw = bench::random_packed(m, n, 1.0, 3, paths);
+        std::vector<mc::DevicePacked> devs;
+        for (int c = copies_for(static_cast<double>(pw.m) * pw.n / 8); c > 0; --c)
+            devs.push_back(mc::upload_packed(pw, st));
+        const int batch = std::max<int>(20, static_cast<int>(std::max(devs.size(), w16s.size())));
+        for (int64_t rows : row_counts) {
+            const double t16 = graph_ms(st, reps, batch, [&](int i) {
+                fp16_linear(gpu.blas(), w16s[i % w16s.size()].get(), x16.get(), y16.get(), m, n,
+                            rows);
+            });
+            auto packed_ms = [&](mc::PackedScratch& w) {
+                return graph_ms(st, reps, batch, [&](int i) {
+                    mc::packed_linear(gpu.blas(), st, devs[i % devs.size()], w, x.get(), rows,
+                                      y.get(), 0.0f, nullptr);
+                });
+            };
+            const double tp = packed_ms(planes), th = packed_ms(halves);
+            fmt::print("| {}×{} | {} | {:.1f} | {:.1f} | {:.1f} | {:.2f}× | {:.2f}× |\n", m, n,
+                       rows, 1e3 * t16, 1e3 * tp, 1e3 * th, t16 / tp, t16 / th);
+            std::fflush(stdout);
+        }
+    }
 }
 
 // The linear layers of a Llama-shaped model, packed at 1.0 bpw and in fp16.
@@ -491,7 +540,7 @@ void decode_step(ec::Gpu& gpu, const LlamaWeights& lw, int64_t ctx, int reps) {
 
 int main(int argc, char** argv) try {
     std::string shapes = "4096x4096,4096x11008,11008x4096", bpw = "0.55,1.0,2.0";
-    std::string tile_list = "1024,64,16", path_list = "1,2";
+    std::string tile_list = "1024,64,16", path_list = "1,2", rows_list;
     int64_t tokens = 512, layers = 32, ctx = 256;
     int reps = 200;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -512,6 +561,8 @@ int main(int argc, char** argv) try {
             path_list = v;
         else if (k == "--reps")
             reps = std::stoi(v);
+        else if (k == "--rows")
+            rows_list = v;
         else
             CORTIQ_FAIL("unknown flag {}", k);
     }
@@ -519,6 +570,11 @@ int main(int argc, char** argv) try {
     const auto tiles = bench::parse_list<int64_t>(tile_list);
     const auto path_counts = bench::parse_list<int>(path_list);
     ec::Gpu gpu;
+    if (!rows_list.empty()) {  // the several-row decode table alone
+        for (int paths : path_counts)
+            rows_table(gpu, shapes, bench::parse_list<int64_t>(rows_list), reps, paths);
+        return 0;
+    }
     layer_table(gpu, shapes, bpws, path_counts, tokens, reps, tiles);
     if (layers > 0)
         for (int paths : path_counts) {

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,9 @@ void write_model(const Shape& sh, int64_t layers, double bpw, const fs::path& pa
 struct Config {
     std::string label;
     model::GpuOptions o;
+    // CORTIQ_F16_DECODE_FROM while the runtime is made (PackedScratch reads
+    // it then), or empty: the default
+    std::string f16_from;
 };
 
 struct Row {
@@ -239,7 +243,7 @@ int main(int argc, char** argv) try {
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         // generate's defaults (graph, fp16 cache and head), then one of them
         // changed at a time (B = 1 only), then the dense fp16 runtime
-        std::vector<Config> configs(5);
+        std::vector<Config> configs(6);
         for (Config& c : configs) {
             c.label = "packed";
             c.o.kv = model::KvFormat::f16;
@@ -250,8 +254,13 @@ int main(int argc, char** argv) try {
         configs[3].o.head = model::HeadFormat::f32;
         configs[4].label = "fp16";
         configs[4].o.weights = model::WeightFormat::f16;
+        // every batch on the binary tensor cores (Decode::planes), none on the fp16 ones
+        configs[5].label = "packed, planes";
+        configs[5].f16_from = "17";
         for (const Config& c : configs) {
+            if (!c.f16_from.empty()) setenv("CORTIQ_F16_DECODE_FROM", c.f16_from.c_str(), 1);
             model::GpuModel g(m, c.o);
+            if (!c.f16_from.empty()) unsetenv("CORTIQ_F16_DECODE_FROM");
             const bool full =
                 c.o.graphs && c.o.kv == model::KvFormat::f16 && c.o.head == model::HeadFormat::f16;
             for (const int64_t ctx : ctxs)
@@ -267,7 +276,7 @@ int main(int argc, char** argv) try {
                     fmt::print(stderr, "  {} kv {} head {} graph {} B {} ctx {}: {:.1f} tok/s\n",
                                c.label, rows.back().kv, rows.back().head, c.o.graphs, B, ctx, tps);
                 }
-            if (full) {
+            if (full && c.f16_from.empty()) {
                 const auto [tps, prefill] = measure(g, 1, prompt, 2);
                 (void)tps;
                 ttft.push_back({{"shape", sh.name},

@@ -69,7 +69,8 @@ namespace ec = cortiq::cuda;
 double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
                     const model::cuda::BatchOptions& opt = {}, double x_scale = 1.0,
                     std::initializer_list<int64_t> row_counts = {1, 2, 3, 4, 5, 16, 17, 300},
-                    model::cuda::Decode decode = model::cuda::Decode::planes) {
+                    model::cuda::Decode decode = model::cuda::Decode::planes,
+                    int f16_from_rows = model::cuda::kF16DecodeFromRows) {
     const blr::PackedWeight pw = blr::PackedWeight::from_payload(bytes, tag);
     const model::BlrLinear cpu(pw);
     ec::Gpu gpu;
@@ -78,6 +79,7 @@ double check_on_gpu(const std::vector<uint8_t>& bytes, const std::string& tag,
     model::cuda::PackedScratch ws;
     ws.batch = opt;
     ws.decode = decode;
+    ws.f16_from_rows = f16_from_rows;
     double worst = 0;
     Rng rng(5);
     std::vector<float> bias(static_cast<size_t>(pw.m));
@@ -136,6 +138,10 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
         const std::string tag = fmt::format("{}x{} r{} P{}", m, n, r, p);
         const double e = check_on_gpu(bytes, tag);
         std::printf("%s planes decode / batch: max rel err %.3g\n", tag.c_str(), e);
+        // each tensor-core decode on every row count it may take
+        check_on_gpu(bytes, tag + " f16", {}, 1.0, {1, 2, 3, 8, 9, 16}, model::cuda::Decode::f16);
+        check_on_gpu(bytes, tag + " planes", {}, 1.0, {3, 9, 16}, model::cuda::Decode::planes,
+                     model::cuda::kPlaneDecodeRows + 1);
         // the earlier row and span kernels (decode only)
         check_on_gpu(bytes, tag + " rows", {}, 1.0, {1, 2}, model::cuda::Decode::rows);
         check_on_gpu(bytes, tag + " spans", {}, 1.0, {1, 2}, model::cuda::Decode::spans);
@@ -145,6 +151,8 @@ TEST(BlrLinearGpu, PackedMatchesTheCpuOnAwkwardShapes) {
     for (auto& v : s.vec()) v = rng.uniform() < 0.5 ? -1.0 : 1.0;
     VecD h(65, 0.1), g(129, 0.7);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129");
+    check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 f16", {}, 1.0, {1, 2, 9, 16},
+                 model::cuda::Decode::f16);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 rows", {}, 1.0, {1, 2},
                  model::cuda::Decode::rows);
     check_on_gpu(blr::pack_sign(s, h, g), "sign 65x129 spans", {}, 1.0, {1, 2},
@@ -183,13 +191,17 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
     std::vector<mc::DevicePacked> devs;
     for (const auto& pw : pws) devs.push_back(mc::upload_packed(pw, st));
     // planes with t's wide planes (the default), planes with t's planes by a
-    // launch of their own (CORTIQ_T_PLANES=launch), the row kernels
-    for (int variant : {0, 1, 2})
+    // launch of their own (CORTIQ_T_PLANES=launch), the row kernels, the fp16
+    // tensor cores
+    for (int variant : {0, 1, 2, 3})
         for (int rows : {1, 2, 7, 16}) {
             if (variant == 2 && rows > mc::kDecodeRows) continue;
             mc::PackedScratch ws;
-            ws.decode = variant == 2 ? mc::Decode::rows : mc::Decode::planes;
+            ws.decode = variant == 2   ? mc::Decode::rows
+                        : variant == 3 ? mc::Decode::f16
+                                       : mc::Decode::planes;
             ws.t_wide = variant == 0;
+            ws.f16_from_rows = mc::kPlaneDecodeRows + 1;
             std::vector<float> x(static_cast<size_t>(rows * n));
             for (auto& v : x) v = static_cast<float>(rng.normal());
             const auto dx = ec::upload_f(x, st);
@@ -222,10 +234,11 @@ TEST(BlrLinearGpu, GroupedLayersMatchTheCpuOneByOne) {
 #endif
 }
 
-// Up to 16 rows decode by planes in pairs of tokens (sign_mma.cu): every row
-// of a 16-row decode equals, bit for bit, that row decoded alone, for a
-// two-path layer, a one-path one and a sign payload, with t as wide planes
-// and through a launch of its own.
+// Up to 16 rows decode by planes in pairs of tokens (sign_mma.cu), or on the
+// fp16 tensor cores with each row a column of its own (sign_hmma.cu): every
+// row of a 16-row decode equals, bit for bit, that row decoded alone by the
+// same route, for a two-path layer, a one-path one and a sign payload, with
+// t as wide planes and through a launch of its own.
 TEST(BlrLinearGpu, EachOfSixteenDecodedRowsEqualsItDecodedAlone) {
     REQUIRE_GPU();
 #ifdef CORTIQ_HAVE_CUDA
@@ -242,10 +255,13 @@ TEST(BlrLinearGpu, EachOfSixteenDecodedRowsEqualsItDecodedAlone) {
     pws.push_back(
         blr::PackedWeight::from_payload(blr::pack_sign(s, VecD(129, 0.1), VecD(700, 0.7)), "s"));
     for (const auto& pw : pws)
-        for (bool t_wide : {true, false}) {
+        for (int variant : {0, 1, 2}) {
+            const bool t_wide = variant == 0;
             const auto dev = mc::upload_packed(pw, st);
             mc::PackedScratch ws;
             ws.t_wide = t_wide;
+            ws.decode = variant == 2 ? mc::Decode::f16 : mc::Decode::planes;
+            ws.f16_from_rows = mc::kPlaneDecodeRows + 1;
             const int rows = mc::kPlaneDecodeRows;
             std::vector<float> x(static_cast<size_t>(rows * pw.n));
             for (auto& v : x) v = static_cast<float>(rng.normal());
@@ -260,7 +276,7 @@ TEST(BlrLinearGpu, EachOfSixteenDecodedRowsEqualsItDecodedAlone) {
                 for (int64_t k = 0; k < pw.m; ++k)
                     ASSERT_EQ(got_all[static_cast<size_t>(i * pw.m + k)],
                               got[static_cast<size_t>(k)])
-                        << pw.m << "×" << pw.n << " t_wide " << t_wide << " row " << i << " k "
+                        << pw.m << "×" << pw.n << " variant " << variant << " row " << i << " k "
                         << k;
             }
         }
@@ -289,6 +305,12 @@ TEST(BlrLinearGpu, BatchPathInChunksTf32AndWideRanges) {
                                       {"f16 x·1e-7", f16, 1e-7}}) {
             const double e = check_on_gpu(bytes, tag + " " + name, o, scale, {3, 64, 300});
             std::printf("%s %s: max rel err %.3g\n", tag.c_str(), name, e);
+        }
+        // the fp16 decode's chunk scales over the same ranges
+        for (double scale : {1e6, 1e-7}) {
+            const double e = check_on_gpu(bytes, tag + " f16 decode", {}, scale, {1, 5, 16},
+                                          model::cuda::Decode::f16);
+            std::printf("%s f16 decode x·%g: max rel err %.3g\n", tag.c_str(), scale, e);
         }
     }
 #endif

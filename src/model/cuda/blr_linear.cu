@@ -1,6 +1,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "core/half.hpp"
 #include "model/cuda/blr_batch.hpp"
 #include "model/cuda/blr_linear.hpp"
+#include "model/cuda/knob.hpp"
 
 namespace cortiq::model::cuda {
 
@@ -121,6 +123,83 @@ int64_t round_up(int64_t v, int64_t k) {
     return (v + k - 1) / k * k;
 }
 
+// Which decode takes `rows` rows: the binary tensor cores (Decode::planes
+// below ws.f16_from_rows), the fp16 ones (Decode::f16, or Decode::planes from
+// ws.f16_from_rows), or neither (the earlier kernels, or the batch path).
+bool decodes_by_halves(const PackedScratch& ws, int64_t rows) {
+    return rows > 0 && rows <= kPlaneDecodeRows &&
+           (ws.decode == Decode::f16 || (ws.decode == Decode::planes && rows >= ws.f16_from_rows));
+}
+
+// Decode with Decode::f16: the products of every layer of the group in three
+// launches, as decode_planes: the fp16 inputs of g_p ∘ x for every layer and
+// path; t_p = ℓ_p ∘ S_V,pᵀ (g_p ∘ x) on the fp16 tensor cores, written as the
+// fp16 inputs of the second product (sign_hmma.hpp) by the same kernel, and
+// in float to ws.t; then y = β·y + bias + Σ_p h_p ∘ S_U,p t_p (a sign
+// payload: y = β·y + bias + h ∘ S (g ∘ x) in the first product launch).
+void decode_halves(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
+                   cudaStream_t stream, const InputNorm* norm, const float* swiglu_up) {
+    int64_t t_words = 0, half_total = 0, float_total = 0;
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        half_total += w.paths * half_len(w.n, rows);
+        float_total += w.paths * 2 * rows * plane_chunks(w.n);
+        if (w.sign) continue;
+        t_words += w.paths * rows * w.r;
+        half_total += w.paths * half_len(w.r, rows);
+        float_total += w.paths * rows * plane_chunks(w.r);
+    }
+    ensure(ws.t, t_words, stream);
+    ensure(ws.halves, half_total, stream);
+    ensure(ws.plane_floats, float_total, stream);
+    __half* halves = ws.halves.get();
+    float* floats = ws.plane_floats.get();
+    auto take_floats = [&](int64_t n) {
+        float* f = floats;
+        floats += n;
+        return f;
+    };
+    std::vector<HalfJob> jobs;
+    std::vector<HalfProduct> first, second;
+    float* t_next = ws.t.get();
+    for (int l = 0; l < count; ++l) {
+        const DevicePacked& w = *layers[l].w;
+        const auto* hs = reinterpret_cast<const __half*>(w.h.get());
+        const auto* ls = reinterpret_cast<const __half*>(w.l.get());
+        auto out = product_into<HalfProduct>(layers[l], w);
+        for (int p = 0; p < w.paths; ++p) {
+            HalfJob jx{x, w.n, w.g32.get() + p * w.n, w.n, halves};
+            halves += half_len(w.n, rows);
+            jx.sigma = take_floats(rows * plane_chunks(w.n));
+            jx.abs_info = take_floats(rows * plane_chunks(w.n));
+            if (norm) {
+                jx.norm_w = norm->w;
+                jx.norm_eps = norm->eps;
+            }
+            jx.up = swiglu_up;
+            jobs.push_back(jx);
+            const HalfInput hx{jx.q, jx.sigma, w.n, jx.abs_info};
+            if (w.sign) {
+                out.piece[0] = {w.svt(0), hx, hs};
+                continue;
+            }
+            HalfProduct pr;
+            pr.piece[0] = {w.svt(p), hx, ls + p * w.r};
+            pr.out = t_next;
+            pr.ld_out = w.r;
+            t_next += rows * w.r;
+            pr.t_out = {halves, take_floats(rows * plane_chunks(w.r)), w.l_max[p]};
+            halves += half_len(w.r, rows);
+            first.push_back(pr);
+            out.piece[p] = {w.s_u(p), HalfInput{pr.t_out.q, pr.t_out.sigma, w.r}, hs + p * w.m};
+        }
+        (w.sign ? first : second).push_back(out);
+    }
+    half_inputs(jobs.data(), static_cast<int>(jobs.size()), rows, stream);
+    sign_hmma(first.data(), static_cast<int>(first.size()), rows, stream);
+    if (!second.empty()) sign_hmma(second.data(), static_cast<int>(second.size()), rows, stream);
+}
+
 // Decode with Decode::planes: the products of every layer of the group in
 // three launches: the planes of g_p ∘ x for every layer and path; t_p = ℓ_p ∘
 // S_V,pᵀ (g_p ∘ x) on the binary tensor cores, written as wide planes
@@ -130,7 +209,8 @@ int64_t round_up(int64_t v, int64_t k) {
 // Decode::planes takes up to kPlaneDecodeRows rows; the earlier decode
 // kernels two.
 bool decodes_by_planes(const PackedScratch& ws, int64_t rows) {
-    return rows > 0 && rows <= kPlaneDecodeRows && ws.decode == Decode::planes;
+    return rows > 0 && rows <= kPlaneDecodeRows && ws.decode == Decode::planes &&
+           rows < ws.f16_from_rows;
 }
 
 void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const float* x, int rows,
@@ -218,6 +298,19 @@ void decode_planes(const PackedOut* layers, int count, PackedScratch& ws, const 
         return;
     }
     sign_mma_wide(second.data(), static_cast<int>(second.size()), rows, stream);
+}
+
+// The decode on either kind of tensor core, where one takes `rows` rows.
+bool decode_tensor_cores(const PackedOut* layers, int count, PackedScratch& ws, const float* x,
+                         int64_t rows, cudaStream_t stream, const InputNorm* norm = nullptr,
+                         const float* swiglu_up = nullptr) {
+    if (decodes_by_halves(ws, rows))
+        decode_halves(layers, count, ws, x, static_cast<int>(rows), stream, norm, swiglu_up);
+    else if (decodes_by_planes(ws, rows))
+        decode_planes(layers, count, ws, x, static_cast<int>(rows), stream, norm, swiglu_up);
+    else
+        return false;
+    return true;
 }
 
 // Columns of S per expanded fp16 tile: all (rounded up to 32) when the tile
@@ -339,9 +432,16 @@ Decode decode_from_env() {
     const char* d = std::getenv("CORTIQ_BLR_DECODE");
     if (!d) return Decode::planes;
     const std::string v = d;
-    CORTIQ_ASSERT(v == "planes" || v == "rows" || v == "spans",
-                  "CORTIQ_BLR_DECODE={}: planes, rows or spans", v);
-    return v == "planes" ? Decode::planes : v == "rows" ? Decode::rows : Decode::spans;
+    CORTIQ_ASSERT(v == "planes" || v == "f16" || v == "rows" || v == "spans",
+                  "CORTIQ_BLR_DECODE={}: planes, f16, rows or spans", v);
+    return v == "planes" ? Decode::planes
+           : v == "f16"  ? Decode::f16
+           : v == "rows" ? Decode::rows
+                         : Decode::spans;
+}
+
+int f16_from_rows_from_env() {
+    return knob("CORTIQ_F16_DECODE_FROM", kF16DecodeFromRows, 1, kPlaneDecodeRows + 1);
 }
 
 SignMatrix DevicePacked::svt(int p) const {
@@ -391,6 +491,12 @@ DevicePacked upload_packed(const blr::PackedWeight& w, cudaStream_t stream) {
     up(d.h, w.h.data(), static_cast<int64_t>(w.h.size()));
     up(d.l, w.l.data(), static_cast<int64_t>(w.l.size()));
     up(d.g, w.g.data(), static_cast<int64_t>(w.g.size()));
+    for (int p = 0; p < w.paths && !w.sign; ++p) {
+        float mx = 0.0f;
+        for (int64_t k = 0; k < w.r; ++k)
+            mx = std::max(mx, std::fabs(half_to_float(w.l[static_cast<size_t>(p * w.r + k)])));
+        d.l_max.push_back(mx);
+    }
     std::vector<float> g32(w.g.size());
     for (size_t i = 0; i < g32.size(); ++i) g32[i] = half_to_float(w.g[i]);
     up(d.g32, g32.data(), static_cast<int64_t>(g32.size()));
@@ -403,12 +509,9 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
                    const float* bias) {
     if (rows == 0) return;
     static_assert(kDecodeRows == 2, "sign_gemv takes 1 or 2 rows");
-    if (decodes_by_planes(ws, rows)) {
-        const PackedOut one{&w, y, beta, bias};
-        return decode_planes(&one, 1, ws, x, static_cast<int>(rows), stream);
-    }
+    const PackedOut one{&w, y, beta, bias};
+    if (decode_tensor_cores(&one, 1, ws, x, rows, stream)) return;
     if (rows <= kDecodeRows) {
-        const PackedOut one{&w, y, beta, bias};
         if (ws.decode == Decode::rows &&
             decode_rows(&one, 1, ws, x, static_cast<int>(rows), stream))
             return;
@@ -421,8 +524,7 @@ void packed_linear(cublasHandle_t blas, cudaStream_t stream, const DevicePacked&
 
 void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedOut* layers,
                          int count, PackedScratch& ws, const float* x, int64_t rows) {
-    if (decodes_by_planes(ws, rows))
-        return decode_planes(layers, count, ws, x, static_cast<int>(rows), stream);
+    if (decode_tensor_cores(layers, count, ws, x, rows, stream)) return;
     if (rows > 0 && rows <= kDecodeRows && ws.decode == Decode::rows &&
         decode_rows(layers, count, ws, x, static_cast<int>(rows), stream))
         return;
@@ -432,14 +534,14 @@ void packed_linear_group(cublasHandle_t blas, cudaStream_t stream, const PackedO
 }
 
 bool decode_norms_input(const PackedScratch& ws, int64_t rows) {
-    return decodes_by_planes(ws, rows);
+    return decodes_by_planes(ws, rows) || decodes_by_halves(ws, rows);
 }
 
 void packed_linear_group_normed(cublasHandle_t, cudaStream_t stream, const PackedOut* layers,
                                 int count, PackedScratch& ws, const float* x, const InputNorm& norm,
                                 int64_t rows) {
     CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_group_normed: {} rows", rows);
-    decode_planes(layers, count, ws, x, static_cast<int>(rows), stream, &norm);
+    decode_tensor_cores(layers, count, ws, x, rows, stream, &norm);
 }
 
 void packed_linear_swiglu(cublasHandle_t, cudaStream_t stream, const DevicePacked& w,
@@ -447,7 +549,7 @@ void packed_linear_swiglu(cublasHandle_t, cudaStream_t stream, const DevicePacke
                           float* y, float beta, const float* bias) {
     CORTIQ_ASSERT(decode_norms_input(ws, rows), "packed_linear_swiglu: {} rows", rows);
     const PackedOut one{&w, y, beta, bias};
-    decode_planes(&one, 1, ws, gate, static_cast<int>(rows), stream, nullptr, up);
+    decode_tensor_cores(&one, 1, ws, gate, rows, stream, nullptr, up);
 }
 
 }  // namespace cortiq::model::cuda

@@ -4,7 +4,10 @@
 // (a sign payload: y = β·y + h ∘ (S (g ∘ x)) + bias).
 // Up to 16 rows (decode of 1–16 sequences): Decode::planes (the default,
 // below) multiplies the sign rows on the binary tensor cores against bit
-// planes of the inputs; one or two rows:
+// planes of the inputs for one or two rows, and hands three rows or more to
+// Decode::f16, which expands the signs to ±1 in registers and multiplies
+// them against fp16 inputs on the fp16 tensor cores, every row in one pass
+// over the signs (model/cuda/sign_hmma.hpp); one or two rows:
 // Decode::rows keeps the earlier two launches of a kernel that adds
 // tabulated signed sums of four inputs, a block per run of whole rows
 // (model/cuda/sign_rows.cu): every path's t, then y from all paths; with
@@ -42,10 +45,12 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "blr/packed.hpp"
 #include "core/cuda/device.hpp"
 #include "model/cuda/sign_gemv.hpp"
+#include "model/cuda/sign_hmma.hpp"
 #include "model/cuda/sign_mma.hpp"
 #include "model/cuda/sign_rows.hpp"
 
@@ -60,6 +65,7 @@ struct DevicePacked {
     cortiq::cuda::DeviceBuffer<uint32_t> su;       // per path: S_U, m rows
     cortiq::cuda::DeviceBuffer<uint16_t> h, l, g;  // f16 scales, paths × (m | r | n)
     cortiq::cuda::DVec g32;  // g in float32 (paths × n), copied into the row kernels' shared memory
+    std::vector<float> l_max;  // per path max_k |ℓ_k| (host; the bound of sign_hmma.hpp)
     SignMatrix svt(int p) const;
     SignMatrix s_u(int p) const;
     int64_t bytes() const {
@@ -68,7 +74,7 @@ struct DevicePacked {
 };
 
 enum class BatchMath { f16, tf32 };
-enum class Decode { planes, rows, spans };
+enum class Decode { planes, f16, rows, spans };
 
 struct BatchOptions {
     BatchMath math = BatchMath::f16;
@@ -82,8 +88,17 @@ struct BatchOptions {
 
 // The defaults, changed by CORTIQ_BLR_BATCH=tf32|f16 and CORTIQ_BLR_TILE_MB=N.
 BatchOptions batch_options_from_env();
-// Decode::planes, or CORTIQ_BLR_DECODE=planes|rows|spans.
+// Decode::planes, or CORTIQ_BLR_DECODE=planes|f16|rows|spans.
 Decode decode_from_env();
+// Rows from which Decode::planes hands the decode to Decode::f16. Measured
+// on an H100 (bench_blr_gpu --rows, 1 bpw, µs a layer, planes / f16):
+// 4096×4096 8.6 / 17.2 at 2 rows, 9.5 / 13.2 at 4; 4096×11008 9.9 / 19.4 at
+// 2, 16.1 / 15.6 at 4, 46.9 / 19.7 at 16; and the 7B decode step at 4
+// sequences 4.10 ms by planes, 3.82 by f16.
+constexpr int kF16DecodeFromRows = 3;
+// Rows from which Decode::planes hands the decode to the fp16 tensor cores
+// (Decode::f16): kF16DecodeFromRows, or CORTIQ_F16_DECODE_FROM=N (17: never).
+int f16_from_rows_from_env();
 bool t_wide_from_env();
 
 // Buffers one model's packed layers share (used on one stream in order).
@@ -99,10 +114,15 @@ struct PackedScratch {
     cortiq::cuda::DeviceBuffer<int32_t> tile_sums;
     BatchOptions batch = batch_options_from_env();
     Decode decode = decode_from_env();
+    // Decode::f16: the fp16 inputs of x and of t
+    cortiq::cuda::DeviceBuffer<__half> halves;
     // Decode::planes: t written as wide planes by the first product (true), or
     // cut into planes by a sign_planes launch of its own (the earlier four
     // launches a group, kept to compare; CORTIQ_T_PLANES=wide|launch)
     bool t_wide = t_wide_from_env();
+    // Decode::planes: decodes of this many rows or more (up to
+    // kPlaneDecodeRows) run as Decode::f16
+    int f16_from_rows = f16_from_rows_from_env();
     // Device bytes of the batch buffers (the decode ones left out).
     int64_t bytes() const {
         return 4 * (xg.size() + t.size() + u.size() + tile.size() + row_scale.size()) +

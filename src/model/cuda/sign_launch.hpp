@@ -37,6 +37,15 @@ __device__ __forceinline__ void copy_word_async(uint32_t* dst, const uint32_t* s
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
 }
 
+// Sign words are read once: 16 bytes past L1.
+__device__ __forceinline__ uint4 load_stream(const uint32_t* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 __device__ __forceinline__ void commit_copies() {
     asm volatile("cp.async.commit_group;\n" ::);
 }

@@ -50,15 +50,6 @@ __device__ __forceinline__ void mma_and_popc(int (&d)[4], uint32_t a0, uint32_t 
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// Weights are read once: past L1.
-__device__ __forceinline__ uint4 load_stream(const uint32_t* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 // The products' sums per row of this lane from one chunk: D_p for 16 rows ×
 // 16 planes from four mmas (narrow planes, the Σq term of sign_mma.hpp added
 // by the lanes of t = 0), or 16 rows × 24 planes from six (wide planes, their

@@ -7,8 +7,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
-#include "model/cuda/pointwise.cuh"
-#include "model/cuda/reduce.cuh"
+#include "model/cuda/decode_input.cuh"
 #include "model/cuda/sign_launch.hpp"
 #include "model/cuda/sign_mma.hpp"
 
@@ -26,15 +25,6 @@ struct Params {
     int first_block[kMaxJobs + 1];
     int count;
 };
-
-// RMSNorm's inv of one row (rms_inv), its squares summed in float64 by the
-// whole block (as model/cuda/rmsnorm.cu).
-__device__ float row_inv_norm(const float* row, int64_t cols, float eps, double* scratch) {
-    double ss = 0;
-    for (int64_t t = threadIdx.x; t < cols; t += kThreads)
-        ss += static_cast<double>(row[t]) * row[t];
-    return rms_inv(block_sum(ss, scratch), cols, eps);
-}
 
 // One block of 512 threads, thread x holding input x of its chunk:
 // σ = max|v| / 32767, q = rint(v / σ) in [−32767, 32767]; plane p of word w
@@ -60,11 +50,7 @@ __global__ void __launch_bounds__(kThreads) sign_planes_kernel(const __grid_cons
     cudaTriggerProgrammaticLaunchCompletion();  // the products may copy their weights
     cudaGridDependencySynchronize();            // in: the previous kernel's output
 #endif
-    const float* row = jb.in + i * jb.ld_in;
-    float x = j < jb.cols ? row[j] : 0.0f;
-    if (jb.norm_w) x = nw * (x * row_inv_norm(row, jb.cols, jb.norm_eps, norm_scratch));
-    if (jb.up && j < jb.cols) x = silu_times(x, jb.up[i * jb.ld_in + j]);
-    const float v = g * x;
+    const float v = decode_input<kThreads>(jb, i, j, g, nw, norm_scratch);
     // fmaxf drops NaN: a non-finite value makes the maximum infinite
     float mx = isfinite(v) ? fabsf(v) : __int_as_float(0x7f800000);
     for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
