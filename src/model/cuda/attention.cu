@@ -421,11 +421,20 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 
 }  // namespace
 
-int attention_decode_splits(int64_t keys, int64_t window) {
+// The splits fill the GPU when few (row, head) pairs would leave it idle: at
+// most kDecodeBlocks / pairs blocks a pair. Each block's partial costs a
+// merge and two cluster barriers, so where the pairs alone fill the GPU
+// (16 sequences × 32 heads) one block a pair reads its keys faster.
+constexpr int kDecodeBlocks = 256;
+
+int attention_decode_splits(int64_t keys, int64_t window, int64_t pairs) {
     static const int per_block = knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
     static const int most = knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
+    static const int blocks = knob("CORTIQ_ATTN_BLOCKS", kDecodeBlocks, 1, 1 << 30);
     const int64_t seen = window > 0 ? std::min(window, keys) : keys;
-    return static_cast<int>(std::clamp<int64_t>((seen + per_block - 1) / per_block, 1, most));
+    const int64_t fill = std::max<int64_t>(1, blocks / std::max<int64_t>(pairs, 1));
+    return static_cast<int>(
+        std::clamp<int64_t>((seen + per_block - 1) / per_block, 1, std::min<int64_t>(most, fill)));
 }
 
 namespace {
@@ -438,8 +447,8 @@ void launch_attention(const AttentionArgs& a, const KV* k, const KV* v, cudaStre
     if (T <= kDecodeMaxRows && a.batch * T <= 65535) {
         // a block per 128 visible keys, at most 8 (one cluster); with the
         // positions on the device, as many as the caller's bound needs
-        const int splits =
-            attention_decode_splits(a.max_keys > 0 ? a.max_keys : a.pos0 + T, a.window);
+        const int splits = attention_decode_splits(a.max_keys > 0 ? a.max_keys : a.pos0 + T,
+                                                   a.window, a.batch * T * a.heads);
         const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads),
                         static_cast<unsigned>(a.batch * T));
         auto* kernel = head_dim <= 64    ? attention_decode_kernel<2, KV>

@@ -477,7 +477,8 @@ struct GpuModel::Impl {
     void decode(int64_t batch, const CacheStep& cs) {
         if (!opt.graphs) return run(batch, 1, &cs, false);
         const cudaStream_t st = stream();
-        const int splits = cuda::attention_decode_splits(cs.max_keys, cfg.sliding_window);
+        const int splits =
+            cuda::attention_decode_splits(cs.max_keys, cfg.sliding_window, batch * cfg.num_heads);
         StepGraph& g = graphs[{batch, cs.seq0, splits}];
         const uint64_t buffers = buffers_signature();
         if (!g.exec || g.buffers != buffers) {

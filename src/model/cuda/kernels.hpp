@@ -77,11 +77,12 @@ struct AttentionArgs {
     int64_t window = 0;
 };
 void attention(const AttentionArgs& a, cudaStream_t stream);
-// The blocks (a cluster) attention gives each decoded query row when any row
-// sees at most `keys` keys (min(keys, window) with a window > 0): one per
-// 128 keys, at most 8 (CORTIQ_ATTN_KEYS, CORTIQ_ATTN_SPLITS). The size class
-// of a captured decode step.
-int attention_decode_splits(int64_t keys, int64_t window);
+// The blocks (a cluster) attention gives each decoded query row and head
+// when any row sees at most `keys` keys (min(keys, window) with a window >
+// 0) and there are `pairs` (row, head) pairs: one per 128 keys, at most 8
+// and at most 256 / pairs (CORTIQ_ATTN_KEYS, CORTIQ_ATTN_SPLITS,
+// CORTIQ_ATTN_BLOCKS). The size class of a captured decode step.
+int attention_decode_splits(int64_t keys, int64_t window, int64_t pairs);
 
 // gate ← silu(gate) ∘ up over n values (in place).
 void swiglu(float* gate, const float* up, int64_t n, cudaStream_t stream);
