@@ -9,7 +9,7 @@
 //
 //   bench_decode_gpu [--shapes 7b,8b] [--bpw 1.0] [--batch 1,4,16]
 //                    [--ctx 256,2048] [--steps 64] [--prompt 512] [--layers 32]
-//                    [--json FILE]
+//                    [--json FILE] [--only packed]
 //
 // The model file is written to a temporary folder and removed at exit: its
 // signs are random bytes and its scales make each layer keep the size of its
@@ -192,6 +192,7 @@ int main(int argc, char** argv) try {
     std::string shapes = "7b,8b", batch_list = "1,4,16", ctx_list = "256,2048", json_path;
     double bpw = 1.0;
     int64_t steps = 64, prompt = 512, layers = 32;
+    std::string only;
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string k = argv[i], v = argv[i + 1];
         if (k == "--shapes")
@@ -210,6 +211,8 @@ int main(int argc, char** argv) try {
             layers = std::stoll(v);
         else if (k == "--json")
             json_path = v;
+        else if (k == "--only")
+            only = v;
         else
             CORTIQ_FAIL("unknown flag {}", k);
     }
@@ -258,6 +261,11 @@ int main(int argc, char** argv) try {
         configs[5].label = "packed, planes";
         configs[5].f16_from = "17";
         for (const Config& c : configs) {
+            // --only packed: generate's defaults on the packed runtime alone
+            if (only == "packed" &&
+                (c.label != "packed" || !c.o.graphs || c.o.kv != model::KvFormat::f16 ||
+                 c.o.head != model::HeadFormat::f16))
+                continue;
             if (!c.f16_from.empty()) setenv("CORTIQ_F16_DECODE_FROM", c.f16_from.c_str(), 1);
             model::GpuModel g(m, c.o);
             if (!c.f16_from.empty()) unsetenv("CORTIQ_F16_DECODE_FROM");

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # The exact column search against --gptq-multi Q (or another of its options,
-# FLAG=--gptq-group), tiny models, untuned, 64 windows of one third of
-# tinystories-calib (3 disjoint thirds = 3 paired runs), perplexity on 60
-# windows of tinystories-valid and austen-heldout.
+# FLAG=--gptq-group), tiny models, untuned (TUNE=auto: the default tuning),
+# 64 windows of one third of tinystories-calib (3
+# disjoint thirds = 3 paired runs), perplexity on 60 windows of
+# tinystories-valid and austen-heldout.
 #   CORTIQ=build/tools/cortiq/cortiq DATA=../shared/data \
 #     [DEVICE=cpu|gpu] [JOBS=1] [FLAG=--gptq-multi] [QS="0 8"] [MODELS=...] \
-#     [BPWS=...] [WORK=dir] bash scripts/results/gptq_multi_thirds.sh
+#     [BPWS=...] [TUNE=none|auto] [WORK=dir] bash scripts/results/gptq_multi_thirds.sh
 # Appends "model bpw third value true-bpw ppl-valid ppl-austen" lines to
 # $WORK/results.txt; runs already done (a .done file) are not redone.
 set -u
 C=$(realpath "${CORTIQ:?path to the cortiq binary}")
 D=$(realpath "${DATA:?path to shared/data}")
 DEVICE=${DEVICE:-cpu}
+TUNE=${TUNE:-none}
 FLAG=${FLAG:---gptq-multi}
 WORK=${WORK:-/tmp/gptq_multi}
 mkdir -p "$WORK" && cd "$WORK"
@@ -34,7 +36,7 @@ one() {  # model bpw third Q
   local model=$1 bpw=$2 k=$3 q=$4
   local out=q_${model}_${bpw}_${k}_${FLAG#--}${q}.safetensors
   if [ ! -f "$out.done" ]; then
-    "$C" quantize "$D/models/$model" --bpw "$bpw" --device "$DEVICE" --tune none --samples 64 \
+    "$C" quantize "$D/models/$model" --bpw "$bpw" --device "$DEVICE" --tune "$TUNE" --samples 64 \
       --calib "calib$k.txt" "$FLAG" "$q" -o "$out" --force --quiet --json "$out.json" \
       > "$out.log" 2>&1 || { echo "$model $bpw part$k Q$q FAILED"; return; }
     touch "$out.done"
@@ -48,7 +50,7 @@ one() {  # model bpw third Q
   echo "$model $bpw $k ${FLAG#--}=$q $bits $p1 $p2" | tee -a results.txt
 }
 export -f one
-export C D DEVICE FLAG
+export C D DEVICE FLAG TUNE
 for model in ${MODELS:-tiny-llama-6m tiny-qwen3-6m}; do
   for bpw in ${BPWS:-0.55 1.0 2.0}; do
     for k in 0 1 2; do

@@ -5,8 +5,9 @@
 //     chunks of 32 keys: lane t scores key j0 + t (a whole dot product per
 //     lane, no shuffles per key), then every lane accumulates its own output
 //     dimensions;
-//   - a few query rows (decoding): a cluster of blocks of 16 warps per
-//     (query row, head), one block per 128 visible keys up to 8, the keys
+//   - a few query rows (decoding): a cluster of blocks of 4 warps per
+//     (query row, head), one block per 32 visible keys up to 16 (fewer where
+//     the (row, head) pairs already fill the GPU), the keys
 //     dealt out to the cluster's warps four at a time; a warp reads each key
 //     and value row whole (lane t holds the kDims dimensions t·kDims + c, one
 //     8- or 16-byte load of float32 or fp16 values, so an fp16 row is read
@@ -216,19 +217,26 @@ __global__ void attention_kernel(const float* q, const KV* k, const KV* v, float
     }
 }
 
-constexpr int kDecodeWarps = 16;
+// Warps a block. Measured on an H100 (7B decode step, 1 bpw, ms a step at 1
+// and 16 sequences, contexts 256 and 2048): 16 warps, 128 keys a block, at
+// most 8 blocks 2.007 / 6.036 (256), 2.946 / 10.988 (2048); 4 warps, 32 keys,
+// at most 16: 2.034 / 5.432, 2.653 / 10.370; 4, 64, 16: 2.050 / 5.505, 2.673 /
+// 10.507; 8, 128, 16: 2.076 / 5.640, 2.849 / 10.578.
+constexpr int kDecodeWarps = 4;
 // Keys a warp takes at once (their loads in flight together). Eight measured
 // slower on the H200 (attention of the 32-layer decode step, contexts 256 /
 // 2048: 0.255 / 1.189 ms against 0.234 / 1.118 with four).
 constexpr int kDecodeKeys = 4;
 constexpr int kDecodeMaxRows = 4;
-constexpr int kMaxSplits = 16;  // blocks of a cluster (above 8: a non-portable size)
+constexpr int kMaxSplits = 16;        // blocks of a cluster (above 8: a non-portable size)
+constexpr int kDecodeBlockKeys = 32;  // visible keys a block (kDecodeWarps above)
 
-// Benchmark knobs: visible keys per block (CORTIQ_ATTN_KEYS, default 128) and
-// the most blocks of a cluster (CORTIQ_ATTN_SPLITS, default 8, the portable
-// most). Measured on the H200 (32-layer decode step, attention ms a token at
-// contexts 256 / 2048): 128 keys and 8 blocks 0.234 / 1.118; 64 and 8 0.343 /
-// 1.121; 32 and 8 0.526 / 1.120; 128 and 16 0.237 / 1.401.
+// Benchmark knobs: visible keys per block (CORTIQ_ATTN_KEYS, default 32), the
+// most blocks of a cluster (CORTIQ_ATTN_SPLITS, default 16) and the warps of
+// a block (CORTIQ_ATTN_WARPS: 4, 8 or 16); measured above. With 16 warps
+// (H200, attention ms a token at contexts 256 / 2048): 128 keys and 8 blocks
+// 0.234 / 1.118; 64 and 8 0.343 / 1.121; 32 and 8 0.526 / 1.120; 128 and 16
+// 0.237 / 1.401.
 // One block's share of the keys as a partial softmax: m, l and the unscaled
 // output acc (out = acc / l once every share is merged).
 struct Partial {
@@ -358,15 +366,17 @@ __device__ void merge_partials(int n, int hd, Get&& get, Partial& out) {
 // b·T + i) and head (blockIdx.y); kDims: dimensions per lane, hd ≤
 // 32·kDims. Each block merges its warps in its shared memory, then block 0
 // merges the blocks' partials through the cluster's shared memory.
-// One block an SM at head_dim 128 (84 registers). Measured on the H200 with
-// two (at most 64 registers, a few spilled): context 256 0.289 against 0.234
-// ms of attention a token for 32 layers, context 2048 1.026 against 1.118.
-template <int kDims, class KV>
-__global__ void __launch_bounds__(32 * kDecodeWarps)
+// kWarpsOf warps a block (kDecodeWarps unless a benchmark's knob says).
+// With 16 warps a block was limited to one an SM at head_dim 128 (84
+// registers); two (at most 64 registers, a few spilled) measured on the H200
+// 0.289 against 0.234 ms of attention a token for 32 layers at context 256,
+// 1.026 against 1.118 at 2048.
+template <int kDims, class KV, int kWarpsOf = kDecodeWarps>
+__global__ void __launch_bounds__(32 * kWarpsOf)
     attention_decode_kernel(const float* q, const KV* k, const KV* v, float* out, int64_t T,
                             int64_t kv_rows, int heads, int kv_heads, int hd, int64_t pos0,
                             const int32_t* pos, int64_t window, float scale) {
-    __shared__ Partial warp_part[kDecodeWarps], block_part, final_part;
+    __shared__ Partial warp_part[kWarpsOf], block_part, final_part;
     pdl_start();
     namespace cg = cooperative_groups;
     const cg::cluster_group cluster = cg::this_cluster();
@@ -391,7 +401,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     float m = -INFINITY, l = 0.0f;
     attend_keys<kDims, KV>(qv, k + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd,
                            v + b * kv_rows * kv_dim + static_cast<int64_t>(g) * hd, kv_dim, lo, p,
-                           rank * kDecodeWarps + warp, splits * kDecodeWarps, hd, vec, m, l, acc);
+                           rank * kWarpsOf + warp, splits * kWarpsOf, hd, vec, m, l, acc);
     Partial& mine = warp_part[warp];
     if (lane == 0) {
         mine.m = m;
@@ -404,7 +414,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
     }
     __syncthreads();
     merge_partials(
-        kDecodeWarps, hd, [&](int w) -> const Partial& { return warp_part[w]; }, block_part);
+        kWarpsOf, hd, [&](int w) -> const Partial& { return warp_part[w]; }, block_part);
     cluster.sync();  // every block's partial written
     if (rank == 0) {
         // rank 0's own partial first, then the others in rank order
@@ -428,8 +438,8 @@ __global__ void __launch_bounds__(32 * kDecodeWarps)
 constexpr int kDecodeBlocks = 256;
 
 int attention_decode_splits(int64_t keys, int64_t window, int64_t pairs) {
-    static const int per_block = knob("CORTIQ_ATTN_KEYS", 128, 16, 4096);
-    static const int most = knob("CORTIQ_ATTN_SPLITS", 8, 1, kMaxSplits);
+    static const int per_block = knob("CORTIQ_ATTN_KEYS", kDecodeBlockKeys, 16, 4096);
+    static const int most = knob("CORTIQ_ATTN_SPLITS", kMaxSplits, 1, kMaxSplits);
     static const int blocks = knob("CORTIQ_ATTN_BLOCKS", kDecodeBlocks, 1, 1 << 30);
     const int64_t seen = window > 0 ? std::min(window, keys) : keys;
     const int64_t fill = std::max<int64_t>(1, blocks / std::max<int64_t>(pairs, 1));
@@ -451,15 +461,22 @@ void launch_attention(const AttentionArgs& a, const KV* k, const KV* v, cudaStre
                                                    a.window, a.batch * T * a.heads);
         const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads),
                         static_cast<unsigned>(a.batch * T));
-        auto* kernel = head_dim <= 64    ? attention_decode_kernel<2, KV>
-                       : head_dim <= 128 ? attention_decode_kernel<4, KV>
-                                         : attention_decode_kernel<8, KV>;
+        // warps a block (a benchmark's knob, CORTIQ_ATTN_WARPS: 4, 8 or 16)
+        static const int warps = knob("CORTIQ_ATTN_WARPS", kDecodeWarps, 4, 16);
+        auto pick = [&]<int W>() {
+            return head_dim <= 64    ? attention_decode_kernel<2, KV, W>
+                   : head_dim <= 128 ? attention_decode_kernel<4, KV, W>
+                                     : attention_decode_kernel<8, KV, W>;
+        };
+        auto* kernel = warps >= 16  ? pick.template operator()<16>()
+                       : warps >= 8 ? pick.template operator()<8>()
+                                    : pick.template operator()<4>();
         if (splits > 8)
             CUDA_CHECK(
                 cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = grid;
-        cfg.blockDim = dim3(32 * kDecodeWarps);
+        cfg.blockDim = dim3(32 * (warps >= 16 ? 16 : warps >= 8 ? 8 : 4));
         cfg.stream = stream;
         cudaLaunchAttribute attr[2] = {};
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

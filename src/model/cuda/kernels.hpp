@@ -79,7 +79,7 @@ struct AttentionArgs {
 void attention(const AttentionArgs& a, cudaStream_t stream);
 // The blocks (a cluster) attention gives each decoded query row and head
 // when any row sees at most `keys` keys (min(keys, window) with a window >
-// 0) and there are `pairs` (row, head) pairs: one per 128 keys, at most 8
+// 0) and there are `pairs` (row, head) pairs: one per 32 keys, at most 16
 // and at most 256 / pairs (CORTIQ_ATTN_KEYS, CORTIQ_ATTN_SPLITS,
 // CORTIQ_ATTN_BLOCKS). The size class of a captured decode step.
 int attention_decode_splits(int64_t keys, int64_t window, int64_t pairs);
