@@ -65,6 +65,12 @@ std::string stories_args(const fs::path& out) {
            out.string();
 }
 
+// Several windows a block-tuning step: the ranks tune each block together,
+// each adding the gradients of its own windows in window order.
+std::string stories_batch_args(const fs::path& out) {
+    return stories_args(out) + " --tune-batch 3";
+}
+
 std::string llama_args(const fs::path& out) {
     return kData + "/models/tiny-llama-6m --calib " + kData +
            "/text/tinystories-calib.txt --bpw 1 --samples 10 --seqlen 96 --tune=none --device "
@@ -102,6 +108,8 @@ void expect_same_file_for_any_ranks(std::string (*args)(const fs::path&), const 
         if (n > 1)
             EXPECT_NE(slurp(log).find(std::to_string(n) + " ranks calibrated"), std::string::npos)
                 << slurp(log);
+        if (n > 1 && args(out).find("--tune-batch") != std::string::npos)
+            EXPECT_NE(slurp(log).find("tuned the blocks"), std::string::npos) << slurp(log);
         EXPECT_FALSE(fs::exists(out.string() + ".journal")) << "the journal outlived the run";
     }
     fs::remove_all(dir);
@@ -130,6 +138,12 @@ TEST(Mpi, TunedStoriesFileIsTheSameForOneTwoAndThreeRanks) {
     REQUIRE_MPI();
     REQUIRE_DATA_AT(kData + "/models/stories260K");
     expect_same_file_for_any_ranks(stories_args, "stories", {1, 2, 3});
+}
+
+TEST(Mpi, BlocksTunedTogetherWithSeveralWindowsAStepGiveTheSameFile) {
+    REQUIRE_MPI();
+    REQUIRE_DATA_AT(kData + "/models/stories260K");
+    expect_same_file_for_any_ranks(stories_batch_args, "batch", {2, 3});
 }
 
 TEST(Mpi, AnAutoPlanAndACompressedEmbeddingGiveTheSameFileForTwoRanks) {

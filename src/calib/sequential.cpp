@@ -16,6 +16,8 @@ namespace cortiq::calib {
 SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Device device,
                                  const model::Model* original)
     : m_(m), original_(original) {
+    share_ = {std::pair<int64_t, int64_t>{0, static_cast<int64_t>(cs.fit.size())},
+              std::pair<int64_t, int64_t>{0, static_cast<int64_t>(cs.sel.size())}};
     if (device == model::Device::gpu) {
         gpu_ = std::make_unique<GpuStates>(m, cs);
         if (original_) gpu_original_ = std::make_unique<GpuStates>(*original_, cs);
@@ -28,6 +30,7 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
         const auto& windows = set == 0 ? cs.fit : cs.sel;
         const auto [lo, hi] =
             dist::share(static_cast<int64_t>(windows.size()), dist::rank(), dist::size());
+        share_[set] = {lo, static_cast<int64_t>(windows.size())};
         for (int64_t w = lo; w < hi; ++w) {
             xs_[set].push_back(m.embed(windows[static_cast<size_t>(w)]));
             if (original_) xo_[set].push_back(original_->embed(windows[static_cast<size_t>(w)]));
@@ -203,8 +206,13 @@ std::pair<MatD, MatD> SequentialCalib::head_grams() {
     return {std::move(h[0]), std::move(h[1])};
 }
 
-std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int set,
-                                                                             int64_t layer) {
+std::pair<int64_t, int64_t> SequentialCalib::window_share(int set) const {
+    CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
+    return share_[static_cast<size_t>(set)];
+}
+
+std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int set, int64_t layer,
+                                                                             bool gather) {
     CORTIQ_ASSERT(original_, "block_pairs needs the original model");
     CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
     std::vector<MatF> x = gpu_ ? gpu_->hidden(set) : xs_[static_cast<size_t>(set)];
@@ -219,7 +227,7 @@ std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int
         original_->block(layer, 0, nullptr, act);
         w = std::move(act.out);
     }
-    if (dist::distributed()) gather_on_root(x, y);
+    if (dist::distributed() && gather) gather_on_root(x, y);
     return {std::move(x), std::move(y)};
 }
 

@@ -56,8 +56,13 @@ class SequentialCalib {
     // (set 1) windows: x, the hidden states entering it as the compressed
     // model computes them; y, the original model's outputs of the block (its
     // own states through its block; needs `original`). Under mpirun: every
-    // rank's windows on rank 0, none on the others.
-    std::pair<std::vector<MatF>, std::vector<MatF>> block_pairs(int set, int64_t layer);
+    // rank's windows on rank 0, none on the others; or, with gather false,
+    // each rank's own (window_share).
+    std::pair<std::vector<MatF>, std::vector<MatF>> block_pairs(int set, int64_t layer,
+                                                                bool gather = true);
+    // This rank's windows of a set: the first one's index and the set's
+    // count over every rank (under mpirun each rank holds a contiguous share).
+    std::pair<int64_t, int64_t> window_share(int set) const;
     // After m.linear(layer, name).w was replaced (the GPU copy follows).
     void weight_changed(int64_t layer, std::string_view name);
     // The hidden states through block `layer`, with its weights as they are now.
@@ -69,8 +74,9 @@ class SequentialCalib {
 
     model::Model& m_;
     const model::Model* original_;
-    std::array<std::vector<MatF>, 2> xs_;      // CPU: hidden states of fit, held-out windows
-    std::array<std::vector<MatF>, 2> xo_;      // CPU: the original model's
+    std::array<std::vector<MatF>, 2> xs_;  // CPU: hidden states of fit, held-out windows
+    std::array<std::vector<MatF>, 2> xo_;  // CPU: the original model's
+    std::array<std::pair<int64_t, int64_t>, 2> share_{};  // window_share of each set
     std::unique_ptr<GpuStates> gpu_;           // GPU: the model and the states on the device
     std::unique_ptr<GpuStates> gpu_original_;  // GPU: the original model and its states
 };

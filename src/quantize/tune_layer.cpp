@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <functional>
 
 #include "blr/sign.hpp"
 #include "core/memory_usage.hpp"
@@ -49,6 +50,27 @@ std::vector<std::string> slot_names(bool delta) {
     if (delta)
         for (size_t i = 0; i < 5; ++i) out[tune::kQkv + i] = mixer[i];
     return out;
+}
+
+// TuneRanks::fold over the ranks of the job: rank r takes the running value
+// from rank r − 1 (rank 0 starts from its own), applies its part and passes
+// it to rank r + 1; the last rank's value goes to every rank.
+void fold_over_ranks(std::vector<uint8_t>& running,
+                     const std::function<void(std::vector<uint8_t>&)>& mine) {
+    const int r = dist::rank(), n = dist::size();
+    if (r > 0) {
+        int64_t bytes = 0;
+        dist::recv(&bytes, sizeof bytes, r - 1);
+        running.resize(static_cast<size_t>(bytes));
+        if (bytes > 0) dist::recv(running.data(), running.size(), r - 1);
+    }
+    mine(running);
+    if (r + 1 < n) {
+        const int64_t bytes = static_cast<int64_t>(running.size());
+        dist::send(&bytes, sizeof bytes, r + 1);
+        if (bytes > 0) dist::send(running.data(), running.size(), r + 1);
+    }
+    dist::broadcast(running, n - 1);
 }
 
 }  // namespace
@@ -113,13 +135,25 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     CORTIQ_CHECK(run.o.tune.lr_norms == 0,
                  "--tune block: tuned RMSNorm weights are not written to the output yet");
     tune::BlockParamsT<float> p = block_params(run, layer);
-    auto [xf, yf] = run.states.block_pairs(0, layer);
-    auto [xs, ys] = run.states.block_pairs(1, layer);
-    // Under mpirun rank 0 holds every window's pairs and tunes; the others take
-    // its tuned payloads.
-    if (dist::distributed() && !dist::is_root()) {
+    // Under mpirun with several windows a step (--tune-batch > 1): every rank
+    // tunes on its own windows, the gradients and losses summed across the
+    // ranks in window order (tune::TuneRanks), and every rank ends with the
+    // tuned block. With one window a step a step has nothing to share: rank 0
+    // holds every window's pairs and tunes, the others take its payloads.
+    const bool data_parallel = dist::distributed() && run.o.tune.batch_windows > 1;
+    auto [xf, yf] = run.states.block_pairs(0, layer, !data_parallel);
+    auto [xs, ys] = run.states.block_pairs(1, layer, !data_parallel);
+    if (dist::distributed() && !data_parallel && !dist::is_root()) {
         broadcast_record(rec, 0);
         return install_record(run, layer, rec);
+    }
+    tune::TuneOptions to = run.o.tune;
+    tune::TuneRanks ranks;
+    if (data_parallel) {
+        const auto [fit_first, fit_total] = run.states.window_share(0);
+        const auto [sel_first, sel_total] = run.states.window_share(1);
+        ranks = {fit_first, fit_total, sel_first, sel_total, run.o.calib.seqlen, fold_over_ranks};
+        to.ranks = &ranks;
     }
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
     // float32, for every block kind.
@@ -127,7 +161,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
         run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
-                {std::move(xs), std::move(ys)}, run.o.tune);
+                {std::move(xs), std::move(ys)}, to);
     if (res.best_epoch > 0) install_block(run, layer, p, &rec);
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
@@ -140,7 +174,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
                                        {"flips", res.flips},
                                        {"seconds", secs},
                                        {"peak_rss_bytes", peak_rss_bytes()}});
-    if (dist::distributed()) broadcast_record(rec, 0);
+    if (dist::distributed() && !data_parallel) broadcast_record(rec, 0);
     int64_t weights = 0;  // the layer's tuning, on the quantize bar (quantize.cpp)
     for (const auto& r : rec.reports) weights += r.m * r.n;
     run.bar.advance(weights, fmt::format("layer {} tuned", layer));

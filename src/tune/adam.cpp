@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/error.hpp"
 #include "tune/block_tune.hpp"
 
 namespace cortiq::tune {
@@ -78,21 +79,27 @@ void add_block(Adam& a, BlockParamsT<float>& p, BlockGradsT<float>& g, const Blo
     }
 }
 
-void clear(BlockGradsT<float>& g) {
-    auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+std::vector<std::vector<float>*> grad_vectors(BlockGradsT<float>& g) {
+    std::vector<std::vector<float>*> out;
     for (auto& b : g.blr)
         if (b)
-            for (auto& q : b->paths) {
-                zero(q.h);
-                zero(q.l);
-                zero(q.g);
-                zero(q.su);
-                zero(q.sv);
-            }
-    zero(g.in_norm);
-    zero(g.post_norm);
-    zero(g.q_norm);
-    zero(g.k_norm);
+            for (auto& q : b->paths)
+                for (auto* v : {&q.h, &q.l, &q.g, &q.su, &q.sv}) out.push_back(v);
+    for (auto* v : {&g.in_norm, &g.post_norm, &g.q_norm, &g.k_norm}) out.push_back(v);
+    return out;
+}
+
+void clear(BlockGradsT<float>& g) {
+    for (auto* v : grad_vectors(g)) std::fill(v->begin(), v->end(), 0.0f);
+}
+
+void add_grads(BlockGradsT<float>& g, BlockGradsT<float>& h) {
+    const auto a = grad_vectors(g), b = grad_vectors(h);
+    CORTIQ_ASSERT(a.size() == b.size(), "add_grads: gradients of different blocks");
+    for (size_t i = 0; i < a.size(); ++i) {
+        CORTIQ_ASSERT(a[i]->size() == b[i]->size(), "add_grads: gradients of different blocks");
+        for (size_t k = 0; k < a[i]->size(); ++k) (*a[i])[k] += (*b[i])[k];
+    }
 }
 
 }  // namespace cortiq::tune

@@ -48,5 +48,10 @@ void add_block(Adam& a, BlockParamsT<float>& p, BlockGradsT<float>& g, const Blo
 
 // Zeroes g in place (the optimiser's slots point at its vectors).
 void clear(BlockGradsT<float>& g);
+// Every gradient vector of g in a fixed order (the order clear, add_grads and
+// a flat copy across processes use).
+std::vector<std::vector<float>*> grad_vectors(BlockGradsT<float>& g);
+// g += h, value by value (g and h of the same block).
+void add_grads(BlockGradsT<float>& g, BlockGradsT<float>& h);
 
 }  // namespace cortiq::tune

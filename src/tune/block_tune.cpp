@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <functional>
 #include <numeric>
 
 #include "core/error.hpp"
@@ -40,48 +42,74 @@ blr::Factors to_factors(const BlrWeightsT<float>& w) {
 
 namespace {
 
-// The windows [first, first + count) of `order`, rows concatenated.
-void gather(const std::vector<MatF>& w, const std::vector<size_t>& order, size_t first,
-            size_t count, std::vector<float>& out) {
-    const int64_t each = w[order[first]].size();
-    out.resize(static_cast<size_t>(each) * count);
-    for (size_t i = 0; i < count; ++i) {
-        const MatF& m = w[order[first + i]];
-        CORTIQ_ASSERT(m.size() == each, "calibration windows of different sizes");
-        std::copy(m.data(), m.data() + each, out.data() + i * each);
-    }
+// `running` continued by `mine` across the processes (TuneRanks::fold), or
+// here alone.
+template <class T>
+void fold_values(const TuneRanks* ranks, std::vector<T>& running,
+                 const std::function<void(std::vector<T>&)>& mine) {
+    if (!ranks) return mine(running);
+    auto to_bytes = [](const std::vector<T>& v, std::vector<uint8_t>& b) {
+        b.resize(v.size() * sizeof(T));
+        if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
+    };
+    auto from_bytes = [](const std::vector<uint8_t>& b, std::vector<T>& v) {
+        v.resize(b.size() / sizeof(T));
+        if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
+    };
+    std::vector<uint8_t> bytes;
+    to_bytes(running, bytes);
+    ranks->fold(bytes, [&](std::vector<uint8_t>& b) {
+        std::vector<T> v;
+        from_bytes(b, v);
+        mine(v);
+        to_bytes(v, b);
+    });
+    from_bytes(bytes, running);
 }
 
 struct Evaluator {
     const BlockDims& d;
     const RopeT<float>& rope;
-    int64_t batch;
+    const TuneRanks* ranks;
 
-    // Σ‖block(x) − y‖² over the windows and Σ‖y − x‖²
+    // Σ‖block(x) − y‖² over the windows and Σ‖y − x‖², window by window in
+    // window order (every process's, with ranks)
     std::pair<double, double> sums(const BlockParamsT<float>& p, const WindowPairs& w) const {
-        std::vector<size_t> order(w.x.size());
-        std::iota(order.begin(), order.end(), size_t{0});
-        std::vector<float> x, y;
+        std::vector<double> s{0.0, 0.0};
         BlockActsT<float> a;
-        double err = 0, ref = 0;
-        for (size_t s = 0; s < order.size(); s += static_cast<size_t>(batch)) {
-            const size_t c = std::min(order.size() - s, static_cast<size_t>(batch));
-            gather(w.x, order, s, c, x);
-            gather(w.y, order, s, c, y);
-            block_forward(p, d, rope, x.data(), static_cast<int64_t>(c), w.x[0].rows(), a);
-            for (size_t i = 0; i < y.size(); ++i) {
-                const double e = a.out[i] - y[i], r = y[i] - x[i];
-                err += e * e;
-                ref += r * r;
+        fold_values<double>(ranks, s, [&](std::vector<double>& v) {
+            for (size_t k = 0; k < w.x.size(); ++k) {
+                const float *x = w.x[k].data(), *y = w.y[k].data();
+                block_forward(p, d, rope, x, 1, w.x[k].rows(), a);
+                for (int64_t i = 0; i < w.y[k].size(); ++i) {
+                    const double e = a.out[i] - y[i], r = y[i] - x[i];
+                    v[0] += e * e;
+                    v[1] += r * r;
+                }
             }
-        }
-        return {err, ref};
+        });
+        return {s[0], s[1]};
     }
     double relative(const BlockParamsT<float>& p, const WindowPairs& w) const {
         const auto [err, ref] = sums(p, w);
         return ref > 0 ? err / ref : err;
     }
 };
+
+// g as one vector of floats, and back.
+void flatten(BlockGradsT<float>& g, std::vector<float>& out) {
+    out.clear();
+    for (const auto* v : grad_vectors(g)) out.insert(out.end(), v->begin(), v->end());
+}
+void unflatten(const std::vector<float>& in, BlockGradsT<float>& g) {
+    size_t at = 0;
+    for (auto* v : grad_vectors(g)) {
+        CORTIQ_ASSERT(at + v->size() <= in.size(), "block tuning: a gradient of another block");
+        std::copy(in.begin() + static_cast<int64_t>(at),
+                  in.begin() + static_cast<int64_t>(at + v->size()), v->begin());
+        at += v->size();
+    }
+}
 
 }  // namespace
 
@@ -91,6 +119,23 @@ int64_t window_length(const WindowPairs& fit, const WindowPairs& sel) {
                  fit.y.size());
     return fit.x[0].rows();
 }
+
+namespace {
+
+// The windows' length with ranks: this process may hold none of them.
+int64_t shared_window_length(const WindowPairs& fit, const WindowPairs& sel, const TuneRanks& r) {
+    CORTIQ_CHECK(r.fit_total > 0 && fit.x.size() == fit.y.size() && sel.x.size() == sel.y.size(),
+                 "block tuning needs paired fit windows ({} inputs, {} targets)", fit.x.size(),
+                 fit.y.size());
+    CORTIQ_CHECK(r.rows > 0, "block tuning over several processes: windows of {} rows", r.rows);
+    for (const auto* set : {&fit.x, &fit.y, &sel.x, &sel.y})
+        for (const MatF& m : *set)
+            CORTIQ_CHECK(m.rows() == r.rows, "block tuning: a window of {} rows, not {}", m.rows(),
+                         r.rows);
+    return r.rows;
+}
+
+}  // namespace
 
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b) {
     int64_t n = 0;
@@ -110,41 +155,69 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
                            const std::vector<float>& inv_freq, const WindowPairs& fit,
                            const WindowPairs& sel, const TuneOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
-    const int64_t L = window_length(fit, sel);
+    const TuneRanks* ranks = o.ranks;
+    const int64_t L = ranks ? shared_window_length(fit, sel, *ranks) : window_length(fit, sel);
+    const size_t fit_first = ranks ? static_cast<size_t>(ranks->fit_first) : 0;
+    const size_t fit_total = ranks ? static_cast<size_t>(ranks->fit_total) : fit.x.size();
+    const bool has_sel = ranks ? ranks->sel_total > 0 : !sel.x.empty();
     const RopeT<float> rope = rope_for<float>(inv_freq, L);
-    const Evaluator ev{d, rope, std::max<int64_t>(1, o.batch_windows)};
+    const Evaluator ev{d, rope, ranks};
     BlockTuneResult res;
     const auto [err0, ref_fit] = ev.sums(p, fit);
     res.fit_before = ref_fit > 0 ? err0 / ref_fit : err0;
-    res.sel_before = sel.x.empty() ? res.fit_before : ev.relative(p, sel);
+    res.sel_before = has_sel ? ev.relative(p, sel) : res.fit_before;
     res.fit_after = res.fit_before;
     res.sel_after = res.sel_before;
     const BlockParamsT<float> start = p;
     BlockParamsT<float> best = p;
 
-    BlockGradsT<float> g = zero_grads(p);
+    BlockGradsT<float> g = zero_grads(p), gw = zero_grads(p);
     Adam adam(o.beta1, o.beta2);
     add_block(adam, p, g, d, o);
     if (adam.empty()) return res;
 
-    std::vector<float> x, y, dout;
+    std::vector<float> dout, flat;
     BlockActsT<float> a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
+    // g += the gradient of fit window w (held here), computed on its own
+    const auto add_window = [&](size_t w) {
+        const MatF &x = fit.x[w - fit_first], &y = fit.y[w - fit_first];
+        block_forward(p, d, rope, x.data(), 1, L, a);
+        dout.resize(static_cast<size_t>(y.size()));
+        for (size_t i = 0; i < dout.size(); ++i) dout[i] = scale * (a.out[i] - y.data()[i]);
+        clear(gw);
+        block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), gw);
+        add_grads(g, gw);
+    };
+    // One step: the windows' gradients summed in window order (each process
+    // adding those it holds), then Adam, the same on every process.
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
-        gather(fit.x, order, s, c, x);
-        gather(fit.y, order, s, c, y);
-        block_forward(p, d, rope, x.data(), static_cast<int64_t>(c), L, a);
-        dout.resize(y.size());
-        for (size_t i = 0; i < y.size(); ++i) dout[i] = scale * (a.out[i] - y[i]);
+        std::vector<size_t> windows(order.begin() + static_cast<int64_t>(s),
+                                    order.begin() + static_cast<int64_t>(s + c));
+        std::sort(windows.begin(), windows.end());
+        auto mine = [&] {
+            for (size_t w : windows)
+                if (w >= fit_first && w < fit_first + fit.x.size()) add_window(w);
+        };
         clear(g);  // in place: the Adam slots point at g's vectors
-        block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), g);
+        if (!ranks) {
+            mine();
+        } else {
+            flatten(g, flat);
+            fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
+                unflatten(v, g);
+                mine();
+                flatten(g, v);
+            });
+            unflatten(flat, g);
+        }
         adam.step();
     };
     res.best_epoch = run_epochs(
-        fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
-        [&] { return sel.x.empty() ? ev.relative(p, fit) : ev.relative(p, sel); },
-        [&] { best = p; }, o.on_progress);
+        fit_total, batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
+        [&] { return has_sel ? ev.relative(p, sel) : ev.relative(p, fit); }, [&] { best = p; },
+        o.on_progress);
     p = std::move(best);
     res.fit_after = ev.relative(p, fit);
     res.flips = sign_changes(start, p);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,11 +22,30 @@
 
 namespace cortiq::tune {
 
+// Several processes tuning one block together (quantize under mpirun,
+// docs/distributed.md): this one holds the fit windows [fit_first, fit_first
+// + its count) of fit_total and the held-out windows likewise, each a
+// contiguous share in window order. `fold` continues a sum across the
+// processes in rank order: each process is handed the running value of the
+// ranks before it (the first: the value it passes in), applies `mine` to it
+// and hands it on; every process returns with the last one's result. A sum
+// folded window by window in window order, each process adding its own, is
+// then the one process's sum bit for bit.
+struct TuneRanks {
+    int64_t fit_first = 0, fit_total = 0, sel_first = 0, sel_total = 0;
+    int64_t rows = 0;  // every window's length (a process may hold none)
+    std::function<void(std::vector<uint8_t>& running,
+                       const std::function<void(std::vector<uint8_t>&)>& mine)>
+        fold;
+};
+
 // The defaults are the best setting measured on tiny-llama-6m at 0.9 and
 // 1.0 bpw (docs/tuning.md): small steps, one window per step, a few epochs.
 struct TuneOptions {
-    int epochs = 4;             // passes over the fit windows
-    int64_t batch_windows = 1;  // windows per Adam step
+    int epochs = 4;  // passes over the fit windows
+    // windows per Adam step: on the CPU each window's gradient on its own,
+    // summed in window order (so that several processes can share a step)
+    int64_t batch_windows = 1;
     double lr_scales = 3e-3;    // Adam step on log|scale|
     double lr_signs = 2e-4;     // Adam step on the sign latents (0: signs fixed)
     double latent_init = 1e-2;  // |z| at the start (a flip needs ~latent_init / lr_signs steps)
@@ -33,6 +53,8 @@ struct TuneOptions {
     double beta1 = 0.9, beta2 = 0.999;
     int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
     EpochCallback on_progress;  // every step and evaluation (epochs.hpp); may be empty
+    // null: one process holds every window (tune_block only)
+    const TuneRanks* ranks = nullptr;
 };
 
 struct BlockTuneResult {
@@ -49,7 +71,8 @@ struct WindowPairs {
     std::vector<MatF> x, y;
 };
 
-// Tunes p in place.
+// Tunes p in place. With o.ranks, fit and sel hold this process's windows
+// only, and every process ends with the same p.
 BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
                            const std::vector<float>& inv_freq, const WindowPairs& fit,
                            const WindowPairs& sel, const TuneOptions& o);

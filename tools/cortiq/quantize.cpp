@@ -214,8 +214,11 @@ void add_quantize(CLI::App& app) {
         const auto rep = quant::quantize(a->o);
         if (!dist::is_root()) return;
         if (dist::distributed())
-            fmt::print("{} ranks calibrated and encoded together (rank 0 wrote the file)\n",
-                       dist::size());
+            fmt::print("{} ranks calibrated and encoded{} together (rank 0 wrote the file)\n",
+                       dist::size(),
+                       rep.tune_seconds > 0 && a->o.tune.batch_windows > 1
+                           ? ", and tuned the blocks,"
+                           : "");
         fmt::print("{}\n", rep.summary());
         if (!a->json.empty()) {
             std::ofstream f(a->json);
