@@ -73,16 +73,21 @@ struct Evaluator {
     const TuneRanks* ranks;
 
     // Σ‖block(x) − y‖² over the windows and Σ‖y − x‖², window by window in
-    // window order (every process's, with ranks)
+    // window order (every process's, with ranks: each runs its windows'
+    // blocks first, at the same time as the others, then adds in turn)
     std::pair<double, double> sums(const BlockParamsT<float>& p, const WindowPairs& w) const {
         std::vector<double> s{0.0, 0.0};
+        std::vector<std::vector<float>> outs(w.x.size());
         BlockActsT<float> a;
+        for (size_t k = 0; k < w.x.size(); ++k) {
+            block_forward(p, d, rope, w.x[k].data(), 1, w.x[k].rows(), a);
+            outs[k] = std::move(a.out);
+        }
         fold_values<double>(ranks, s, [&](std::vector<double>& v) {
             for (size_t k = 0; k < w.x.size(); ++k) {
                 const float *x = w.x[k].data(), *y = w.y[k].data();
-                block_forward(p, d, rope, x, 1, w.x[k].rows(), a);
                 for (int64_t i = 0; i < w.y[k].size(); ++i) {
-                    const double e = a.out[i] - y[i], r = y[i] - x[i];
+                    const double e = outs[k][static_cast<size_t>(i)] - y[i], r = y[i] - x[i];
                     v[0] += e * e;
                     v[1] += r * r;
                 }
@@ -180,34 +185,38 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     BlockActsT<float> a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    // g += the gradient of fit window w (held here), computed on its own
-    const auto add_window = [&](size_t w) {
+    // gw = the gradient of fit window w (held here), computed on its own
+    const auto window_grads = [&](size_t w, BlockGradsT<float>& gw) {
         const MatF &x = fit.x[w - fit_first], &y = fit.y[w - fit_first];
         block_forward(p, d, rope, x.data(), 1, L, a);
         dout.resize(static_cast<size_t>(y.size()));
         for (size_t i = 0; i < dout.size(); ++i) dout[i] = scale * (a.out[i] - y.data()[i]);
         clear(gw);
         block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), gw);
-        add_grads(g, gw);
     };
+    std::vector<BlockGradsT<float>> held;  // with ranks: this process's windows of a step
     // One step: the windows' gradients summed in window order (each process
-    // adding those it holds), then Adam, the same on every process.
+    // computing those it holds at the same time as the others, then adding
+    // them in turn), then Adam, the same on every process.
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
-        std::vector<size_t> windows(order.begin() + static_cast<int64_t>(s),
-                                    order.begin() + static_cast<int64_t>(s + c));
+        std::vector<size_t> windows;
+        for (size_t i = s; i < s + c; ++i)
+            if (order[i] >= fit_first && order[i] < fit_first + fit.x.size())
+                windows.push_back(order[i]);
         std::sort(windows.begin(), windows.end());
-        auto mine = [&] {
-            for (size_t w : windows)
-                if (w >= fit_first && w < fit_first + fit.x.size()) add_window(w);
-        };
         clear(g);  // in place: the Adam slots point at g's vectors
         if (!ranks) {
-            mine();
+            for (size_t w : windows) {
+                window_grads(w, gw);
+                add_grads(g, gw);
+            }
         } else {
+            while (held.size() < windows.size()) held.push_back(zero_grads(p));
+            for (size_t k = 0; k < windows.size(); ++k) window_grads(windows[k], held[k]);
             flatten(g, flat);
             fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
                 unflatten(v, g);
-                mine();
+                for (size_t k = 0; k < windows.size(); ++k) add_grads(g, held[k]);
                 flatten(g, v);
             });
             unflatten(flat, g);
