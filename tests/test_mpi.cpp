@@ -65,10 +65,11 @@ std::string stories_args(const fs::path& out) {
            out.string();
 }
 
-// Several windows a block-tuning step: the ranks tune each block together,
-// each adding the gradients of its own windows in window order.
+// Several windows a block-tuning and a distillation step: the ranks tune
+// each block and distil together, each adding the gradients of its own
+// windows in window order.
 std::string stories_batch_args(const fs::path& out) {
-    return stories_args(out) + " --tune-batch 3";
+    return stories_args(out) + " --tune-batch 3 --kd-batch 3";
 }
 
 std::string llama_args(const fs::path& out) {
@@ -109,7 +110,8 @@ void expect_same_file_for_any_ranks(std::string (*args)(const fs::path&), const 
             EXPECT_NE(slurp(log).find(std::to_string(n) + " ranks calibrated"), std::string::npos)
                 << slurp(log);
         if (n > 1 && args(out).find("--tune-batch") != std::string::npos)
-            EXPECT_NE(slurp(log).find("tuned the blocks"), std::string::npos) << slurp(log);
+            EXPECT_NE(slurp(log).find("tuned the blocks, distilled"), std::string::npos)
+                << slurp(log);
         EXPECT_FALSE(fs::exists(out.string() + ".journal")) << "the journal outlived the run";
     }
     fs::remove_all(dir);

@@ -9,6 +9,7 @@
 
 #include "core/memory_usage.hpp"
 #include "core/progress.hpp"
+#include "dist/comm.hpp"
 #include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
@@ -62,6 +63,25 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     // A line with an ETA while it runs: at most `epochs` passes over the
     // windows (fewer when the held-out KL stops falling: --kd-patience).
     tune::TuneOptions kd = run.o.kd;
+    // Under mpirun with several windows a step every rank distils
+    // (quantize.cpp), each computing its share of each step's windows; with
+    // one window a step rank 0 alone.
+    tune::TuneRanks ranks;
+    if (dist::distributed() && kd.batch_windows > 1) {
+        const auto [f0, f1] =
+            dist::share(static_cast<int64_t>(fit.size()), dist::rank(), dist::size());
+        const auto [s0, s1] =
+            dist::share(static_cast<int64_t>(cs.sel.size()), dist::rank(), dist::size());
+        ranks = {.fit_first = f0,
+                 .fit_total = static_cast<int64_t>(fit.size()),
+                 .sel_first = s0,
+                 .sel_total = static_cast<int64_t>(cs.sel.size()),
+                 .rows = static_cast<int64_t>(fit.front().size()),
+                 .fit_count = f1 - f0,
+                 .sel_count = s1 - s0,
+                 .fold = fold_over_ranks};
+        kd.ranks = &ranks;
+    }
     Progress bar("distilling", static_cast<int64_t>(kd.epochs) * static_cast<int64_t>(fit.size()),
                  "windows", run.o.progress, run.o.on_progress);
     std::string last;  // the last evaluation, shown after the ETA

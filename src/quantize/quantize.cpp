@@ -122,9 +122,13 @@ QuantizeReport quantize(const QuantizeOptions& options) {
         rep.add_calib("advance", seconds_since(advance_start));
     }
     if (work.head_bpw) encode_head(run, in.checkpoint, *work.head_bpw);
-    if (!dist::is_root()) return rep;  // rank 0 distils and writes
-    bar.finish();                      // distillation draws its own line (its ETA is its own)
+    // rank 0 distils and writes; with several windows a distillation step
+    // (--kd-batch > 1) every rank distils, each its share of a step's windows
+    const bool kd_together = dist::distributed() && o.tune_kd() && o.kd.batch_windows > 1;
+    if (!dist::is_root() && !kd_together) return rep;
+    bar.finish();  // distillation draws its own line (its ETA is its own)
     if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
+    if (!dist::is_root()) return rep;
 
     const auto write_start = std::chrono::steady_clock::now();
     write_output(o, in.checkpoint, in.settings, run.payloads, rep);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "dist/comm.hpp"
 #include "quantize/steps.hpp"
@@ -159,6 +160,27 @@ std::vector<EncodedTensor> encode_on_ranks(
         on_done(i, out[i]);
     }
     return out;
+}
+
+// TuneRanks::fold over the ranks of the job: rank r takes the running value
+// from rank r − 1 (rank 0 starts from its own), applies its part and passes
+// it to rank r + 1; the last rank's value goes to every rank.
+void fold_over_ranks(std::vector<uint8_t>& running,
+                     const std::function<void(std::vector<uint8_t>&)>& mine) {
+    const int r = dist::rank(), n = dist::size();
+    if (r > 0) {
+        int64_t bytes = 0;
+        dist::recv(&bytes, sizeof bytes, r - 1);
+        running.resize(static_cast<size_t>(bytes));
+        if (bytes > 0) dist::recv(running.data(), running.size(), r - 1);
+    }
+    mine(running);
+    if (r + 1 < n) {
+        const int64_t bytes = static_cast<int64_t>(running.size());
+        dist::send(&bytes, sizeof bytes, r + 1);
+        if (bytes > 0) dist::send(running.data(), running.size(), r + 1);
+    }
+    dist::broadcast(running, n - 1);
 }
 
 }  // namespace cortiq::quant

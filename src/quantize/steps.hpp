@@ -192,6 +192,9 @@ struct EncodedTensor {
 };
 // `rec` from rank `root` on every rank (nothing with one process).
 void broadcast_record(LayerRecord& rec, int root);
+// tune::TuneRanks::fold over the ranks of the job (ranks.cpp).
+void fold_over_ranks(std::vector<uint8_t>& running,
+                     const std::function<void(std::vector<uint8_t>&)>& mine);
 // Rank 0's journal entry of `key` (Journal::load) on every rank.
 std::optional<LayerRecord> load_journalled(const Journal& journal, int64_t key,
                                            const std::vector<JournalTensor>& expected);

@@ -52,27 +52,6 @@ std::vector<std::string> slot_names(bool delta) {
     return out;
 }
 
-// TuneRanks::fold over the ranks of the job: rank r takes the running value
-// from rank r − 1 (rank 0 starts from its own), applies its part and passes
-// it to rank r + 1; the last rank's value goes to every rank.
-void fold_over_ranks(std::vector<uint8_t>& running,
-                     const std::function<void(std::vector<uint8_t>&)>& mine) {
-    const int r = dist::rank(), n = dist::size();
-    if (r > 0) {
-        int64_t bytes = 0;
-        dist::recv(&bytes, sizeof bytes, r - 1);
-        running.resize(static_cast<size_t>(bytes));
-        if (bytes > 0) dist::recv(running.data(), running.size(), r - 1);
-    }
-    mine(running);
-    if (r + 1 < n) {
-        const int64_t bytes = static_cast<int64_t>(running.size());
-        dist::send(&bytes, sizeof bytes, r + 1);
-        if (bytes > 0) dist::send(running.data(), running.size(), r + 1);
-    }
-    dist::broadcast(running, n - 1);
-}
-
 }  // namespace
 
 tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
@@ -152,7 +131,14 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     if (data_parallel) {
         const auto [fit_first, fit_total] = run.states.window_share(0);
         const auto [sel_first, sel_total] = run.states.window_share(1);
-        ranks = {fit_first, fit_total, sel_first, sel_total, run.o.calib.seqlen, fold_over_ranks};
+        ranks = {.fit_first = fit_first,
+                 .fit_total = fit_total,
+                 .sel_first = sel_first,
+                 .sel_total = sel_total,
+                 .rows = run.o.calib.seqlen,
+                 .fit_count = static_cast<int64_t>(xf.size()),
+                 .sel_count = static_cast<int64_t>(xs.size()),
+                 .fold = fold_over_ranks};
         to.ranks = &ranks;
     }
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "tune/adam.hpp"
 #include "tune/epochs.hpp"
+#include "tune/ranks.hpp"
 
 namespace cortiq::tune {
 
@@ -41,31 +42,6 @@ blr::Factors to_factors(const BlrWeightsT<float>& w) {
 }
 
 namespace {
-
-// `running` continued by `mine` across the processes (TuneRanks::fold), or
-// here alone.
-template <class T>
-void fold_values(const TuneRanks* ranks, std::vector<T>& running,
-                 const std::function<void(std::vector<T>&)>& mine) {
-    if (!ranks) return mine(running);
-    auto to_bytes = [](const std::vector<T>& v, std::vector<uint8_t>& b) {
-        b.resize(v.size() * sizeof(T));
-        if (!b.empty()) std::memcpy(b.data(), v.data(), b.size());
-    };
-    auto from_bytes = [](const std::vector<uint8_t>& b, std::vector<T>& v) {
-        v.resize(b.size() / sizeof(T));
-        if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
-    };
-    std::vector<uint8_t> bytes;
-    to_bytes(running, bytes);
-    ranks->fold(bytes, [&](std::vector<uint8_t>& b) {
-        std::vector<T> v;
-        from_bytes(b, v);
-        mine(v);
-        to_bytes(v, b);
-    });
-    from_bytes(bytes, running);
-}
 
 struct Evaluator {
     const BlockDims& d;
@@ -100,21 +76,6 @@ struct Evaluator {
         return ref > 0 ? err / ref : err;
     }
 };
-
-// g as one vector of floats, and back.
-void flatten(BlockGradsT<float>& g, std::vector<float>& out) {
-    out.clear();
-    for (const auto* v : grad_vectors(g)) out.insert(out.end(), v->begin(), v->end());
-}
-void unflatten(const std::vector<float>& in, BlockGradsT<float>& g) {
-    size_t at = 0;
-    for (auto* v : grad_vectors(g)) {
-        CORTIQ_ASSERT(at + v->size() <= in.size(), "block tuning: a gradient of another block");
-        std::copy(in.begin() + static_cast<int64_t>(at),
-                  in.begin() + static_cast<int64_t>(at + v->size()), v->begin());
-        at += v->size();
-    }
-}
 
 }  // namespace
 
@@ -213,13 +174,13 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
         } else {
             while (held.size() < windows.size()) held.push_back(zero_grads(p));
             for (size_t k = 0; k < windows.size(); ++k) window_grads(windows[k], held[k]);
-            flatten(g, flat);
+            flatten({&g}, flat);
             fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
-                unflatten(v, g);
+                unflatten(v, {&g});
                 for (size_t k = 0; k < windows.size(); ++k) add_grads(g, held[k]);
-                flatten(g, v);
+                flatten({&g}, v);
             });
-            unflatten(flat, g);
+            unflatten(flat, {&g});
         }
         adam.step();
     };

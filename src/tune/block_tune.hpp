@@ -31,9 +31,13 @@ namespace cortiq::tune {
 // and hands it on; every process returns with the last one's result. A sum
 // folded window by window in window order, each process adding its own, is
 // then the one process's sum bit for bit.
+// (Distillation, where every process holds every window's tokens: it
+// computes the windows [fit_first, fit_first + fit_count) and [sel_first,
+// sel_first + sel_count) of its sets.)
 struct TuneRanks {
     int64_t fit_first = 0, fit_total = 0, sel_first = 0, sel_total = 0;
-    int64_t rows = 0;  // every window's length (a process may hold none)
+    int64_t rows = 0;                      // every window's length (a process may hold none)
+    int64_t fit_count = 0, sel_count = 0;  // distillation: this process's windows
     std::function<void(std::vector<uint8_t>& running,
                        const std::function<void(std::vector<uint8_t>&)>& mine)>
         fold;

@@ -9,6 +9,7 @@
 #include "core/parallel.hpp"
 #include "tune/adam.hpp"
 #include "tune/epochs.hpp"
+#include "tune/ranks.hpp"
 
 namespace cortiq::tune {
 
@@ -98,41 +99,96 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const RopeT<float> rope = rope_for<float>(s.inv_freq, L);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
+    // the windows this process computes: all, or with ranks its share of each set
+    const TuneRanks* ranks = o.ranks;
+    const size_t fit_lo = ranks ? static_cast<size_t>(ranks->fit_first) : 0;
+    const size_t fit_hi = ranks ? fit_lo + static_cast<size_t>(ranks->fit_count) : fit.size();
+    const size_t sel_lo = ranks ? static_cast<size_t>(ranks->sel_first) : 0;
+    const size_t sel_hi = ranks ? sel_lo + static_cast<size_t>(ranks->sel_count) : sel.size();
+    CORTIQ_CHECK(fit_hi <= fit.size() && sel_hi <= sel.size(),
+                 "distillation: windows {}..{} of {} to compute here", fit_lo, fit_hi, fit.size());
     Pass ps;
-    auto mean_kl = [&](const std::vector<std::vector<int32_t>>& w) {
-        std::vector<size_t> order(w.size());
-        std::iota(order.begin(), order.end(), size_t{0});
-        double total = 0;
-        for (size_t i = 0; i < w.size(); i += batch) {
-            const size_t c = std::min(batch, w.size() - i);
-            total += forward(s, rope, teacher, w, order, i, c, 1.0f, ps);
-        }
-        return total / static_cast<double>(w.size() * L);
+    // the forward of window w alone (its KL; dlogits × scale left in ps)
+    auto window_forward = [&](const std::vector<std::vector<int32_t>>& set, size_t w, float scale) {
+        const std::vector<size_t> one{w};
+        return forward(s, rope, teacher, set, one, 0, 1, scale, ps);
+    };
+    // the mean KL, window by window in window order (each process's windows
+    // first, at the same time as the others; then the sums in turn)
+    auto mean_kl = [&](const std::vector<std::vector<int32_t>>& w, size_t lo, size_t hi) {
+        std::vector<double> kls;
+        for (size_t i = lo; i < hi; ++i) kls.push_back(window_forward(w, i, 1.0f));
+        std::vector<double> total{0.0};
+        fold_values<double>(ranks, total, [&](std::vector<double>& v) {
+            for (double k : kls) v[0] += k;
+        });
+        return total[0] / static_cast<double>(w.size() * L);
     };
     DistillResult r;
-    r.kl_fit_before = r.kl_fit_after = mean_kl(fit);
-    r.kl_sel_before = r.kl_sel_after = sel.empty() ? r.kl_fit_before : mean_kl(sel);
+    r.kl_fit_before = r.kl_fit_after = mean_kl(fit, fit_lo, fit_hi);
+    r.kl_sel_before = r.kl_sel_after = sel.empty() ? r.kl_fit_before : mean_kl(sel, sel_lo, sel_hi);
 
-    std::vector<BlockGradsT<float>> g;
-    for (const auto& b : s.blocks) g.push_back(zero_grads(b));
+    std::vector<BlockGradsT<float>> g, gw;
+    for (const auto& b : s.blocks) {
+        g.push_back(zero_grads(b));
+        gw.push_back(zero_grads(b));
+    }
     Adam adam(o.beta1, o.beta2);
     for (size_t l = 0; l < s.blocks.size(); ++l) add_block(adam, s.blocks[l], g[l], s.d, o);
     if (adam.empty()) return r;
     const std::vector<BlockParamsT<float>> start = s.blocks;
     std::vector<BlockParamsT<float>> best = s.blocks;
+    auto grads_of = [](std::vector<BlockGradsT<float>>& v) {
+        std::vector<BlockGradsT<float>*> p;
+        for (auto& x : v) p.push_back(&x);
+        return p;
+    };
+    // out = the gradient of fit window w, computed on its own
+    const auto window_grads = [&](size_t w, float scale, std::vector<BlockGradsT<float>>& out) {
+        window_forward(fit, w, scale);
+        for (auto& gl : out) clear(gl);
+        backward(s, rope, ps, out);
+    };
+    std::vector<std::vector<BlockGradsT<float>>> held;  // with ranks: this process's windows
+    // One step: each window's gradient on its own, summed in window order
+    // (with ranks each process computes its windows, then adds them in
+    // turn), then Adam, the same on every process.
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
-        forward(s, rope, teacher, fit, order, i, c, scale, ps);
-        for (auto& gl : g) clear(gl);
-        backward(s, rope, ps, g);
+        std::vector<size_t> windows;
+        for (size_t k = i; k < i + c; ++k)
+            if (order[k] >= fit_lo && order[k] < fit_hi) windows.push_back(order[k]);
+        std::sort(windows.begin(), windows.end());
+        for (auto& gl : g) clear(gl);  // in place: the Adam slots point at g's vectors
+        if (!ranks) {
+            for (size_t w : windows) {
+                window_grads(w, scale, gw);
+                for (size_t l = 0; l < g.size(); ++l) add_grads(g[l], gw[l]);
+            }
+        } else {
+            while (held.size() < windows.size()) {
+                held.emplace_back();
+                for (const auto& b : s.blocks) held.back().push_back(zero_grads(b));
+            }
+            for (size_t k = 0; k < windows.size(); ++k) window_grads(windows[k], scale, held[k]);
+            std::vector<float> flat;
+            flatten(grads_of(g), flat);
+            fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
+                unflatten(v, grads_of(g));
+                for (size_t k = 0; k < windows.size(); ++k)
+                    for (size_t l = 0; l < g.size(); ++l) add_grads(g[l], held[k][l]);
+                flatten(grads_of(g), v);
+            });
+            unflatten(flat, grads_of(g));
+        }
         adam.step();
     };
     r.best_epoch = run_epochs(
         fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
-        [&] { return sel.empty() ? mean_kl(fit) : mean_kl(sel); }, [&] { best = s.blocks; },
-        o.on_progress);
+        [&] { return sel.empty() ? mean_kl(fit, fit_lo, fit_hi) : mean_kl(sel, sel_lo, sel_hi); },
+        [&] { best = s.blocks; }, o.on_progress);
     s.blocks = std::move(best);
-    r.kl_fit_after = mean_kl(fit);
+    r.kl_fit_after = mean_kl(fit, fit_lo, fit_hi);
     for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;

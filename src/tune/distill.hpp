@@ -42,6 +42,9 @@ void log_softmax_rows(MatF& l);
 // The teacher's logits of one window (T × vocab).
 using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
 
+// Each window's gradient and KL on its own, summed in window order, so that
+// with o.ranks (every process holding every window's tokens) each process
+// computes its share of a step's windows and all end with the same student.
 DistillResult distill(Student& s, const TeacherFn& teacher,
                       const std::vector<std::vector<int32_t>>& fit,
                       const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o);

@@ -213,12 +213,15 @@ void add_quantize(CLI::App& app) {
         dist::init(*mpi);
         const auto rep = quant::quantize(a->o);
         if (!dist::is_root()) return;
-        if (dist::distributed())
-            fmt::print("{} ranks calibrated and encoded{} together (rank 0 wrote the file)\n",
-                       dist::size(),
-                       rep.tune_seconds > 0 && a->o.tune.batch_windows > 1
-                           ? ", and tuned the blocks,"
-                           : "");
+        if (dist::distributed()) {
+            // what the ranks shared: tuning only with several windows a step
+            const bool tuned = rep.tune_seconds > 0;
+            std::string shared = "calibrated and encoded";
+            if (tuned && a->o.tune.batch_windows > 1) shared += ", tuned the blocks";
+            if (tuned && a->o.kd.batch_windows > 1 && !rep.distilled.is_null())
+                shared += ", distilled";
+            fmt::print("{} ranks {} together (rank 0 wrote the file)\n", dist::size(), shared);
+        }
         fmt::print("{}\n", rep.summary());
         if (!a->json.empty()) {
             std::ofstream f(a->json);
