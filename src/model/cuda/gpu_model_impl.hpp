@@ -205,6 +205,7 @@ struct GpuModel::Impl {
                               sc.planes.get(),
                               sc.plane_floats.get(),
                               sc.tile_sums.get(),
+                              sc.halves.get(),
                               w.half_scratch->x.get()};
         uint64_t h = 1469598103934665603ull;  // FNV-1a over the addresses
         for (const void* p : ptrs) {
