@@ -28,17 +28,15 @@
 #include "bench_gpu_timing.hpp"
 #include "core/cuda/device.hpp"
 #include "core/error.hpp"
+#include "model/cuda/sign_launch.hpp"
 
 namespace {
 
 constexpr int kThreads = 256;
 
+// The sign products' own 16-byte load, past L1 (model/cuda/sign_launch.hpp).
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+    return cortiq::model::cuda::sign_detail::load_stream(reinterpret_cast<const uint32_t*>(p));
 }
 
 // XOR of a slice of words: the block's share of `count` uint4s (a sink keeps it).
