@@ -57,7 +57,8 @@ struct TuneOptions {
     double beta1 = 0.9, beta2 = 0.999;
     int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
     EpochCallback on_progress;  // every step and evaluation (epochs.hpp); may be empty
-    // null: one process holds every window (tune_block only)
+    // null: one process computes every window (read by tune_block and
+    // distill; the GPU tuners run in one process only)
     const TuneRanks* ranks = nullptr;
 };
 
