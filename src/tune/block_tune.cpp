@@ -3,9 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
-#include <functional>
-#include <numeric>
 
 #include "core/error.hpp"
 #include "tune/adam.hpp"
@@ -53,21 +50,29 @@ struct Evaluator {
     // blocks first, at the same time as the others, then adds in turn)
     std::pair<double, double> sums(const BlockParamsT<float>& p, const WindowPairs& w) const {
         std::vector<double> s{0.0, 0.0};
-        std::vector<std::vector<float>> outs(w.x.size());
         BlockActsT<float> a;
+        auto add = [&](size_t k, const std::vector<float>& out, std::vector<double>& v) {
+            const float *x = w.x[k].data(), *y = w.y[k].data();
+            for (int64_t i = 0; i < w.y[k].size(); ++i) {
+                const double e = out[static_cast<size_t>(i)] - y[i], r = y[i] - x[i];
+                v[0] += e * e;
+                v[1] += r * r;
+            }
+        };
+        if (!ranks) {  // one window's output at a time
+            for (size_t k = 0; k < w.x.size(); ++k) {
+                block_forward(p, d, rope, w.x[k].data(), 1, w.x[k].rows(), a);
+                add(k, a.out, s);
+            }
+            return {s[0], s[1]};
+        }
+        std::vector<std::vector<float>> outs(w.x.size());
         for (size_t k = 0; k < w.x.size(); ++k) {
             block_forward(p, d, rope, w.x[k].data(), 1, w.x[k].rows(), a);
             outs[k] = std::move(a.out);
         }
         fold_values<double>(ranks, s, [&](std::vector<double>& v) {
-            for (size_t k = 0; k < w.x.size(); ++k) {
-                const float *x = w.x[k].data(), *y = w.y[k].data();
-                for (int64_t i = 0; i < w.y[k].size(); ++i) {
-                    const double e = outs[k][static_cast<size_t>(i)] - y[i], r = y[i] - x[i];
-                    v[0] += e * e;
-                    v[1] += r * r;
-                }
-            }
+            for (size_t k = 0; k < w.x.size(); ++k) add(k, outs[k], v);
         });
         return {s[0], s[1]};
     }
@@ -137,51 +142,31 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     const BlockParamsT<float> start = p;
     BlockParamsT<float> best = p;
 
-    BlockGradsT<float> g = zero_grads(p), gw = zero_grads(p);
+    BlockGradsT<float> g = zero_grads(p);
     Adam adam(o.beta1, o.beta2);
     add_block(adam, p, g, d, o);
     if (adam.empty()) return res;
 
-    std::vector<float> dout, flat;
+    std::vector<float> dout;
     BlockActsT<float> a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    // gw = the gradient of fit window w (held here), computed on its own
-    const auto window_grads = [&](size_t w, BlockGradsT<float>& gw) {
+    // out[0] = the gradient of fit window w (held here), computed on its own
+    const auto window_grads = [&](size_t w, std::vector<BlockGradsT<float>>& out) {
         const MatF &x = fit.x[w - fit_first], &y = fit.y[w - fit_first];
         block_forward(p, d, rope, x.data(), 1, L, a);
         dout.resize(static_cast<size_t>(y.size()));
         for (size_t i = 0; i < dout.size(); ++i) dout[i] = scale * (a.out[i] - y.data()[i]);
-        clear(gw);
-        block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), gw);
+        clear(out[0]);
+        block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), out[0]);
     };
-    std::vector<BlockGradsT<float>> held;  // with ranks: this process's windows of a step
-    // One step: the windows' gradients summed in window order (each process
-    // computing those it holds at the same time as the others, then adding
-    // them in turn), then Adam, the same on every process.
+    std::vector<std::vector<BlockGradsT<float>>> held;
+    // One step: the windows' gradients summed in window order (ranks.hpp;
+    // in place: the Adam slots point at g's vectors), then Adam, the same on
+    // every process.
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
-        std::vector<size_t> windows;
-        for (size_t i = s; i < s + c; ++i)
-            if (order[i] >= fit_first && order[i] < fit_first + fit.x.size())
-                windows.push_back(order[i]);
-        std::sort(windows.begin(), windows.end());
-        clear(g);  // in place: the Adam slots point at g's vectors
-        if (!ranks) {
-            for (size_t w : windows) {
-                window_grads(w, gw);
-                add_grads(g, gw);
-            }
-        } else {
-            while (held.size() < windows.size()) held.push_back(zero_grads(p));
-            for (size_t k = 0; k < windows.size(); ++k) window_grads(windows[k], held[k]);
-            flatten({&g}, flat);
-            fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
-                unflatten(v, {&g});
-                for (size_t k = 0; k < windows.size(); ++k) add_grads(g, held[k]);
-                flatten({&g}, v);
-            });
-            unflatten(flat, {&g});
-        }
+        sum_window_grads(ranks, step_windows(order, s, c, fit_first, fit_first + fit.x.size()),
+                         {&g}, held, window_grads);
         adam.step();
     };
     res.best_epoch = run_epochs(

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
 
 #include "core/error.hpp"
 #include "core/parallel.hpp"
@@ -128,59 +127,27 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     r.kl_fit_before = r.kl_fit_after = mean_kl(fit, fit_lo, fit_hi);
     r.kl_sel_before = r.kl_sel_after = sel.empty() ? r.kl_fit_before : mean_kl(sel, sel_lo, sel_hi);
 
-    std::vector<BlockGradsT<float>> g, gw;
-    for (const auto& b : s.blocks) {
-        g.push_back(zero_grads(b));
-        gw.push_back(zero_grads(b));
-    }
+    std::vector<BlockGradsT<float>> g;
+    for (const auto& b : s.blocks) g.push_back(zero_grads(b));
     Adam adam(o.beta1, o.beta2);
     for (size_t l = 0; l < s.blocks.size(); ++l) add_block(adam, s.blocks[l], g[l], s.d, o);
     if (adam.empty()) return r;
     const std::vector<BlockParamsT<float>> start = s.blocks;
     std::vector<BlockParamsT<float>> best = s.blocks;
-    auto grads_of = [](std::vector<BlockGradsT<float>>& v) {
-        std::vector<BlockGradsT<float>*> p;
-        for (auto& x : v) p.push_back(&x);
-        return p;
-    };
-    // out = the gradient of fit window w, computed on its own
-    const auto window_grads = [&](size_t w, float scale, std::vector<BlockGradsT<float>>& out) {
-        window_forward(fit, w, scale);
-        for (auto& gl : out) clear(gl);
-        backward(s, rope, ps, out);
-    };
-    std::vector<std::vector<BlockGradsT<float>>> held;  // with ranks: this process's windows
+    std::vector<BlockGradsT<float>*> gp;
+    for (auto& gl : g) gp.push_back(&gl);
+    std::vector<std::vector<BlockGradsT<float>>> held;
     // One step: each window's gradient on its own, summed in window order
-    // (with ranks each process computes its windows, then adds them in
-    // turn), then Adam, the same on every process.
+    // (ranks.hpp; in place: the Adam slots point at g's vectors), then Adam,
+    // the same on every process.
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
-        std::vector<size_t> windows;
-        for (size_t k = i; k < i + c; ++k)
-            if (order[k] >= fit_lo && order[k] < fit_hi) windows.push_back(order[k]);
-        std::sort(windows.begin(), windows.end());
-        for (auto& gl : g) clear(gl);  // in place: the Adam slots point at g's vectors
-        if (!ranks) {
-            for (size_t w : windows) {
-                window_grads(w, scale, gw);
-                for (size_t l = 0; l < g.size(); ++l) add_grads(g[l], gw[l]);
-            }
-        } else {
-            while (held.size() < windows.size()) {
-                held.emplace_back();
-                for (const auto& b : s.blocks) held.back().push_back(zero_grads(b));
-            }
-            for (size_t k = 0; k < windows.size(); ++k) window_grads(windows[k], scale, held[k]);
-            std::vector<float> flat;
-            flatten(grads_of(g), flat);
-            fold_values<float>(ranks, flat, [&](std::vector<float>& v) {
-                unflatten(v, grads_of(g));
-                for (size_t k = 0; k < windows.size(); ++k)
-                    for (size_t l = 0; l < g.size(); ++l) add_grads(g[l], held[k][l]);
-                flatten(grads_of(g), v);
-            });
-            unflatten(flat, grads_of(g));
-        }
+        sum_window_grads(ranks, step_windows(order, i, c, fit_lo, fit_hi), gp, held,
+                         [&](size_t w, std::vector<BlockGradsT<float>>& out) {
+                             window_forward(fit, w, scale);
+                             for (auto& gl : out) clear(gl);
+                             backward(s, rope, ps, out);
+                         });
         adam.step();
     };
     r.best_epoch = run_epochs(
