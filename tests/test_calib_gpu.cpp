@@ -81,8 +81,16 @@ TEST(CalibGpu, GramsEqualTheCpuPathThroughReplacedWeightsAndBlocks) {
                  {"self_attn.q_proj", "self_attn.o_proj", "mlp.gate_proj", "mlp.down_proj"}) {
                 expect_same(gpu.grams(l, input), cpu.grams(l, input),
                             fmt::format("{} layer {} {}", name, l, input));
-                expect_same(gpu.cross_grams(l, input), cpu.cross_grams(l, input),
+                const auto gpu_cross = gpu.cross_grams(l, input);
+                expect_same(gpu_cross, cpu.cross_grams(l, input),
                             fmt::format("{} layer {} {} (cross)", name, l, input));
+                // one pass for both (quantize's path): the same bits as the two apart
+                const auto both = gpu.grams_with_cross(l, input);
+                const auto gpu_h = gpu.grams(l, input);
+                EXPECT_EQ(both.h_fit.vec(), gpu_h.first.vec()) << name << " " << l << " " << input;
+                EXPECT_EQ(both.h_sel.vec(), gpu_h.second.vec()) << name << " " << l << " " << input;
+                EXPECT_EQ(both.cross_fit.vec(), gpu_cross.first.vec()) << name << " " << input;
+                EXPECT_EQ(both.cross_sel.vec(), gpu_cross.second.vec()) << name << " " << input;
                 // replace the layer that reads this input by a changed copy on both sides
                 const std::string lin = input;
                 for (model::Model* m : {&cpu_m, &gpu_m}) {

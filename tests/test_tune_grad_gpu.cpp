@@ -288,6 +288,43 @@ TEST(TuneBlockGpu, ScalesAndNormsFollowTheCpuTuning) {
     compare_tuning(true, o, 0.03, "qwen3, scales + norms");
 }
 
+// Every value a tuning run ends with, bit for bit.
+std::vector<float> tuned_values(const BlockParamsT<float>& p) {
+    std::vector<float> v;
+    for (const auto* l : p.linears())
+        if (l->blr)
+            for (const auto& q : l->blr->paths)
+                for (const auto* x : {&q.h, &q.l, &q.g}) v.insert(v.end(), x->begin(), x->end());
+    for (const auto* x : {&p.in_norm, &p.post_norm}) v.insert(v.end(), x->begin(), x->end());
+    return v;
+}
+
+// The same problem tuned twice on the device ends in the same bits: the
+// losses that choose the epoch kept are summed in a fixed order (no
+// floating-point atomics), over a block loss of 256 blocks.
+TEST(TuneBlockGpu, TwoRunsOfOneProblemEndInTheSameBits) {
+    REQUIRE_GPU();
+    const Size s{64, 4, 2, 16, 96, 1, 128, 8};
+    TuneProblem t = make_problem(false, 33, s, 8, 4);
+    TuneOptions o;
+    o.epochs = 3;
+    o.batch_windows = 8;  // 8 × 128 × 64 values: the loss of 256 blocks of 256 threads
+    o.lr_scales = 1e-2;
+    o.lr_signs = 5e-4;
+    o.latent_init = 2e-3;
+    BlockParamsT<float> p1 = t.start, p2 = t.start;
+    const Outcome a = outcome(tune_block_gpu(p1, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
+    const Outcome b = outcome(tune_block_gpu(p2, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
+    // exact equality of every loss: the same float64 bits
+    EXPECT_EQ(a.fit_before, b.fit_before);
+    EXPECT_EQ(a.sel_before, b.sel_before);
+    EXPECT_EQ(a.fit_after, b.fit_after);
+    EXPECT_EQ(a.sel_after, b.sel_after);
+    EXPECT_EQ(a.best_epoch, b.best_epoch);
+    EXPECT_EQ(a.flips, b.flips);
+    EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
+}
+
 // Sign tuning on test_tune_block's sign problem (sign_problem.hpp: a tenth of
 // up_proj's left signs flipped away from a known block), where the CPU tuner
 // flips about a thousand signs and undoes 14 to 16 of the 38 injected flips
@@ -341,7 +378,10 @@ TEST(TuneBlockGpu, TimingOnATinyLlamaSizedBlock) {
 // distill_gpu against distill (float CPU): a student of two blocks whose
 // scales (and signs) were perturbed, its teacher the unperturbed model
 // through the CPU operations. The same batches and Adam steps on both sides.
-void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label) {
+// With device_teacher the GPU run reads the teacher's logits from device
+// memory (DeviceTeacherFn: quantize's path) and takes their log-softmax there.
+void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label,
+                     bool device_teacher = false) {
     const Size s{32, 4, 2, 8, 48, 1, 24, 6};
     TuneProblem a = make_problem(qwen3, qwen3 ? 41 : 40, s, 1, 0);
     TuneProblem b = make_problem(qwen3, qwen3 ? 43 : 42, s, 1, 0);
@@ -391,8 +431,20 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
                     for (auto* v : {&q.h, &q.l, &q.g})
                         for (auto& x : *v) x *= static_cast<float>(std::exp(nd(rng)));
     Student sg = sc;
+    cortiq::cuda::DVec on_device;
+    int device_calls = 0;
+    DeviceTeacherFn dt;
+    if (device_teacher)
+        dt = [&](const std::vector<int32_t>& toks) {
+            const MatF l = teacher(toks);
+            on_device =
+                cortiq::cuda::upload_f(std::vector<float>(l.data(), l.data() + l.size()), nullptr);
+            ++device_calls;
+            return static_cast<const float*>(on_device.get());
+        };
     const DistillResult rc = distill(sc, teacher, fit, sel, o);
-    const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o);
+    const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o, dt);
+    if (device_teacher) EXPECT_EQ(device_calls, 8) << "each window's logits once, then kept";
     expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ", o.lr_signs > 0);
 }
 
@@ -405,6 +457,16 @@ TEST(DistillGpu, ScalesFollowTheCpuDistillation) {
     o.lr_signs = 0;
     compare_distill(false, o, 0.03, "distill, llama, scales");
     compare_distill(true, o, 0.03, "distill, qwen3, scales");
+}
+
+TEST(DistillGpu, TeacherOnTheDeviceFollowsTheCpuDistillation) {
+    REQUIRE_GPU();
+    TuneOptions o;
+    o.epochs = 4;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 0;
+    compare_distill(false, o, 0.03, "distill, llama, scales, teacher on the device", true);
 }
 
 TEST(DistillGpu, SignLatentsFollowTheCpuDistillation) {

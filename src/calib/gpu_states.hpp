@@ -34,7 +34,10 @@ class GpuStates {
     MatD gram(int set, int64_t layer, std::string_view input);
     // (1/T) Σ x_o x_cᵀ over the set's rows: x_o the input as `original` (the
     // same windows, on the same GPU) computes it, x_c as this model does.
-    MatD cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original);
+    // With `gram`, also gram(set, layer, input) from the same pass (the same
+    // sums in the same order: the same bits), one block run fewer per batch.
+    MatD cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original,
+                    MatD* gram = nullptr);
     // The set's hidden states through block `layer`.
     void advance(int set, int64_t layer);
     // The set's hidden states, copied to the host: one T × hidden matrix per

@@ -15,7 +15,7 @@ GpuStates::~GpuStates() = default;
 MatD GpuStates::gram(int, int64_t, std::string_view) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
-MatD GpuStates::cross_gram(int, int64_t, std::string_view, GpuStates&) {
+MatD GpuStates::cross_gram(int, int64_t, std::string_view, GpuStates&, MatD*) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
 void GpuStates::advance(int, int64_t) {

@@ -109,9 +109,10 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
 SequentialCalib::GramSet SequentialCalib::grams_with_cross(int64_t layer, std::string_view input) {
     CORTIQ_ASSERT(original_, "grams_with_cross needs the original model");
     if (!gpu_) return cpu_pass_with_original(layer, input, /*with_gram=*/true);
+    // one pass per set: the original's block and this one's, each once
     GramSet out;
-    std::tie(out.h_fit, out.h_sel) = grams(layer, input);
-    std::tie(out.cross_fit, out.cross_sel) = cross_grams(layer, input);
+    out.cross_fit = gpu_->cross_gram(0, layer, input, *gpu_original_, &out.h_fit);
+    out.cross_sel = gpu_->cross_gram(1, layer, input, *gpu_original_, &out.h_sel);
     return out;
 }
 

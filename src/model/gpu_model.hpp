@@ -56,6 +56,9 @@ class GpuModel final : public Runtime {
     Device device() const override { return Device::gpu; }
 
     MatF forward(std::span<const int32_t> tokens) override;
+    // forward() leaving the logits (tokens × vocab) on the device: valid until
+    // the next call on this model, written when it returns (its stream waited).
+    const float* forward_on_device(std::span<const int32_t> tokens);
     double windows_nll(std::span<const int32_t> tokens, int64_t windows) override;
     int64_t batch_windows(int64_t len) const override;
 

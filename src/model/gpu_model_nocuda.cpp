@@ -59,6 +59,9 @@ int64_t GpuModel::device_bytes() const {
 int64_t GpuModel::weight_bytes() const {
     no_gpu();
 }
+const float* GpuModel::forward_on_device(std::span<const int32_t>) {
+    no_gpu();
+}
 cortiq::cuda::Gpu& GpuModel::gpu() {
     no_gpu();
 }

@@ -55,8 +55,17 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         teacher_seconds += seconds_since(t1);
         return logits;
     };
+    // on the GPU the teacher's logits stay there (a window of a large
+    // vocabulary is hundreds of MB: 0.5 GB at 248k words and 512 tokens)
+    tune::DeviceTeacherFn device_teacher;
+    if (gpu_teacher)
+        device_teacher = [&](const std::vector<int32_t>& toks) {
+            const auto t1 = std::chrono::steady_clock::now();
+            const float* logits = gpu_teacher->forward_on_device(toks);
+            teacher_seconds += seconds_since(t1);
+            return logits;
+        };
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
-    const auto distill = run.o.device == encode::Device::gpu ? tune::distill_gpu : tune::distill;
     std::vector<std::vector<int32_t>> fit = cs.fit;
     const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,
                                                           0x7a2d0);  // fixed: reproducible
@@ -92,7 +101,10 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         bar.advance(static_cast<int64_t>(e.windows_stepped),
                     last.empty() ? fmt::format("pass {}/{}", e.epoch, e.epochs) : last);
     };
-    const tune::DistillResult r = distill(s, teacher, fit, cs.sel, kd);
+    const tune::DistillResult r =
+        run.o.device == encode::Device::gpu
+            ? tune::distill_gpu(s, teacher, fit, cs.sel, kd, device_teacher)
+            : tune::distill(s, teacher, fit, cs.sel, kd);
     bar.finish(fmt::format("{} of at most {} passes run", r.epochs_run, kd.epochs));
     if (r.best_epoch > 0)
         for (int64_t l = 0; l < run.model.num_layers(); ++l)

@@ -14,7 +14,8 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>&, const BlockDims&, const std
 }
 
 DistillResult distill_gpu(Student&, const TeacherFn&, const std::vector<std::vector<int32_t>>&,
-                          const std::vector<std::vector<int32_t>>&, const TuneOptions&) {
+                          const std::vector<std::vector<int32_t>>&, const TuneOptions&,
+                          const DeviceTeacherFn&) {
     CORTIQ_FAIL("--device gpu: distillation: {}", gpu_unavailable_reason());
 }
 

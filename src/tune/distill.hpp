@@ -41,6 +41,9 @@ void log_softmax_rows(MatF& l);
 
 // The teacher's logits of one window (T × vocab).
 using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
+// The same on the GPU that distill_gpu runs on: a device pointer to the T ×
+// vocab logits, written before it returns and valid until its next call.
+using DeviceTeacherFn = std::function<const float*(const std::vector<int32_t>&)>;
 
 // Each window's gradient and KL on its own, summed in window order, so that
 // with o.ranks (every process holding every window's tokens) each process
@@ -52,10 +55,13 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
 // order (same seed), the same Adam updates and choice of the epoch kept, in
 // float32 on the calling thread's current device. The teacher runs once per
 // window; its log-probabilities stay on the device when they fit in half of
-// its free memory, else the teacher runs again for each use. Without CUDA it
-// throws.
+// its free memory, else the teacher runs again for each use. With
+// device_teacher the logits never leave the device (a large vocabulary's
+// window is hundreds of MB): its log-softmax is taken there, and `teacher` is
+// not called. Without CUDA it throws.
 DistillResult distill_gpu(Student& s, const TeacherFn& teacher,
                           const std::vector<std::vector<int32_t>>& fit,
-                          const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o);
+                          const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o,
+                          const DeviceTeacherFn& device_teacher = {});
 
 }  // namespace cortiq::tune

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "calib/cuda/gram.hpp"
 #include "core/cuda/device.hpp"
@@ -124,7 +125,8 @@ MatD GpuStates::gram(int set, int64_t layer, std::string_view input) {
     return gram.mean();
 }
 
-MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original) {
+MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original,
+                           MatD* gram_out) {
     Impl& g = *impl_;
     Impl& o = *original.impl_;
     Impl::Set& cs = g.set(set);
@@ -139,6 +141,8 @@ MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuSt
     const int64_t per = g.windows_per_batch(T);
     const cudaStream_t st = g.stream();
     cuda::DeviceCrossGram cross(width, width, st);
+    std::optional<cuda::DeviceGram> gram;
+    if (gram_out) gram.emplace(width, st);
     DVec xo(per * T * width, st);  // the original model's input, one batch
     g.model.gpu().sync();  // xo and the cross Gram exist before the other model's stream writes xo
     for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
@@ -161,6 +165,7 @@ MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuSt
             if (in != input) return;
             CORTIQ_ASSERT(r == rows && cols == width, "{}: {} x {}", in, r, cols);
             cross.add(g.model.gpu().blas(), xo.get(), x, r);
+            if (gram) gram->add(g.model.gpu().blas(), x, r);  // as gram() adds it
         };
         float* work = g.model.work_rows(rows);
         CUDA_CHECK(cudaMemcpyAsync(work, cs.x.get() + w0 * T * H,
@@ -169,6 +174,7 @@ MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuSt
         g.model.run_block(layer, nw, T, work, &pair, input);
         g.model.gpu().sync();  // the product has read xo before the next batch overwrites it
     }
+    if (gram_out) *gram_out = gram->mean();
     return cross.mean();
 }
 

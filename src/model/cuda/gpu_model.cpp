@@ -32,6 +32,13 @@ MatF GpuModel::forward(std::span<const int32_t> tokens) {
     return impl_->download_logits(T);
 }
 
+const float* GpuModel::forward_on_device(std::span<const int32_t> tokens) {
+    impl_->load_tokens(tokens);
+    impl_->run(1, static_cast<int64_t>(tokens.size()), nullptr, false);
+    impl_->gpu.sync();
+    return impl_->ws.logits.get();
+}
+
 double GpuModel::windows_nll(std::span<const int32_t> tokens, int64_t windows) {
     const int64_t R = static_cast<int64_t>(tokens.size());
     CORTIQ_ASSERT(windows > 0 && R % windows == 0, "{} tokens in {} windows", R, windows);

@@ -27,47 +27,55 @@ using cuda::DVec;
 using cuda::Gpu;
 using Windows = std::vector<std::vector<int32_t>>;
 
-// The teacher's log-probabilities (L × vocab) of one window, as the CPU's
-// distillation makes them.
-std::vector<float> teacher_logp(const TeacherFn& teacher, const std::vector<int32_t>& toks) {
-    MatF t = teacher(toks);
-    log_softmax_rows(t);
-    return std::vector<float>(t.data(), t.data() + t.size());
-}
-
 // The teacher's log-probabilities of the fit and held-out windows: computed
-// once and kept on the device, or (too large) computed for each use.
+// once and kept on the device, or (too large) computed for each use. Both
+// give the same bits: a window's values come from one function either way.
 class TeacherCache {
   public:
-    TeacherCache(const TeacherFn& t, const Windows& fit, const Windows& sel, int64_t per_window,
-                 cudaStream_t st)
-        : teacher_(t), st_(st) {
+    TeacherCache(const Gpu& g, const TeacherFn& t, const DeviceTeacherFn& dt, const Windows& fit,
+                 const Windows& sel, int64_t L, int64_t vocab)
+        : g_(g), teacher_(t), device_teacher_(dt), L_(L), vocab_(vocab) {
         size_t free = 0, total = 0;
         CUDA_CHECK(cudaMemGetInfo(&free, &total));
-        const double bytes = 4.0 * per_window * static_cast<double>(fit.size() + sel.size());
+        const double bytes = 4.0 * L * vocab * static_cast<double>(fit.size() + sel.size());
         keep_ = bytes <= 0.5 * static_cast<double>(free);
         if (!keep_) return;
         for (const auto* set : {&fit, &sel})
-            for (const auto& w : *set)
-                kept_[set == &sel].push_back(cortiq::cuda::upload_f(teacher_logp(t, w), st));
+            for (const auto& w : *set) {
+                DVec& v = kept_[set == &sel].emplace_back(L * vocab, g.stream());
+                compute(w, v.get());
+            }
     }
     // Copies the window's log-probabilities to dst (device).
     void copy(const Windows& set, bool is_sel, size_t i, float* dst) {
-        if (keep_) {
-            const DVec& v = kept_[is_sel][i];
-            CUDA_CHECK(cudaMemcpyAsync(dst, v.get(), sizeof(float) * v.size(),
-                                       cudaMemcpyDeviceToDevice, st_));
-            return;
-        }
-        const std::vector<float> h = teacher_logp(teacher_, set[i]);
-        CUDA_CHECK(
-            cudaMemcpyAsync(dst, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice, st_));
-        CUDA_CHECK(cudaStreamSynchronize(st_));  // h is freed on return
+        if (!keep_) return compute(set[i], dst);
+        const DVec& v = kept_[is_sel][i];
+        CUDA_CHECK(cudaMemcpyAsync(dst, v.get(), sizeof(float) * v.size(), cudaMemcpyDeviceToDevice,
+                                   g_.stream()));
     }
 
   private:
+    // The log-probabilities of window w into dst (device, L × vocab).
+    void compute(const std::vector<int32_t>& w, float* dst) {
+        const cudaStream_t st = g_.stream();
+        if (device_teacher_) {
+            cuda::log_softmax_rows(g_, device_teacher_(w), L_, vocab_, dst);
+            g_.sync();  // the teacher's next call overwrites what was read
+            return;
+        }
+        MatF t = teacher_(w);
+        CORTIQ_CHECK(t.rows() == L_ && t.cols() == vocab_, "teacher logits {}x{}, expected {}x{}",
+                     t.rows(), t.cols(), L_, vocab_);
+        log_softmax_rows(t);
+        CUDA_CHECK(
+            cudaMemcpyAsync(dst, t.data(), sizeof(float) * t.size(), cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaStreamSynchronize(st));  // t is freed on return
+    }
+
+    const Gpu& g_;
     const TeacherFn& teacher_;
-    cudaStream_t st_;
+    const DeviceTeacherFn& device_teacher_;
+    int64_t L_, vocab_;
     bool keep_ = false;
     std::vector<DVec> kept_[2];
 };
@@ -178,13 +186,14 @@ class Trainer {
 }  // namespace
 
 DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& fit,
-                          const Windows& sel, const TuneOptions& o) {
+                          const Windows& sel, const TuneOptions& o,
+                          const DeviceTeacherFn& device_teacher) {
     const auto t0 = std::chrono::steady_clock::now();
     CORTIQ_CHECK(!fit.empty() && !s.blocks.empty(), "distillation needs windows and blocks");
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const Gpu g;
     const cudaStream_t st = g.stream();
-    TeacherCache tc(teacher, fit, sel, L * s.embed->rows(), st);
+    TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows());
     Trainer tr(g, s, tc, L);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const bool has_sel = !sel.empty();

@@ -122,6 +122,10 @@ void embedding_forward(const Gpu& g, const float* table, int64_t dim, const int3
 void kl_loss(const Gpu& g, const float* logits, const float* teacher_logp, int64_t rows,
              int64_t vocab, float scale, double* sum, float* dlogits);
 
+// out = each row of logits (rows × vocab, on the device) as log-probabilities,
+// its sum in float64 (tune::log_softmax_rows on the device); out may be logits.
+void log_softmax_rows(const Gpu& g, const float* logits, int64_t rows, int64_t vocab, float* out);
+
 // Makes b hold n values (reallocating only when the size differs).
 void ensure(DVec& b, int64_t n, cudaStream_t stream);
 
