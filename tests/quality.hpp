@@ -118,6 +118,9 @@ inline std::vector<TensorQuality> tensor_quality(const quant::QuantizeOptions& o
     for (const auto& r : rep.tensors) by_name[r.name] = &r;
     std::map<std::string, TensorQuality> found;
     const auto noop = [](size_t, const encode::Encoded&) {};
+    // the CPU's search (the reference) where the run left the choice to the device
+    encode::Options cpu_enc = o.enc;
+    if (cpu_enc.gptq_group == quant::kGptqGroupByDevice) cpu_enc.gptq_group = 1;
     for (int64_t l = 0; l < mq.num_layers(); ++l) {
         for (const auto& g : quant::input_groups(mq.config(), l)) {
             const std::string key = std::to_string(l) + "/" + g.input;
@@ -138,7 +141,7 @@ inline std::vector<TensorQuality> tensor_quality(const quant::QuantizeOptions& o
                 quant::shrink_to_diagonal(h_fit, o.gram_shrink);
                 // the baseline (and the CPU encoder) on the same Grams, as
                 // quantize's own CPU path encodes a group
-                encode::Options eo = o.enc;
+                encode::Options eo = cpu_enc;
                 eo.method = encode::Method::rtn_sign;
                 const std::vector<quant::GroupJob> job = {{lin, w, r.bpw_target}};
                 const auto rtn = quant::encode_group(job, h_fit, h_sel, eo, encode::Device::cpu, 0,
@@ -147,7 +150,7 @@ inline std::vector<TensorQuality> tensor_quality(const quant::QuantizeOptions& o
                 q.bits_rtn = rtn[0].bits;
                 if (with_cpu_encoder) {
                     const auto cpu = quant::encode_group(
-                        job, h_fit, h_sel, o.enc, encode::Device::cpu, 0, {}, false, name, noop);
+                        job, h_fit, h_sel, cpu_enc, encode::Device::cpu, 0, {}, false, name, noop);
                     q.err_cpu = cpu[0].err_sel;
                 }
                 found.emplace(name, q);

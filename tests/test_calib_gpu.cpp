@@ -251,6 +251,7 @@ TEST(CalibGpu, QuantizeOnTheGpuMatchesTheCpuTensorByTensor) {
         o.plan_path = (dir / "plan.json").string();  // each tensor at rtn-sign's bytes
         write_rtn_budget_plan(o.model_dir, o.plan_path);
         o.device = encode::Device::gpu;
+        o.enc.gptq_group = 1;  // the exact search on both devices: SPEC §3's parity
         o.calib.samples = 16;
         o.calib.seqlen = 128;
         o.progress = false;

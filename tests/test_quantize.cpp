@@ -92,6 +92,24 @@ class Quantize : public ::testing::Test {
     void SetUp() override { REQUIRE_DATA_AT(kModel); }
 };
 
+// The column search's default follows the device: the exact search (the
+// CPU reference) on the CPU, `auto` groups on the GPU; a group asked for is kept.
+TEST(QuantizeOptions, ColumnSearchDefaultFollowsTheDevice) {
+    quant::QuantizeOptions o;
+    EXPECT_EQ(o.enc.gptq_group, quant::kGptqGroupByDevice);
+    quant::QuantizeOptions cpu = o, gpu = o, asked = o;
+    gpu.device = asked.device = encode::Device::gpu;
+    asked.enc.gptq_group = 16;
+    quant::resolve_gptq_group(cpu);
+    quant::resolve_gptq_group(gpu);
+    quant::resolve_gptq_group(asked);
+    EXPECT_EQ(cpu.enc.gptq_group, 1);
+    EXPECT_EQ(gpu.enc.gptq_group, 0);
+    EXPECT_EQ(asked.enc.gptq_group, 16);
+    EXPECT_EQ(encode::gptq_group_for(gpu.enc.gptq_group, 2966), 64);
+    EXPECT_EQ(encode::gptq_group_for(gpu.enc.gptq_group, 100), 4);
+}
+
 TEST_F(Quantize, ProducesAValidFileThatRunsAndResumesByteIdentically) {
     const fs::path d = tmp_dir("run");
     auto o = base_options(d / "a.safetensors");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/profile.hpp"
 
 namespace cortiq::encode {
@@ -58,6 +59,7 @@ struct Options {
 // tiny models), so G ≤ r/16 keeps it near 0.1 % while the ranks of a
 // 4096/11008 layer at 1 bpw (1006 to 2966) get G = 32 or 64.
 inline int gptq_group_for(int g, int64_t r) {
+    CORTIQ_ASSERT(g >= 0, "column search group {}: a device default left unresolved", g);
     if (g >= 1) return g;
     int group = 1;
     while (group < 64 && static_cast<int64_t>(group) * 2 * 16 <= r) group *= 2;

@@ -39,11 +39,17 @@ void resolve_tune_mode(QuantizeOptions& o) {
     o.tune_mode = resolve_tune_mode(o.tune_mode, o.device);
 }
 
+void resolve_gptq_group(QuantizeOptions& o) {
+    if (o.enc.gptq_group == kGptqGroupByDevice)
+        o.enc.gptq_group = o.device == encode::Device::gpu ? 0 : 1;
+}
+
 namespace {
 
 // Under mpirun rank 0 reports and writes; the other ranks work silently.
 QuantizeOptions options_of_this_rank(const QuantizeOptions& o) {
     QuantizeOptions local = o;
+    resolve_gptq_group(local);
     if (dist::is_root()) return local;
     local.progress = false;
     local.verbose = false;

@@ -154,9 +154,9 @@ void add_quantize(CLI::App& app) {
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--gptq-group", a->o.enc.gptq_group,
                     "input-side column search: columns in groups of G searched from the same "
-                    "targets, each group's error fed to the later columns (1, the default: every "
-                    "column sees every earlier one's; auto: per search the largest power of two "
-                    "up to rank/16, at most 64)")
+                    "targets, each group's error fed to the later columns (1: every column sees "
+                    "every earlier one's, the default on the CPU; auto: per search the largest "
+                    "power of two up to rank/16, at most 64, the default with --device gpu)")
         ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--itq-iters", a->o.enc.itq_iters,

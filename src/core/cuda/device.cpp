@@ -95,12 +95,16 @@ Gpu::Gpu(int device) {
     try {
         CUBLAS_CHECK(cublasCreate(&blas_));
         CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+        // after cublasSetStream, which resets the handle to the shared pool
+        CUDA_CHECK(cudaMalloc(&blas_workspace_, kBlasWorkspaceBytes));
+        CUBLAS_CHECK(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
         CUBLAS_CHECK(cublasSetMathMode(blas_, CUBLAS_DEFAULT_MATH));  // plain FP32 unless asked
         CUSOLVER_CHECK(cusolverDnCreate(&solver_));
         CUSOLVER_CHECK(cusolverDnSetStream(solver_, stream_));
     } catch (...) {
         if (solver_) cusolverDnDestroy(solver_);
         if (blas_) cublasDestroy(blas_);
+        if (blas_workspace_) cudaFree(blas_workspace_);
         cudaStreamDestroy(stream_);
         throw;
     }
@@ -111,6 +115,7 @@ Gpu::~Gpu() {
     cudaStreamSynchronize(stream_);
     if (solver_) cusolverDnDestroy(solver_);
     if (blas_) cublasDestroy(blas_);
+    if (blas_workspace_) cudaFree(blas_workspace_);
     cudaStreamDestroy(stream_);
 }
 

@@ -134,7 +134,12 @@ struct DMat {
 };
 
 // One host thread's view of one GPU: a non-blocking stream, a cuBLAS and a
-// cuSOLVER handle bound to it. Not shared between threads.
+// cuSOLVER handle bound to it. Not shared between threads. The cuBLAS handle
+// has a workspace of its own (kBlasWorkspaceBytes): without one, cuBLAS
+// shares a pool among the streams of the process and may pick other kernels,
+// so other bits, when several streams are busy at once (its documentation,
+// "Results reproducibility"); with one, a product's bits do not depend on
+// what else runs.
 class Gpu {
   public:
     explicit Gpu(int device = -1);  // -1: the calling thread's current device
@@ -160,7 +165,11 @@ class Gpu {
     cudaStream_t stream_ = nullptr;
     cublasHandle_t blas_ = nullptr;
     cusolverDnHandle_t solver_ = nullptr;
+    void* blas_workspace_ = nullptr;
 };
+
+// The size cuBLAS's own pool gives each stream on Hopper (32 MiB).
+inline constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
 
 // Bytes free on the current device for new allocations: what the driver
 // reports plus what the memory pool holds unused.
