@@ -15,7 +15,8 @@
 
 namespace cortiq::model {
 class Model;
-}
+class GpuModel;
+}  // namespace cortiq::model
 
 namespace cortiq::calib {
 
@@ -49,6 +50,9 @@ class GpuStates {
     std::vector<MatF> block_outputs(int set, int64_t layer);
     // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
     void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
+    // The model on the device, for other work once calibration is over; the
+    // states are freed and this object is empty (any other call throws).
+    std::unique_ptr<model::GpuModel> release_model();
 
   private:
     struct Impl;

@@ -3,6 +3,7 @@
 #include "calib/gpu_states.hpp"
 #include "core/error.hpp"
 #include "core/gpu.hpp"
+#include "model/gpu_model.hpp"
 
 namespace cortiq::calib {
 
@@ -28,6 +29,9 @@ std::vector<MatF> GpuStates::block_outputs(int, int64_t) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
 void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+std::unique_ptr<model::GpuModel> GpuStates::release_model() {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
 

@@ -8,6 +8,7 @@
 #include "calib/rank_chain.hpp"
 #include "core/error.hpp"
 #include "dist/comm.hpp"
+#include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "model/ops.hpp"
 
@@ -65,7 +66,23 @@ MatD chained_gram(std::optional<GramAccumulator>& acc, const std::vector<MatF>& 
 
 SequentialCalib::~SequentialCalib() = default;
 
+void SequentialCalib::check_live() const {
+    CORTIQ_CHECK(!released_, "the calibration states were released for distillation");
+}
+
+std::unique_ptr<model::GpuModel> SequentialCalib::release_original_gpu() {
+    check_live();
+    if (!gpu_) return nullptr;
+    released_ = true;
+    gpu_.reset();  // the compressed model's copy and its states
+    if (!gpu_original_) return nullptr;
+    std::unique_ptr<model::GpuModel> m = gpu_original_->release_model();
+    gpu_original_.reset();
+    return m;
+}
+
 std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view input) {
+    check_live();
     if (gpu_) return {gpu_->gram(0, layer, input), gpu_->gram(1, layer, input)};
     std::array<MatD, 2> h;
     for (size_t set = 0; set < 2; ++set) {
@@ -98,6 +115,7 @@ std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view inp
 }
 
 std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_view input) {
+    check_live();
     CORTIQ_ASSERT(original_, "cross_grams needs the original model");
     if (gpu_)
         return {gpu_->cross_gram(0, layer, input, *gpu_original_),
@@ -107,6 +125,7 @@ std::pair<MatD, MatD> SequentialCalib::cross_grams(int64_t layer, std::string_vi
 }
 
 SequentialCalib::GramSet SequentialCalib::grams_with_cross(int64_t layer, std::string_view input) {
+    check_live();
     CORTIQ_ASSERT(original_, "grams_with_cross needs the original model");
     if (!gpu_) return cpu_pass_with_original(layer, input, /*with_gram=*/true);
     // one pass per set: the original's block and this one's, each once
@@ -184,6 +203,7 @@ SequentialCalib::GramSet SequentialCalib::cpu_pass_with_original(int64_t layer,
 }
 
 std::pair<MatD, MatD> SequentialCalib::head_grams() {
+    check_live();
     if (gpu_) return {gpu_->gram(0, 0, "lm_head"), gpu_->gram(1, 0, "lm_head")};
     const auto& cfg = m_.config();
     const int64_t hidden = cfg.hidden_size;
@@ -214,6 +234,7 @@ std::pair<int64_t, int64_t> SequentialCalib::window_share(int set) const {
 
 std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int set, int64_t layer,
                                                                              bool gather) {
+    check_live();
     CORTIQ_ASSERT(original_, "block_pairs needs the original model");
     CORTIQ_CHECK(set == 0 || set == 1, "calibration set {} (0: fit, 1: held out)", set);
     std::vector<MatF> x = gpu_ ? gpu_->hidden(set) : xs_[static_cast<size_t>(set)];
@@ -257,10 +278,12 @@ void SequentialCalib::gather_on_root(std::vector<MatF>& x, std::vector<MatF>& y)
 }
 
 void SequentialCalib::weight_changed(int64_t layer, std::string_view name) {
+    if (released_) return;  // no states left to keep in step (distillation's installs)
     if (gpu_) gpu_->set_linear(layer, name, *m_.linear(layer, name).w);
 }
 
 void SequentialCalib::advance(int64_t layer) {
+    check_live();
     if (gpu_) {
         gpu_->advance(0, layer);
         gpu_->advance(1, layer);

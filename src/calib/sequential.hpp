@@ -20,6 +20,7 @@
 
 namespace cortiq::model {
 class Model;
+class GpuModel;
 }  // namespace cortiq::model
 
 namespace cortiq::calib {
@@ -67,8 +68,14 @@ class SequentialCalib {
     void weight_changed(int64_t layer, std::string_view name);
     // The hidden states through block `layer`, with its weights as they are now.
     void advance(int64_t layer);
+    // On the GPU, once every Gram is taken: the original model's copy on the
+    // device (distillation's teacher, uploaded once), every other device copy
+    // and state freed; null on the CPU or without `original`. Later,
+    // weight_changed does nothing, and the other calls but window_share throw.
+    std::unique_ptr<model::GpuModel> release_original_gpu();
 
   private:
+    void check_live() const;
     GramSet cpu_pass_with_original(int64_t layer, std::string_view input, bool with_gram);
     void gather_on_root(std::vector<MatF>& x, std::vector<MatF>& y);
 
@@ -79,6 +86,7 @@ class SequentialCalib {
     std::array<std::pair<int64_t, int64_t>, 2> share_{};  // window_share of each set
     std::unique_ptr<GpuStates> gpu_;           // GPU: the model and the states on the device
     std::unique_ptr<GpuStates> gpu_original_;  // GPU: the original model and its states
+    bool released_ = false;                    // release_original_gpu() was called
 };
 
 }  // namespace cortiq::calib

@@ -18,7 +18,7 @@
 namespace cortiq::quant {
 
 void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
-                   double kd_random) {
+                   double kd_random, std::unique_ptr<model::GpuModel> gpu_teacher) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
     tune::Student s;
@@ -37,8 +37,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     // runtime's tested forward): on the host a large model's forward pass over
     // every window would take longer than the distillation itself. Where the
     // original does not fit next to the student, it runs on the host.
-    std::unique_ptr<model::GpuModel> gpu_teacher;
-    if (run.o.device == encode::Device::gpu) {
+    if (run.o.device == encode::Device::gpu && !gpu_teacher) {
         try {
             gpu_teacher = std::make_unique<model::GpuModel>(original);
         } catch (const Error& e) {

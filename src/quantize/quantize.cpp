@@ -133,7 +133,12 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     const bool kd_together = dist::distributed() && o.tune_kd() && o.kd.batch_windows > 1;
     if (!dist::is_root() && !kd_together) return rep;
     bar.finish();  // distillation draws its own line (its ETA is its own)
-    if (o.tune_kd()) distill_model(run, in.calib, *original, in.kd_random);
+    if (o.tune_kd()) {
+        // on the GPU the original model's copy becomes the teacher and every
+        // other calibration copy is freed: one model on the device, not three
+        std::unique_ptr<model::GpuModel> teacher = states.release_original_gpu();
+        distill_model(run, in.calib, *original, in.kd_random, std::move(teacher));
+    }
     if (!dist::is_root()) return rep;
 
     const auto write_start = std::chrono::steady_clock::now();

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include "calib/sequential.hpp"
 #include "core/progress.hpp"
 #include "io/safetensors.hpp"
+#include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "quantize/allocate.hpp"
 #include "quantize/encode_group.hpp"
@@ -234,9 +236,10 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
 // --tune ...+kd: every block's BLR layers tuned together on the KL divergence
 // to the original model's next-token distribution over the calibration
 // windows (tune/distill.hpp), then put in place.
-// kd_random: random-token windows added per fit window.
+// kd_random: random-token windows added per fit window. gpu_teacher: with
+// --device gpu, the original model already on the GPU (null: uploaded here).
 void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
-                   double kd_random);
+                   double kd_random, std::unique_ptr<model::GpuModel> gpu_teacher = nullptr);
 
 // ── encode the head (encode_head.cpp) ────────────────────────────────────────
 void encode_head(Run& run, const io::Checkpoint& ck, double bpw);

@@ -44,6 +44,13 @@ struct GpuStates::Impl {
 
 namespace {
 
+// The states behind a pointer that release_model() may have emptied.
+template <class P>
+auto& live(const P& impl) {
+    CORTIQ_CHECK(impl, "the calibration states on the GPU were released");
+    return *impl;
+}
+
 // Width of a linear-layer input (a LinearInputHook name, or "lm_head").
 int64_t input_width(const io::ModelConfig& c, std::string_view input) {
     const int64_t width = input == "lm_head" || input == "self_attn.q_proj" ||
@@ -91,7 +98,7 @@ GpuStates::GpuStates(const model::Model& m, const CalibSet& cs) : impl_(std::mak
 GpuStates::~GpuStates() = default;
 
 MatD GpuStates::gram(int set, int64_t layer, std::string_view input) {
-    Impl& g = *impl_;
+    Impl& g = live(impl_);
     Impl::Set& cs = g.set(set);
     const io::ModelConfig& c = g.model.config();
     CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
@@ -127,8 +134,8 @@ MatD GpuStates::gram(int set, int64_t layer, std::string_view input) {
 
 MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuStates& original,
                            MatD* gram_out) {
-    Impl& g = *impl_;
-    Impl& o = *original.impl_;
+    Impl& g = live(impl_);
+    Impl& o = live(original.impl_);
     Impl::Set& cs = g.set(set);
     Impl::Set& os = o.set(set);
     const io::ModelConfig& c = g.model.config();
@@ -179,7 +186,7 @@ MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuSt
 }
 
 void GpuStates::advance(int set, int64_t layer) {
-    Impl& g = *impl_;
+    Impl& g = live(impl_);
     Impl::Set& cs = g.set(set);
     const io::ModelConfig& c = g.model.config();
     CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
@@ -193,7 +200,7 @@ void GpuStates::advance(int set, int64_t layer) {
 }
 
 std::vector<MatF> GpuStates::hidden(int set) {
-    Impl& g = *impl_;
+    Impl& g = live(impl_);
     Impl::Set& cs = g.set(set);
     const int64_t H = g.model.config().hidden_size, each = cs.T * H;
     const std::vector<float> all = download_f(cs.x.get(), cs.windows * each, g.stream());
@@ -205,7 +212,7 @@ std::vector<MatF> GpuStates::hidden(int set) {
 }
 
 std::vector<MatF> GpuStates::block_outputs(int set, int64_t layer) {
-    Impl& g = *impl_;
+    Impl& g = live(impl_);
     Impl::Set& cs = g.set(set);
     const io::ModelConfig& c = g.model.config();
     CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
@@ -231,7 +238,13 @@ std::vector<MatF> GpuStates::block_outputs(int set, int64_t layer) {
 }
 
 void GpuStates::set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w) {
-    impl_->model.set_linear(layer, name, w);
+    live(impl_).model.set_linear(layer, name, w);
+}
+
+std::unique_ptr<model::GpuModel> GpuStates::release_model() {
+    auto m = std::make_unique<model::GpuModel>(std::move(live(impl_).model));
+    impl_.reset();  // the states, on the model's stream, before the model is used elsewhere
+    return m;
 }
 
 }  // namespace cortiq::calib
