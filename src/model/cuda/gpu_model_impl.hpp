@@ -87,6 +87,7 @@ struct GpuModel::Impl {
     // the DeltaNet's) only for a model that has them.
     struct Work {
         int64_t rows = 0;
+        int64_t logit_rows = 0;  // logits are sized apart: calibration never makes any
         gpu_base::DeviceBuffer<int32_t> tokens;
         DVec x, n, q, k, v, attn, gate, up, logits;
         DVec qg, agate;                             // attn_gate: q_proj output, the gate half
@@ -233,6 +234,16 @@ struct GpuModel::Impl {
         rope_rows = n;
     }
 
+    // Rows × vocab floats for the head's output: 16 GB for a calibration
+    // batch of 16,384 rows at a 248k-word vocabulary, so only when a pass
+    // makes logits (calibration runs blocks only).
+    void ensure_logits(int64_t rows) {
+        if (rows <= ws.logit_rows) return;
+        ws.logits = DVec{};  // the old buffer first
+        ws.logits = DVec(rows * cfg.vocab_size, stream());
+        ws.logit_rows = rows;
+    }
+
     void ensure_work(int64_t rows) {
         if (rows <= ws.rows) return;
         const io::ModelConfig& c = cfg;
@@ -247,7 +258,6 @@ struct GpuModel::Impl {
         ws.attn = DVec(rows * c.q_dim(), st);
         ws.gate = DVec(rows * c.intermediate_size, st);
         ws.up = DVec(rows * c.intermediate_size, st);
-        ws.logits = DVec(rows * c.vocab_size, st);
         if (c.attn_gate) {
             ws.qg = DVec(rows * c.q_proj_dim(), st);
             ws.agate = DVec(rows * c.q_dim(), st);
@@ -468,6 +478,7 @@ struct GpuModel::Impl {
         const int64_t r0 = last_only ? R - 1 : 0;
         float* n = ws.n.get();
         cuda::rmsnorm(x + r0 * H, R - r0, H, w.final_norm.get(), eps, n, st);
+        ensure_logits(R - r0);  // sized by a first run before any capture
         cuda::linear(bl, st, w.lm_head, n, R - r0, ws.logits.get(), 0.0f);
     }
 
