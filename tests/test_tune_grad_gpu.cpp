@@ -448,25 +448,26 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
     expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ", o.lr_signs > 0);
 }
 
-TEST(DistillGpu, ScalesFollowTheCpuDistillation) {
-    REQUIRE_GPU();
+// Distillation of the scales alone: 4 epochs of 2 windows a step.
+TuneOptions distill_scales() {
     TuneOptions o;
     o.epochs = 4;
     o.batch_windows = 2;
     o.lr_scales = 1e-2;
     o.lr_signs = 0;
-    compare_distill(false, o, 0.03, "distill, llama, scales");
-    compare_distill(true, o, 0.03, "distill, qwen3, scales");
+    return o;
+}
+
+TEST(DistillGpu, ScalesFollowTheCpuDistillation) {
+    REQUIRE_GPU();
+    compare_distill(false, distill_scales(), 0.03, "distill, llama, scales");
+    compare_distill(true, distill_scales(), 0.03, "distill, qwen3, scales");
 }
 
 TEST(DistillGpu, TeacherOnTheDeviceFollowsTheCpuDistillation) {
     REQUIRE_GPU();
-    TuneOptions o;
-    o.epochs = 4;
-    o.batch_windows = 2;
-    o.lr_scales = 1e-2;
-    o.lr_signs = 0;
-    compare_distill(false, o, 0.03, "distill, llama, scales, teacher on the device", true);
+    compare_distill(false, distill_scales(), 0.03, "distill, llama, scales, teacher on the device",
+                    true);
 }
 
 TEST(DistillGpu, SignLatentsFollowTheCpuDistillation) {

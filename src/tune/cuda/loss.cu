@@ -84,6 +84,19 @@ __device__ T block_reduce(T v, T* part, Op op) {
     return r;
 }
 
+// The row's max and Σ exp(l − max) over the block (blockDim.x = kThreads),
+// the sum in float64, in every thread.
+__device__ void row_max_and_sum(const float* l, int64_t vocab, float* fpart, double* dpart,
+                                float& mx, double& se) {
+    mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) mx = fmaxf(mx, l[j]);
+    mx = block_reduce(mx, fpart, [](float a, float b) { return fmaxf(a, b); });
+    se = 0;
+    for (int64_t j = threadIdx.x; j < vocab; j += kThreads)
+        se += exp(static_cast<double>(l[j] - mx));
+    se = block_reduce(se, dpart, [](double a, double b) { return a + b; });
+}
+
 // One block per row: lse = log Σ exp(l), KL = Σ p_t (log p_t − (l − lse)),
 // dl = scale · (exp(l − lse) − p_t) — the CPU's formula, its sums in float64;
 // the row's KL goes to row_kl[row].
@@ -94,13 +107,9 @@ __global__ void kl_kernel(const float* logits, const float* tlogp, int64_t vocab
     const int64_t row = blockIdx.x;
     const float* l = logits + row * vocab;
     const float* t = tlogp + row * vocab;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) mx = fmaxf(mx, l[j]);
-    mx = block_reduce(mx, fpart, [](float a, float b) { return fmaxf(a, b); });
-    double se = 0;
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads)
-        se += exp(static_cast<double>(l[j] - mx));
-    se = block_reduce(se, dpart, [](double a, double b) { return a + b; });
+    float mx;
+    double se;
+    row_max_and_sum(l, vocab, fpart, dpart, mx, se);
     const double lse = mx + log(se);
     double kl = 0;
     for (int64_t j = threadIdx.x; j < vocab; j += kThreads) {
@@ -120,13 +129,9 @@ __global__ void log_softmax_kernel(const float* logits, int64_t vocab, float* ou
     __shared__ float fpart[kThreads / 32];
     const int64_t row = blockIdx.x;
     const float* l = logits + row * vocab;
-    float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads) mx = fmaxf(mx, l[j]);
-    mx = block_reduce(mx, fpart, [](float a, float b) { return fmaxf(a, b); });
-    double se = 0;
-    for (int64_t j = threadIdx.x; j < vocab; j += kThreads)
-        se += exp(static_cast<double>(l[j] - mx));
-    se = block_reduce(se, dpart, [](double a, double b) { return a + b; });
+    float mx;
+    double se;
+    row_max_and_sum(l, vocab, fpart, dpart, mx, se);
     const float lse = mx + static_cast<float>(log(se));
     for (int64_t j = threadIdx.x; j < vocab; j += kThreads) out[row * vocab + j] = l[j] - lse;
 }
