@@ -116,6 +116,29 @@ TEST(CalibGpu, GramsEqualTheCpuPathThroughReplacedWeightsAndBlocks) {
     }
 }
 
+// Before distillation the calibration hands over the original model's copy
+// on the device: it scores windows with the bits of a fresh upload, the
+// states are gone (a Gram throws; a replaced weight is ignored); on the CPU
+// there is nothing to hand over and the states stay.
+TEST(CalibGpu, ReleasedOriginalScoresAsAFreshUpload) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    model::Model m = model::Model::load((kData / "models" / "stories260K").string());
+    const model::Model orig = model::Model::load((kData / "models" / "stories260K").string());
+    const calib::CalibSet cs = windows(m.config().vocab_size, 3, 1, 64, 5);
+    calib::SequentialCalib gpu(m, cs, model::Device::gpu, &orig);
+    gpu.advance(0);
+    const std::unique_ptr<model::GpuModel> teacher = gpu.release_original_gpu();
+    ASSERT_TRUE(teacher);
+    model::GpuModel fresh(orig);
+    EXPECT_EQ(teacher->forward(cs.fit[0]).vec(), fresh.forward(cs.fit[0]).vec());
+    EXPECT_THROW(gpu.grams(1, "mlp.down_proj"), Error);
+    EXPECT_NO_THROW(gpu.weight_changed(0, "mlp.down_proj"));
+    calib::SequentialCalib cpu(m, cs, model::Device::cpu, &orig);
+    EXPECT_FALSE(cpu.release_original_gpu());
+    EXPECT_NO_THROW(cpu.grams(0, "mlp.down_proj"));
+}
+
 TEST(CalibGpu, ManyBatchesEqualOne) {
     REQUIRE_GPU();
     REQUIRE_DATA();

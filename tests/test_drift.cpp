@@ -137,6 +137,19 @@ TEST_F(CalibGrams, GramsWithCrossEqualTheTwoPassesBitForBit) {
     }
 }
 
+// On the CPU there is no device copy to hand to distillation: the release
+// returns none and the states stay usable, bit for bit as before.
+TEST_F(CalibGrams, ReleaseOnTheCpuKeepsTheStates) {
+    model::Model m = model::Model::load(kModel);
+    const model::Model orig = model::Model::load(kModel);
+    calib::SequentialCalib states(m, four_calib_windows(), model::Device::cpu, &orig);
+    const auto before = states.grams(0, "mlp.gate_proj");
+    EXPECT_FALSE(states.release_original_gpu());
+    const auto after = states.grams(0, "mlp.gate_proj");
+    EXPECT_EQ(before.first.vec(), after.first.vec());
+    EXPECT_EQ(before.second.vec(), after.second.vec());
+}
+
 TEST_F(CalibGrams, CrossGramMatchesTwoForwardPasses) {
     model::Model m = model::Model::load(kModel);
     const model::Model orig = model::Model::load(kModel);

@@ -16,11 +16,11 @@
 #include "calib/calib.hpp"
 #include "calib/gpu_states.hpp"
 #include "core/matrix.hpp"
+#include "model/gpu_model.hpp"  // no CUDA types
 #include "model/runtime.hpp"
 
 namespace cortiq::model {
 class Model;
-class GpuModel;
 }  // namespace cortiq::model
 
 namespace cortiq::calib {
