@@ -245,6 +245,34 @@ TEST_F(Quantize, ProfileReportsEncoderStagesAndChangesNoByte) {
     fs::remove_all(d);
 }
 
+// --profile with block tuning: the tuner's stages are reported, they fit in
+// the tuning's seconds, and no byte of the file changes.
+TEST_F(Quantize, ProfileReportsBlockTuningStagesAndChangesNoByte) {
+    const fs::path d = tmp_dir("prof_tune");
+    auto o = base_options(d / "plain.safetensors");
+    o.force = true;
+    o.tune_mode = "block";
+    o.tune.epochs = 1;
+    const auto plain = quant::quantize(o);
+    EXPECT_TRUE(plain.tune_stages.entries().empty());
+    EXPECT_FALSE(plain.to_json().contains("tune_stages"));
+    o.out_path = (d / "profiled.safetensors").string();
+    o.profile = true;
+    const auto prof = quant::quantize(o);
+    EXPECT_EQ(slurp(d / "plain.safetensors"), slurp(d / "profiled.safetensors"));
+    const auto j = prof.to_json();
+    ASSERT_TRUE(j.contains("tune_stages"));
+    double staged = 0;
+    for (const char* stage : {"forward", "backward", "adam", "evaluate"}) {
+        ASSERT_TRUE(j["tune_stages"].contains(stage)) << stage;
+        staged += j["tune_stages"][stage].get<double>();
+    }
+    EXPECT_GT(staged, 0.0);
+    EXPECT_LE(staged, prof.tune_seconds);
+    EXPECT_NE(prof.summary().find("block tuning stages"), std::string::npos);
+    fs::remove_all(d);
+}
+
 // The parts of the calibration time are sub-intervals of it, recorded with or
 // without --profile: each input's Grams (with the original's cross Grams) and
 // drift targets (--match original, the default), every layer's advance but

@@ -209,6 +209,10 @@ struct QuantizeReport {
     // the tensors encoded in this run (tensors in flight together add up
     // past the wall time).
     Profile encode_stages;
+    // QuantizeOptions::profile with block tuning: its seconds per stage
+    // (forward, backward, adam, evaluate; tune::TuneOptions::profile),
+    // summed over the layers.
+    Profile tune_stages;
     // Where calib_seconds went, always recorded (seconds, not synchronising
     // anything more): "start" (loading the original model, the first hidden
     // states), "grams" (each input's Grams, with --match original its cross

@@ -107,6 +107,11 @@ nlohmann::json QuantizeReport::to_json() const {
         for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
         j["encode_stages"] = st;
     }
+    if (!tune_stages.entries().empty()) {
+        nlohmann::json st = nlohmann::json::object();
+        for (const auto& e : tune_stages.entries()) st[e.stage] = e.seconds;
+        j["tune_stages"] = st;
+    }
     if (!plan.is_null()) j["plan"] = plan;
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     if (!distilled.is_null()) j["distilled"] = distilled;
@@ -166,7 +171,10 @@ std::string QuantizeReport::summary() const {
            (encode_stages.entries().empty()
                 ? ""
                 : "\ncalibration: " + calib_parts.line() +
-                      "\nencoder stages (summed over tensors): " + encode_stages.line());
+                      "\nencoder stages (summed over tensors): " + encode_stages.line()) +
+           (tune_stages.entries().empty()
+                ? ""
+                : "\nblock tuning stages (summed over layers): " + tune_stages.line());
 }
 
 std::string QuantizeReport::plan_note() const {

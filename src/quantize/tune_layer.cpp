@@ -127,6 +127,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
         return install_record(run, layer, rec);
     }
     tune::TuneOptions to = run.o.tune;
+    if (run.o.profile) to.profile = &run.report.tune_stages;
     tune::TuneRanks ranks;
     if (data_parallel) {
         const auto [fit_first, fit_total] = run.states.window_share(0);

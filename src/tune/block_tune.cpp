@@ -154,9 +154,13 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     // out[0] = the gradient of fit window w (held here), computed on its own
     const auto window_grads = [&](size_t w, std::vector<BlockGradsT<float>>& out) {
         const MatF &x = fit.x[w - fit_first], &y = fit.y[w - fit_first];
-        block_forward(p, d, rope, x.data(), 1, L, a);
-        dout.resize(static_cast<size_t>(y.size()));
-        for (size_t i = 0; i < dout.size(); ++i) dout[i] = scale * (a.out[i] - y.data()[i]);
+        {
+            const ScopedStage stage(o.profile, "forward");
+            block_forward(p, d, rope, x.data(), 1, L, a);
+            dout.resize(static_cast<size_t>(y.size()));
+            for (size_t i = 0; i < dout.size(); ++i) dout[i] = scale * (a.out[i] - y.data()[i]);
+        }
+        const ScopedStage stage(o.profile, "backward");
         clear(out[0]);
         block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), out[0]);
     };
@@ -167,12 +171,16 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
         sum_window_grads(ranks, step_windows(order, s, c, fit_first, fit_first + fit.x.size()),
                          {&g}, held, window_grads);
+        const ScopedStage stage(o.profile, "adam");
         adam.step();
     };
     res.best_epoch = run_epochs(
         fit_total, batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
-        [&] { return has_sel ? ev.relative(p, sel) : ev.relative(p, fit); }, [&] { best = p; },
-        o.on_progress);
+        [&] {
+            const ScopedStage stage(o.profile, "evaluate");
+            return has_sel ? ev.relative(p, sel) : ev.relative(p, fit);
+        },
+        [&] { best = p; }, o.on_progress);
     p = std::move(best);
     res.fit_after = ev.relative(p, fit);
     res.flips = sign_changes(start, p);

@@ -17,6 +17,7 @@
 
 #include "blr/model.hpp"
 #include "core/matrix.hpp"
+#include "core/profile.hpp"
 #include "tune/block.hpp"
 #include "tune/epochs.hpp"
 
@@ -60,6 +61,10 @@ struct TuneOptions {
     // null: one process computes every window (read by tune_block and
     // distill; the GPU tuners run in one process only)
     const TuneRanks* ranks = nullptr;
+    // Seconds per stage of block tuning (forward, backward, adam, evaluate),
+    // added when set (quantize --profile); on the GPU each stage then waits
+    // for the device. The steps and their results do not change.
+    Profile* profile = nullptr;
 };
 
 struct BlockTuneResult {
