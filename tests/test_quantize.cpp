@@ -245,14 +245,15 @@ TEST_F(Quantize, ProfileReportsEncoderStagesAndChangesNoByte) {
     fs::remove_all(d);
 }
 
-// --profile with block tuning: the tuner's stages are reported, they fit in
-// the tuning's seconds, and no byte of the file changes.
-TEST_F(Quantize, ProfileReportsBlockTuningStagesAndChangesNoByte) {
+// --profile with tuning: the stages of block tuning and distillation are
+// reported, they fit in the tuning's seconds, and no byte of the file changes.
+TEST_F(Quantize, ProfileReportsTuningStagesAndChangesNoByte) {
     const fs::path d = tmp_dir("prof_tune");
     auto o = base_options(d / "plain.safetensors");
     o.force = true;
-    o.tune_mode = "block";
+    o.tune_mode = "block+kd";
     o.tune.epochs = 1;
+    o.kd.epochs = 1;
     const auto plain = quant::quantize(o);
     EXPECT_TRUE(plain.tune_stages.entries().empty());
     EXPECT_FALSE(plain.to_json().contains("tune_stages"));
@@ -263,13 +264,14 @@ TEST_F(Quantize, ProfileReportsBlockTuningStagesAndChangesNoByte) {
     const auto j = prof.to_json();
     ASSERT_TRUE(j.contains("tune_stages"));
     double staged = 0;
-    for (const char* stage : {"forward", "backward", "adam", "evaluate"}) {
+    for (const char* stage :
+         {"forward", "backward", "adam", "evaluate", "kd_forward", "kd_backward", "kd_adam"}) {
         ASSERT_TRUE(j["tune_stages"].contains(stage)) << stage;
         staged += j["tune_stages"][stage].get<double>();
     }
     EXPECT_GT(staged, 0.0);
     EXPECT_LE(staged, prof.tune_seconds);
-    EXPECT_NE(prof.summary().find("block tuning stages"), std::string::npos);
+    EXPECT_NE(prof.summary().find("tuning stages"), std::string::npos);
     fs::remove_all(d);
 }
 

@@ -71,6 +71,7 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     // A line with an ETA while it runs: at most `epochs` passes over the
     // windows (fewer when the held-out KL stops falling: --kd-patience).
     tune::TuneOptions kd = run.o.kd;
+    if (run.o.profile) kd.profile = &run.report.tune_stages;
     // Under mpirun with several windows a step every rank distils
     // (quantize.cpp), each computing its share of each step's windows; with
     // one window a step rank 0 alone.

@@ -209,9 +209,9 @@ struct QuantizeReport {
     // the tensors encoded in this run (tensors in flight together add up
     // past the wall time).
     Profile encode_stages;
-    // QuantizeOptions::profile with block tuning: its seconds per stage
-    // (forward, backward, adam, evaluate; tune::TuneOptions::profile),
-    // summed over the layers.
+    // QuantizeOptions::profile with tuning: block tuning's seconds per stage
+    // (forward, backward, adam, evaluate) summed over the layers, and the
+    // distillation's (kd_...; tune::TuneOptions::profile).
     Profile tune_stages;
     // Where calib_seconds went, always recorded (seconds, not synchronising
     // anything more): "start" (loading the original model, the first hidden

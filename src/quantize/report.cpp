@@ -174,7 +174,7 @@ std::string QuantizeReport::summary() const {
                       "\nencoder stages (summed over tensors): " + encode_stages.line()) +
            (tune_stages.entries().empty()
                 ? ""
-                : "\nblock tuning stages (summed over layers): " + tune_stages.line());
+                : "\ntuning stages (kd_: distillation): " + tune_stages.line());
 }
 
 std::string QuantizeReport::plan_note() const {

@@ -61,9 +61,11 @@ struct TuneOptions {
     // null: one process computes every window (read by tune_block and
     // distill; the GPU tuners run in one process only)
     const TuneRanks* ranks = nullptr;
-    // Seconds per stage of block tuning (forward, backward, adam, evaluate),
-    // added when set (quantize --profile); on the GPU each stage then waits
-    // for the device. The steps and their results do not change.
+    // Seconds per stage, added when set (quantize --profile): block tuning's
+    // forward, backward, adam, evaluate; distillation's kd_forward (on the
+    // CPU the teacher's forward included; on the GPU kd_teacher apart),
+    // kd_backward, kd_adam. On the GPU each stage then waits for the device.
+    // The steps and their results do not change.
     Profile* profile = nullptr;
 };
 

@@ -110,6 +110,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     // the forward of window w alone (its KL; dlogits × scale left in ps)
     auto window_forward = [&](const std::vector<std::vector<int32_t>>& set, size_t w, float scale) {
         const std::vector<size_t> one{w};
+        const ScopedStage stage(o.profile, "kd_forward");  // the teacher's forward included
         return forward(s, rope, teacher, set, one, 0, 1, scale, ps);
     };
     // the mean KL, window by window in window order (each process's windows
@@ -145,9 +146,11 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
         sum_window_grads(ranks, step_windows(order, i, c, fit_lo, fit_hi), gp, held,
                          [&](size_t w, std::vector<BlockGradsT<float>>& out) {
                              window_forward(fit, w, scale);
+                             const ScopedStage stage(o.profile, "kd_backward");
                              for (auto& gl : out) clear(gl);
                              backward(s, rope, ps, out);
                          });
+        const ScopedStage stage(o.profile, "kd_adam");
         adam.step();
     };
     r.best_epoch = run_epochs(

@@ -56,18 +56,6 @@ void gather(const Gpu& g, const std::vector<DVec>& w, const std::vector<size_t>&
                                    sizeof(float) * each, cudaMemcpyDeviceToDevice, g.stream()));
 }
 
-// f() as `stage` of prof (when set), the device waited for before and after
-// so that the seconds are the stage's own.
-template <class F>
-void timed(const Gpu& g, Profile* prof, const char* stage, F&& f) {
-    if (!prof) return f();
-    g.sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    g.sync();
-    prof->add(stage, seconds_since(t0));
-}
-
 class Evaluator {
   public:
     Evaluator(const Gpu& g, const BlockDims& d, const DRope& rope, int64_t batch, int64_t L)
@@ -138,7 +126,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
-        timed(g, o.profile, "forward", [&] {
+        cuda::timed(g, o.profile, "forward", [&] {
             gather(g, dfit.x, order, s, c, dfit.each, x);
             gather(g, dfit.y, order, s, c, dfit.each, y);
             cuda::block_forward(g, dp, d, rope, x.get(), static_cast<int64_t>(c), L, a);
@@ -146,19 +134,19 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
             cuda::block_loss(g, a.out.get(), y.get(), x.get(), y.size(), nullptr, scale,
                              dout.get());
         });
-        timed(g, o.profile, "backward", [&] {
+        cuda::timed(g, o.profile, "backward", [&] {
             cuda::clear(gr, st);
             cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
         });
-        timed(g, o.profile, "adam", [&] { slots.step(g, o.beta1, o.beta2); });
+        cuda::timed(g, o.profile, "adam", [&] { slots.step(g, o.beta1, o.beta2); });
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(
         fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] {
             double r = 0;
-            timed(g, o.profile, "evaluate",
-                  [&] { r = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); });
+            cuda::timed(g, o.profile, "evaluate",
+                        [&] { r = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); });
             return r;
         },
         [&] { cuda::download_into(dp, best, st); }, o.on_progress);

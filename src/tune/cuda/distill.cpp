@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
+#include "tune/cuda/block_tune.hpp"
 #include "tune/epochs.hpp"
 
 namespace cortiq::tune {
@@ -90,8 +91,15 @@ struct DStudent {
 
 class Trainer {
   public:
-    Trainer(const Gpu& g, Student& s, TeacherCache& tc, int64_t L)
-        : g(g), s(s), tc(tc), L(L), H(s.d.hidden), V(s.embed->rows()), sum(1, g.stream()) {
+    Trainer(const Gpu& g, Student& s, TeacherCache& tc, int64_t L, Profile* prof)
+        : g(g),
+          s(s),
+          tc(tc),
+          prof(prof),
+          L(L),
+          H(s.d.hidden),
+          V(s.embed->rows()),
+          sum(1, g.stream()) {
         const cudaStream_t st = g.stream();
         const auto up = [&](const float* p, size_t n) {
             return cortiq::cuda::upload_f(std::vector<float>(p, p + n), st);
@@ -115,33 +123,37 @@ class Trainer {
         const int64_t N = L * static_cast<int64_t>(count);
         std::vector<int32_t> toks;
         cuda::ensure(tlogp, N * V, st);
-        for (size_t i = 0; i < count; ++i) {
-            const auto& w = set[order[first + i]];
-            CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == L, "windows of different lengths");
-            toks.insert(toks.end(), w.begin(), w.end());
-            tc.copy(set, is_sel, order[first + i], tlogp.get() + i * L * V);
-        }
-        dtoks = cortiq::cuda::DeviceBuffer<int32_t>(N, st);
-        CUDA_CHECK(cudaMemcpyAsync(dtoks.get(), toks.data(), sizeof(int32_t) * toks.size(),
-                                   cudaMemcpyHostToDevice, st));
-        cuda::ensure(x, N * H, st);
-        cuda::embedding_forward(g, ds.embed.get(), H, dtoks.get(), N, x.get());
-        const float* in = x.get();
-        for (size_t l = 0; l < ds.blocks.size(); ++l) {
-            cuda::block_forward(g, ds.blocks[l], s.d, ds.rope, in, static_cast<int64_t>(count), L,
-                                ds.acts[l]);
-            in = ds.acts[l].out.get();
-        }
-        cuda::ensure(normed, N * H, st);
-        cuda::ensure(rstd, N, st);
-        cuda::rmsnorm_forward(g, in, N, H, ds.final_norm.get(), static_cast<float>(s.d.eps),
-                              normed.get(), rstd.get());
-        cuda::ensure(logits, N * V, st);
-        cuda::linear_forward(g, normed.get(), N, H, ds.head.get(), V, nullptr, logits.get());
-        if (scale > 0) cuda::ensure(dlogits, N * V, st);
-        CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), st));
-        cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
-                      scale > 0 ? dlogits.get() : nullptr);
+        cuda::timed(g, prof, "kd_teacher", [&] {
+            for (size_t i = 0; i < count; ++i) {
+                const auto& w = set[order[first + i]];
+                CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == L, "windows of different lengths");
+                toks.insert(toks.end(), w.begin(), w.end());
+                tc.copy(set, is_sel, order[first + i], tlogp.get() + i * L * V);
+            }
+        });
+        cuda::timed(g, prof, "kd_forward", [&] {
+            dtoks = cortiq::cuda::DeviceBuffer<int32_t>(N, st);
+            CUDA_CHECK(cudaMemcpyAsync(dtoks.get(), toks.data(), sizeof(int32_t) * toks.size(),
+                                       cudaMemcpyHostToDevice, st));
+            cuda::ensure(x, N * H, st);
+            cuda::embedding_forward(g, ds.embed.get(), H, dtoks.get(), N, x.get());
+            const float* in = x.get();
+            for (size_t l = 0; l < ds.blocks.size(); ++l) {
+                cuda::block_forward(g, ds.blocks[l], s.d, ds.rope, in, static_cast<int64_t>(count),
+                                    L, ds.acts[l]);
+                in = ds.acts[l].out.get();
+            }
+            cuda::ensure(normed, N * H, st);
+            cuda::ensure(rstd, N, st);
+            cuda::rmsnorm_forward(g, in, N, H, ds.final_norm.get(), static_cast<float>(s.d.eps),
+                                  normed.get(), rstd.get());
+            cuda::ensure(logits, N * V, st);
+            cuda::linear_forward(g, normed.get(), N, H, ds.head.get(), V, nullptr, logits.get());
+            if (scale > 0) cuda::ensure(dlogits, N * V, st);
+            CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), st));
+            cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
+                          scale > 0 ? dlogits.get() : nullptr);
+        });
         double h = 0;
         CUDA_CHECK(cudaMemcpyAsync(&h, sum.get(), sizeof h, cudaMemcpyDeviceToHost, st));
         g.sync();
@@ -176,6 +188,7 @@ class Trainer {
     const Gpu& g;
     Student& s;
     TeacherCache& tc;
+    Profile* prof;  // TuneOptions::profile
     int64_t L, H, V;
     DStudent ds;
     DVec x, normed, rstd, logits, dlogits, tlogp, dnormed, dx, dprev;
@@ -194,7 +207,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const Gpu g;
     const cudaStream_t st = g.stream();
     TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows());
-    Trainer tr(g, s, tc, L);
+    Trainer tr(g, s, tc, L, o.profile);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const bool has_sel = !sel.empty();
     DistillResult r;
@@ -210,9 +223,11 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
         tr.forward(fit, false, order, i, c, scale);
-        for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
-        tr.backward();
-        adam.step(g, o.beta1, o.beta2);
+        cuda::timed(g, o.profile, "kd_backward", [&] {
+            for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
+            tr.backward();
+        });
+        cuda::timed(g, o.profile, "kd_adam", [&] { adam.step(g, o.beta1, o.beta2); });
     };
     // the CPU's seed: the same batches in the same order
     r.best_epoch = run_epochs(
