@@ -81,6 +81,17 @@ TensorReport TensorReport::from_json(const std::string& name, const nlohmann::js
     return r;
 }
 
+namespace {
+
+// {stage: seconds} of a profile (an empty object when nothing was recorded).
+nlohmann::json seconds_by_stage(const Profile& p) {
+    nlohmann::json st = nlohmann::json::object();
+    for (const auto& e : p.entries()) st[e.stage] = e.seconds;
+    return st;
+}
+
+}  // namespace
+
 nlohmann::json QuantizeReport::to_json() const {
     nlohmann::json j;
     j["out"] = out_path;
@@ -88,9 +99,7 @@ nlohmann::json QuantizeReport::to_json() const {
     j["encode_seconds"] = encode_seconds;
     j["calib_seconds"] = calib_seconds;
     j["tune_seconds"] = tune_seconds;
-    nlohmann::json cp = nlohmann::json::object();
-    for (const auto& e : calib_parts.entries()) cp[e.stage] = e.seconds;
-    j["calib_parts"] = cp;
+    j["calib_parts"] = seconds_by_stage(calib_parts);
     // Where the run's time went, one figure per part (the parts leave out
     // only planning and the journal's bookkeeping).
     double block_tuning = 0;
@@ -102,16 +111,8 @@ nlohmann::json QuantizeReport::to_json() const {
                   {"block_tuning", block_tuning},
                   {"distillation", distilled.is_null() ? 0.0 : distilled.value("seconds", 0.0)},
                   {"writing", write_seconds}};
-    if (!encode_stages.entries().empty()) {
-        nlohmann::json st = nlohmann::json::object();
-        for (const auto& e : encode_stages.entries()) st[e.stage] = e.seconds;
-        j["encode_stages"] = st;
-    }
-    if (!tune_stages.entries().empty()) {
-        nlohmann::json st = nlohmann::json::object();
-        for (const auto& e : tune_stages.entries()) st[e.stage] = e.seconds;
-        j["tune_stages"] = st;
-    }
+    if (!encode_stages.entries().empty()) j["encode_stages"] = seconds_by_stage(encode_stages);
+    if (!tune_stages.entries().empty()) j["tune_stages"] = seconds_by_stage(tune_stages);
     if (!plan.is_null()) j["plan"] = plan;
     if (!tuned_blocks.empty()) j["tuned_blocks"] = tuned_blocks;
     if (!distilled.is_null()) j["distilled"] = distilled;

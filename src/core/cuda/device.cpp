@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "core/error.hpp"
+#include "core/profile.hpp"
 
 namespace cortiq::cuda {
 
@@ -117,6 +118,18 @@ Gpu::~Gpu() {
     if (blas_) cublasDestroy(blas_);
     if (blas_workspace_) cudaFree(blas_workspace_);
     cudaStreamDestroy(stream_);
+}
+
+StageTimer::StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start)
+    : gpu_(gpu), prof_(prof), stage_(stage) {
+    if (prof_ && sync_start) gpu_.sync();
+    t0_ = std::chrono::steady_clock::now();
+}
+
+StageTimer::~StageTimer() {
+    if (!prof_) return;
+    gpu_.sync_noexcept();
+    prof_->add(stage_, seconds_since(t0_));
 }
 
 void Gpu::sync() const {

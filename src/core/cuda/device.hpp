@@ -9,10 +9,15 @@
 #include <cuda_runtime.h>
 #include <cusolverDn.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace cortiq {
+class Profile;  // core/profile.hpp
+}
 
 namespace cortiq::cuda {
 
@@ -170,6 +175,24 @@ class Gpu {
 
 // The size cuBLAS's own pool gives each stream on Hopper (32 MiB).
 inline constexpr size_t kBlasWorkspaceBytes = size_t{32} << 20;
+
+// Adds the scope's wall time to `prof` (if any) under `stage`, after waiting
+// for the stream so the seconds land on the stage that queued the work.
+class StageTimer {
+  public:
+    // sync_start: wait for the stream first, so a stage (or a part,
+    // "stage/part") is charged only its own work.
+    StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start = false);
+    ~StageTimer();
+    StageTimer(const StageTimer&) = delete;
+    StageTimer& operator=(const StageTimer&) = delete;
+
+  private:
+    const Gpu& gpu_;
+    Profile* prof_;
+    const char* stage_;
+    std::chrono::steady_clock::time_point t0_;
+};
 
 // Bytes free on the current device for new allocations: what the driver
 // reports plus what the memory pool holds unused.

@@ -6,18 +6,6 @@
 
 namespace cortiq::encode::cuda {
 
-StageTimer::StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start)
-    : gpu_(gpu), prof_(prof), stage_(stage) {
-    if (prof_ && sync_start) gpu_.sync();
-    t0_ = std::chrono::steady_clock::now();
-}
-
-StageTimer::~StageTimer() {
-    if (!prof_) return;
-    gpu_.sync_noexcept();
-    prof_->add(stage_, seconds_since(t0_));
-}
-
 TensorContext::TensorContext(const TensorData& d_, const InputContext& ic_, Gpu& gpu_,
                              Profile* prof_, Tuning tuning_)
     : d(d_), input_ctx(ic_), gpu(gpu_), prof(prof_), tuning(tuning_) {}

@@ -157,23 +157,12 @@ struct TensorContext {
     Prec big(int64_t k) const { return k >= tuning.x3_min_k ? Prec::tf32x3 : Prec::fp32; }
 };
 
-// Adds the scope's wall time to `prof` under `stage`, after waiting for the
-// stream so the seconds land on the stage that queued the work.
-class StageTimer {
+// core's stage timer (core/cuda/device.hpp), also made from a tensor's context.
+class StageTimer : public cortiq::cuda::StageTimer {
   public:
-    StageTimer(const TensorContext& c, const char* stage) : StageTimer(c.gpu, c.prof, stage) {}
-    // sync_start: wait for the stream first, so a part ("stage/part") of a
-    // stage is charged only its own work.
-    StageTimer(const Gpu& gpu, Profile* prof, const char* stage, bool sync_start = false);
-    ~StageTimer();
-    StageTimer(const StageTimer&) = delete;
-    StageTimer& operator=(const StageTimer&) = delete;
-
-  private:
-    const Gpu& gpu_;
-    Profile* prof_;
-    const char* stage_;
-    std::chrono::steady_clock::time_point t0_;
+    using cortiq::cuda::StageTimer::StageTimer;
+    StageTimer(const TensorContext& c, const char* stage)
+        : cortiq::cuda::StageTimer(c.gpu, c.prof, stage) {}
 };
 
 // ── the model on the device ──────────────────────────────────────────────────

@@ -26,10 +26,8 @@ const io::ModelConfig& GpuModel::config() const {
 }
 
 MatF GpuModel::forward(std::span<const int32_t> tokens) {
-    const int64_t T = static_cast<int64_t>(tokens.size());
-    impl_->load_tokens(tokens);
-    impl_->run(1, T, nullptr, false);
-    return impl_->download_logits(T);
+    forward_on_device(tokens);
+    return impl_->download_logits(static_cast<int64_t>(tokens.size()));
 }
 
 const float* GpuModel::forward_on_device(std::span<const int32_t> tokens) {

@@ -125,29 +125,32 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
+    // each stage timed on its own when profiling (the device waited for around it)
+    using Stage = cortiq::cuda::StageTimer;
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
-        cuda::timed(g, o.profile, "forward", [&] {
+        {
+            const Stage stage(g, o.profile, "forward", true);
             gather(g, dfit.x, order, s, c, dfit.each, x);
             gather(g, dfit.y, order, s, c, dfit.each, y);
             cuda::block_forward(g, dp, d, rope, x.get(), static_cast<int64_t>(c), L, a);
             cuda::ensure(dout, y.size(), st);
             cuda::block_loss(g, a.out.get(), y.get(), x.get(), y.size(), nullptr, scale,
                              dout.get());
-        });
-        cuda::timed(g, o.profile, "backward", [&] {
+        }
+        {
+            const Stage stage(g, o.profile, "backward", true);
             cuda::clear(gr, st);
             cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
-        });
-        cuda::timed(g, o.profile, "adam", [&] { slots.step(g, o.beta1, o.beta2); });
+        }
+        const Stage stage(g, o.profile, "adam", true);
+        slots.step(g, o.beta1, o.beta2);
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(
         fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] {
-            double r = 0;
-            cuda::timed(g, o.profile, "evaluate",
-                        [&] { r = sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel); });
-            return r;
+            const Stage stage(g, o.profile, "evaluate", true);
+            return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
         },
         [&] { cuda::download_into(dp, best, st); }, o.on_progress);
     p = std::move(best);

@@ -2,24 +2,9 @@
 // Adam step of tune/block_tune.cpp as a kernel, and the block loss.
 #pragma once
 
-#include <chrono>
-
-#include "core/profile.hpp"
 #include "tune/cuda/grad_ops.hpp"
 
 namespace cortiq::tune::cuda {
-
-// f() as `stage` of prof (TuneOptions::profile, when set), the device waited
-// for before and after so that the seconds are the stage's own.
-template <class F>
-void timed(const Gpu& g, Profile* prof, const char* stage, F&& f) {
-    if (!prof) return f();
-    g.sync();
-    const auto t0 = std::chrono::steady_clock::now();
-    f();
-    g.sync();
-    prof->add(stage, seconds_since(t0));
-}
 
 // What Adam moves (block_tune.cpp's Kind): log|p| of a scale (a
 // multiplicative step p ← p · exp(−u) with the gradient g · p), the latent z

@@ -14,7 +14,6 @@
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
-#include "tune/cuda/block_tune.hpp"
 #include "tune/epochs.hpp"
 
 namespace cortiq::tune {
@@ -27,6 +26,8 @@ using cuda::DBlockParams;
 using cuda::DVec;
 using cuda::Gpu;
 using Windows = std::vector<std::vector<int32_t>>;
+// each stage timed on its own when profiling (the device waited for around it)
+using Stage = cortiq::cuda::StageTimer;
 
 // The teacher's log-probabilities of the fit and held-out windows: computed
 // once and kept on the device, or (too large) computed for each use. Both
@@ -123,15 +124,17 @@ class Trainer {
         const int64_t N = L * static_cast<int64_t>(count);
         std::vector<int32_t> toks;
         cuda::ensure(tlogp, N * V, st);
-        cuda::timed(g, prof, "kd_teacher", [&] {
+        {
+            const Stage stage(g, prof, "kd_teacher", true);
             for (size_t i = 0; i < count; ++i) {
                 const auto& w = set[order[first + i]];
                 CORTIQ_ASSERT(static_cast<int64_t>(w.size()) == L, "windows of different lengths");
                 toks.insert(toks.end(), w.begin(), w.end());
                 tc.copy(set, is_sel, order[first + i], tlogp.get() + i * L * V);
             }
-        });
-        cuda::timed(g, prof, "kd_forward", [&] {
+        }
+        {
+            const Stage stage(g, prof, "kd_forward", true);
             dtoks = cortiq::cuda::DeviceBuffer<int32_t>(N, st);
             CUDA_CHECK(cudaMemcpyAsync(dtoks.get(), toks.data(), sizeof(int32_t) * toks.size(),
                                        cudaMemcpyHostToDevice, st));
@@ -153,7 +156,7 @@ class Trainer {
             CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), st));
             cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
                           scale > 0 ? dlogits.get() : nullptr);
-        });
+        }
         double h = 0;
         CUDA_CHECK(cudaMemcpyAsync(&h, sum.get(), sizeof h, cudaMemcpyDeviceToHost, st));
         g.sync();
@@ -223,11 +226,13 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
         tr.forward(fit, false, order, i, c, scale);
-        cuda::timed(g, o.profile, "kd_backward", [&] {
+        {
+            const Stage stage(g, o.profile, "kd_backward", true);
             for (auto& gl : tr.ds.grads) cuda::clear(gl, st);
             tr.backward();
-        });
-        cuda::timed(g, o.profile, "kd_adam", [&] { adam.step(g, o.beta1, o.beta2); });
+        }
+        const Stage stage(g, o.profile, "kd_adam", true);
+        adam.step(g, o.beta1, o.beta2);
     };
     // the CPU's seed: the same batches in the same order
     r.best_epoch = run_epochs(
