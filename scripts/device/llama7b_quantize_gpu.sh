@@ -8,7 +8,7 @@
 # seconds are printed per run. tiny-llama-6m's tokenizer (ids below 32,000)
 # tokenizes the calibration text.
 #   bash scripts/device/llama7b_quantize_gpu.sh
-# Environment: LAYERS (2), QUANT_S (each run's time limit, 280), RUNS: runs
+# Environment: LAYERS (2), SHAPE (llama2-7b, or llama3-8b), QUANT_S (each run's time limit, 280), RUNS: runs
 # separated by ';', each "name:flags" or "name:flags:VAR=value ..." (an
 # environment for that run, e.g. "drift-host::CORTIQ_DRIFT_HOST=1").
 set -u
@@ -21,7 +21,7 @@ LOG=${OUT:-/tmp}
 W=/tmp/llama7b
 export OMP_WAIT_POLICY=passive PYTHONUNBUFFERED=1
 t0=$(date +%s)
-python3 "$here/../bench/make_llama_7b_shape.py" "$W/model" --layers "${LAYERS:-2}" \
+python3 "$here/../bench/make_llama_7b_shape.py" "$W/model" --layers "${LAYERS:-2}" --shape "${SHAPE:-llama2-7b}" \
   > "$LOG/make_model.log" 2>&1 || { cat "$LOG/make_model.log"; exit 1; }
 cp -f .carry/models/tiny-llama-6m/tokenizer.json .carry/models/tiny-llama-6m/tokenizer_config.json \
   "$W/model/"
@@ -50,6 +50,8 @@ j = json.load(open(sys.argv[1]))
 print({k: round(j[k], 1) for k in ('seconds', 'calib_seconds', 'encode_seconds', 'tune_seconds')},
       'linear_bpw %.4f' % j['linear_bpw'])
 print('calibration parts:', {k: round(v, 1) for k, v in j.get('calib_parts', {}).items()})
+print('tuning stages:', {k: round(v, 1) for k, v in j.get('tune_stages', {}).items()},
+      'peak host %.1f GB, GPU pools %.1f GB' % (j.get('peak_host_bytes', 0) / 1e9, j.get('peak_gpu_pool_bytes', 0) / 1e9))
 print('block tuning:', [round(b['seconds'], 1) for b in j.get('tuned_blocks', [])],
       'distillation:', round(j['distilled']['seconds'], 1) if j.get('distilled') else None)" "$LOG/quantize_$name.json"
   rm -f "$W/q_$name.safetensors"
