@@ -28,15 +28,6 @@ int read_info(const Gpu& g, const DeviceBuffer<int>& info) {
 
 namespace {
 
-void gemm_one(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-              const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-              int64_t ldc, cublasComputeType_t ct) {
-    CUBLAS_CHECK(cublasGemmEx(
-        g.blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "n"),
-        to_int(m, "m"), to_int(k, "k"), &alpha, b, CUDA_R_32F, to_int(ldb, "ldb"), a, CUDA_R_32F,
-        to_int(lda, "lda"), &beta, c, CUDA_R_32F, to_int(ldc, "ldc"), ct, CUBLAS_GEMM_DEFAULT));
-}
-
 int64_t up4(int64_t v) {
     return (v + 3) / 4 * 4;
 }
@@ -99,42 +90,11 @@ void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float
         return;
     }
     if (p != Prec::tf32x3) {
-        gemm_one(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                 p == Prec::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F);
+        cortiq::cuda::gemm_cublas(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                  p == Prec::tf32);
         return;
     }
-    const cublasComputeType_t tf = CUBLAS_COMPUTE_32F_FAST_TF32;
-    // stored shapes of A (m×k or k×m) and B (k×n or n×k)
-    const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    const cudaStream_t st = g.stream();
-    DeviceBuffer<float> ahi, alo, bhi, blo;
-    const float *a_hi = a, *b_hi = b;
-    int64_t lda_h = lda, ldb_h = ldb;
-    if (!(exact & kExactA)) {
-        ahi = DeviceBuffer<float>(ar * ac, st);
-        alo = DeviceBuffer<float>(ar * ac, st);
-        split_tf32(st, a, ar, ac, lda, ahi.get(), alo.get());
-        a_hi = ahi.get();
-        lda_h = ac;
-    }
-    if (!(exact & kExactB)) {
-        bhi = DeviceBuffer<float>(br * bc, st);
-        blo = DeviceBuffer<float>(br * bc, st);
-        split_tf32(st, b, br, bc, ldb, bhi.get(), blo.get());
-        b_hi = bhi.get();
-        ldb_h = bc;
-    }
-    // small terms first, the main product last
-    float bt = beta;
-    if (!alo.empty()) {
-        gemm_one(g, ta, tb, m, n, k, alpha, alo.get(), ac, b_hi, ldb_h, bt, c, ldc, tf);
-        bt = 1.f;
-    }
-    if (!blo.empty()) {
-        gemm_one(g, ta, tb, m, n, k, alpha, a_hi, lda_h, blo.get(), bc, bt, c, ldc, tf);
-        bt = 1.f;
-    }
-    gemm_one(g, ta, tb, m, n, k, alpha, a_hi, lda_h, b_hi, ldb_h, bt, c, ldc, tf);
+    cortiq::cuda::gemm_tf32x3(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, exact);
 }
 
 DMat mm(const Gpu& g, const DMat& a, bool ta, const DMat& b, bool tb, Prec p, unsigned exact) {

@@ -169,20 +169,6 @@ __global__ void k_gather_eigvecs_f64(const double* ev, int64_t k, int64_t count,
     }
 }
 
-__global__ void k_split_tf32(const float* x, int64_t rows, int64_t cols, int64_t ld, float* hi,
-                             float* lo) {
-    for (int64_t idx = gtid(); idx < rows * cols; idx += gstride()) {
-        const int64_t i = idx / cols, j = idx - i * cols;
-        const float v = x[i * ld + j];
-        unsigned u = __float_as_uint(v);
-        if ((u & 0x7f800000u) != 0x7f800000u)  // finite: round the low 13 bits away
-            u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;
-        const float h = __uint_as_float(u);
-        hi[idx] = h;
-        lo[idx] = v - h;
-    }
-}
-
 __global__ void k_to_f64(const float* x, double* y, int64_t n) {
     for (int64_t i = gtid(); i < n; i += gstride()) y[i] = x[i];
 }
@@ -447,13 +433,6 @@ void gather_eigvecs_f64(cudaStream_t st, const double* ev, int64_t k, int64_t co
                         float* out) {
     if (k * r == 0) return;
     k_gather_eigvecs_f64<<<grid_for(k * r), kThreads, 0, st>>>(ev, k, count, r, out);
-    CUDA_LAUNCH_CHECK();
-}
-
-void split_tf32(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int64_t ld, float* hi,
-                float* lo) {
-    if (rows * cols == 0) return;
-    k_split_tf32<<<grid_for(rows * cols), kThreads, 0, st>>>(x, rows, cols, ld, hi, lo);
     CUDA_LAUNCH_CHECK();
 }
 

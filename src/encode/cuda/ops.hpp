@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/device.hpp"
+#include "core/cuda/gemm_tf32.hpp"
 
 namespace cortiq::encode::cuda {
 
@@ -134,7 +135,10 @@ void fill_normal(cudaStream_t st, float* x, int64_t n, uint64_t seed, uint64_t s
 // FP32's time. An operand whose entries are exact in TF32 (signs ±1) is not
 // split (`exact`), leaving two products.
 enum class Prec { fp32, tf32, tf32x3 };
-enum Exact : unsigned { kNone = 0, kExactA = 1, kExactB = 2 };
+using cortiq::cuda::Exact;  // which operands are exact in TF32 (core/cuda/gemm_tf32.hpp)
+using cortiq::cuda::kExactA;
+using cortiq::cuda::kExactB;
+using cortiq::cuda::kNone;
 
 // C(m×n) = alpha op(A) op(B) + beta C; row-major with leading dimensions.
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -145,10 +149,6 @@ DMat mm(const Gpu& g, const DMat& a, bool ta, const DMat& b, bool tb, Prec p = P
         unsigned exact = kNone);
 void mm_into(const Gpu& g, float alpha, const DMat& a, bool ta, const DMat& b, bool tb, float beta,
              DMat& c, Prec p = Prec::fp32, unsigned exact = kNone);
-// hi = x rounded to TF32 (10 mantissa bits, to nearest even), lo = x − hi;
-// x rows × cols with leading dimension ld, hi and lo contiguous.
-void split_tf32(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int64_t ld, float* hi,
-                float* lo);
 // y = op(A) x, A rows×cols row-major
 void gemv(const Gpu& g, bool ta, int64_t rows, int64_t cols, const float* a, const float* x,
           float* y);

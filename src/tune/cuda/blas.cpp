@@ -1,8 +1,12 @@
 // cuBLAS behind row-major float32 signatures (as encode/cuda/blas.cpp): a
 // row-major matrix is the column-major matrix of its transpose, so
 // C = op(A) op(B) is computed as Cᵀ = op(B)ᵀ op(A)ᵀ with the operands swapped.
-// Plain FP32 compute: tuning's gradients are checked against float64.
+// The single products in 3xTF32 (float32 accuracy on the tensor cores,
+// core/cuda/gemm_tf32.hpp); the batched ones (attention's, small) in plain
+// FP32. Tuning's gradients are checked against float64 either way.
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "tune/cuda/grad_ops.hpp"
@@ -16,12 +20,27 @@ int to_int(int64_t v, const char* what) {
     return static_cast<int>(v);
 }
 
+// CORTIQ_TUNE_FP32=1: every product in plain FP32 (read once per process)
+bool plain_fp32() {
+    static const bool on = [] {
+        const char* v = std::getenv("CORTIQ_TUNE_FP32");
+        return v && std::strcmp(v, "1") == 0;
+    }();
+    return on;
+}
+
 }  // namespace
 
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc) {
-    gemm_batched(g, ta, tb, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+          int64_t ldc, unsigned exact) {
+    if (m == 0 || n == 0) return;
+    CORTIQ_ASSERT(k > 0, "gemm with an empty inner dimension");
+    if (plain_fp32()) {
+        cortiq::cuda::gemm_cublas(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, false);
+        return;
+    }
+    cortiq::cuda::gemm_tf32x3(g, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, exact);
 }
 
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

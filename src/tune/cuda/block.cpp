@@ -24,10 +24,12 @@ void zero(DVec& v, cudaStream_t st) {
 DLinear upload_linear(const LinearT<float>& l, cudaStream_t st) {
     DLinear d{l.m, l.n, std::nullopt, upload_f(l.w, st), upload_f(l.bias, st)};
     if (l.blr) {
-        DBlr b{l.blr->m, l.blr->n, l.blr->r, {}};
+        const int64_t m = l.blr->m, n = l.blr->n, r = l.blr->r, rp = padded_rank(r);
+        DBlr b{m, n, r, rp, {}};
         for (const auto& q : l.blr->paths)
-            b.paths.push_back({upload_f(q.h, st), upload_f(q.l, st), upload_f(q.g, st),
-                               upload_f(q.su, st), upload_f(q.sv, st)});
+            b.paths.push_back({upload_f(q.h, st), upload_f(pad_cols(q.l, 1, r, rp), st),
+                               upload_f(q.g, st), upload_f(pad_cols(q.su, m, r, rp), st),
+                               upload_f(pad_cols(q.sv, n, r, rp), st)});
         d.blr = std::move(b);
     }
     return d;
@@ -37,6 +39,14 @@ void into(const DVec& d, std::vector<float>& v, cudaStream_t st) {
     CORTIQ_ASSERT(d.size() == static_cast<int64_t>(v.size()), "device {} vs host {} values",
                   d.size(), v.size());
     v = download_f(d.get(), d.size(), st);
+}
+
+// A padded device matrix (rows × rp) into its host values (rows × r).
+void into_unpadded(const DVec& d, std::vector<float>& v, int64_t rows, int64_t r, int64_t rp,
+                   cudaStream_t st) {
+    CORTIQ_ASSERT(d.size() == rows * rp && static_cast<int64_t>(v.size()) == rows * r,
+                  "device {} vs host {} values", d.size(), v.size());
+    v = unpad_cols(download_f(d.get(), d.size(), st), rows, r, rp);
 }
 
 float* opt(DVec& v) {
@@ -98,13 +108,14 @@ void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t s
         CORTIQ_ASSERT(dst[i]->blr && dst[i]->blr->paths.size() == src[i]->blr->paths.size(),
                       "device and host block differ in layer {}", i);
         for (size_t k = 0; k < src[i]->blr->paths.size(); ++k) {
-            const DBlrPath& s = src[i]->blr->paths[k];
+            const DBlr& b = *src[i]->blr;
+            const DBlrPath& s = b.paths[k];
             auto& q = dst[i]->blr->paths[k];
             into(s.h, q.h, st);
-            into(s.l, q.l, st);
+            into_unpadded(s.l, q.l, 1, b.r, b.rp, st);
             into(s.g, q.g, st);
-            into(s.su, q.su, st);
-            into(s.sv, q.sv, st);
+            into_unpadded(s.su, q.su, b.m, b.r, b.rp, st);
+            into_unpadded(s.sv, q.sv, b.n, b.r, b.rp, st);
         }
     }
 }
@@ -146,11 +157,13 @@ BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t st) {
             continue;
         }
         BlrGradT<float> o{b->m, b->n, b->r, {}};
+        const auto unpadded = [&](const DVec& v, int64_t rows) {
+            return unpad_cols(download_f(v.get(), v.size(), st), rows, b->r, b->rp);
+        };
         for (const auto& q : b->paths)
-            o.paths.push_back(
-                {download_f(q.h.get(), q.h.size(), st), download_f(q.l.get(), q.l.size(), st),
-                 download_f(q.g.get(), q.g.size(), st), download_f(q.su.get(), q.su.size(), st),
-                 download_f(q.sv.get(), q.sv.size(), st)});
+            o.paths.push_back({download_f(q.h.get(), q.h.size(), st), unpadded(q.l, 1),
+                               download_f(q.g.get(), q.g.size(), st), unpadded(q.su, b->m),
+                               unpadded(q.sv, b->n)});
         h.blr.emplace_back(std::move(o));
     }
     h.in_norm = download_f(g.in_norm.get(), g.in_norm.size(), st);

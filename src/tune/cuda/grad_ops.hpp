@@ -2,8 +2,10 @@
 // the operations of a decoder block, same names, same shapes, same
 // conventions (row-major activations, one row per token; dx outputs
 // overwritten unless `accumulate` says otherwise; parameter gradients added).
-// Every launcher enqueues on the Gpu's stream; the products are cuBLAS GEMMs
-// in plain FP32 (no TF32: the parity test holds them to float32 rounding).
+// Every launcher enqueues on the Gpu's stream; the large products are cuBLAS
+// GEMMs on the TF32 tensor cores with float32 accuracy (3xTF32, or two passes
+// where one operand is a ±1 sign matrix, core/cuda/gemm_tf32.hpp), so the
+// parity test holds them to float32 rounding as it did the plain FP32 ones.
 // tests/test_tune_grad_gpu.cpp checks each against the CPU float64 block.
 #pragma once
 
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "core/cuda/device.hpp"
+#include "core/cuda/gemm_tf32.hpp"
 
 namespace cortiq::tune::cuda {
 
@@ -20,10 +23,14 @@ using cortiq::cuda::DVec;
 using cortiq::cuda::Gpu;
 
 // ── cuBLAS behind row-major signatures (blas.cpp) ──────────────────────────────
-// C (m × n, row stride ldc) = alpha · op(A) · op(B) + beta · C, as tune::gemm.
+// C (m × n, row stride ldc) = alpha · op(A) · op(B) + beta · C, as tune::gemm,
+// in 3xTF32; `exact` (cortiq::cuda::kExactA / kExactB) marks a sign-matrix
+// operand, which needs no split. With CORTIQ_TUNE_FP32=1 in the environment
+// every product runs in plain FP32 instead (the reference for the speed-up;
+// docs/tuning.md).
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-          int64_t ldc);
+          int64_t ldc, unsigned exact = cortiq::cuda::kNone);
 // `count` such products, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
 // may be 0: one operand shared by every product).
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -87,16 +94,30 @@ void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, 
                         int64_t m, float* dx, bool accumulate);
 
 // The BLR layer on the device: ±1 signs held as float so the products are GEMMs.
+// The rank is padded to rp, a multiple of 4 (cuBLAS's tensor-core kernels run
+// 2–3× slower on other sizes, docs/encoder_speed.md): the padding columns of
+// ℓ, S_U and S_V are zeros, so they add exact zeros to every product, their
+// gradients are zeros, and Adam leaves them zero (a zero scale stays zero
+// under a log-scale step, a zero sign latent under a latent step).
 struct DBlrPath {
-    DVec h, l, g;  // m, r, n scales
-    DVec su, sv;   // m × r and n × r, entries ±1
+    DVec h, l, g;  // m, rp, n scales
+    DVec su, sv;   // m × rp and n × rp, entries ±1 (0 in the padding)
 };
 struct DBlr {
     int64_t m = 0, n = 0, r = 0;
+    int64_t rp = 0;  // r padded to a multiple of 4
     std::vector<DBlrPath> paths;
 };
 using DBlrGrad = DBlr;
-// Per path: t = (g ∘ x) S_V (rows × r), u = (ℓ ∘ t) S_Uᵀ (rows × m).
+// The padded rank of a BLR layer of rank r.
+inline int64_t padded_rank(int64_t r) {
+    return (r + 3) / 4 * 4;
+}
+// The host values of a path's ℓ (cols = 1) or a sign matrix (rows × r) padded
+// to rp columns with zeros, and back.
+std::vector<float> pad_cols(const std::vector<float>& v, int64_t rows, int64_t r, int64_t rp);
+std::vector<float> unpad_cols(const std::vector<float>& v, int64_t rows, int64_t r, int64_t rp);
+// Per path: t = (g ∘ x) S_V (rows × rp), u = (ℓ ∘ t) S_Uᵀ (rows × m).
 struct DBlrCache {
     std::vector<DVec> t, u;
 };
