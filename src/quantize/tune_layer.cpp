@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 
 #include "blr/sign.hpp"
 #include "core/memory_usage.hpp"
+#include "core/profile.hpp"
 #include "dist/comm.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
@@ -113,21 +115,28 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
                  cfg.sliding_window, run.o.calib.seqlen);
     CORTIQ_CHECK(run.o.tune.lr_norms == 0,
                  "--tune block: tuned RMSNorm weights are not written to the output yet");
-    tune::BlockParamsT<float> p = block_params(run, layer);
+    Profile* const prof = run.o.profile ? &run.report.tune_stages : nullptr;
+    tune::BlockParamsT<float> p;
+    {
+        const ScopedStage stage(prof, "unpack");  // the payloads into tuning's values
+        p = block_params(run, layer);
+    }
     // Under mpirun with several windows a step (--tune-batch > 1): every rank
     // tunes on its own windows, the gradients and losses summed across the
     // ranks in window order (tune::TuneRanks), and every rank ends with the
     // tuned block. With one window a step a step has nothing to share: rank 0
     // holds every window's pairs and tunes, the others take its payloads.
     const bool data_parallel = dist::distributed() && run.o.tune.batch_windows > 1;
+    std::optional<ScopedStage> pairs_stage(std::in_place, prof, "pairs");
     auto [xf, yf] = run.states.block_pairs(0, layer, !data_parallel);
     auto [xs, ys] = run.states.block_pairs(1, layer, !data_parallel);
+    pairs_stage.reset();
     if (dist::distributed() && !data_parallel && !dist::is_root()) {
         broadcast_record(rec, 0);
         return install_record(run, layer, rec);
     }
     tune::TuneOptions to = run.o.tune;
-    if (run.o.profile) to.profile = &run.report.tune_stages;
+    to.profile = prof;
     tune::TuneRanks ranks;
     if (data_parallel) {
         const auto [fit_first, fit_total] = run.states.window_share(0);
@@ -149,7 +158,10 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, to);
-    if (res.best_epoch > 0) install_block(run, layer, p, &rec);
+    if (res.best_epoch > 0) {
+        const ScopedStage stage(prof, "install");  // packed, dequantised, put in the model
+        install_block(run, layer, p, &rec);
+    }
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
     run.report.tuned_blocks.push_back({{"layer", layer},

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
@@ -103,14 +104,19 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     const int64_t L = window_length(fit, sel);
     const Gpu g;
     const cudaStream_t st = g.stream();
+    using Stage = cortiq::cuda::StageTimer;  // each stage timed alone when profiling
+    std::optional<Stage> upload_stage(std::in_place, g, o.profile, "upload", true);
     const DRope rope = cuda::upload(rope_for<float>(inv_freq, L), st);
     DBlockParams dp = cuda::upload(p, st);
     const DWindows dfit = upload(fit, st), dsel = upload(sel, st);
+    upload_stage.reset();
     Evaluator ev(g, d, rope, std::max<int64_t>(1, o.batch_windows), L);
     BlockTuneResult res;
+    std::optional<Stage> eval_stage(std::in_place, g, o.profile, "evaluate", true);
     const auto [err0, ref_fit] = ev.run(dp, dfit);
     res.fit_before = ref_fit > 0 ? err0 / ref_fit : err0;
     res.sel_before = sel.x.empty() ? res.fit_before : ev.relative(dp, dsel);
+    eval_stage.reset();
     res.fit_after = res.fit_before;
     res.sel_after = res.sel_before;
     const BlockParamsT<float> start = p;
@@ -125,8 +131,6 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    // each stage timed on its own when profiling (the device waited for around it)
-    using Stage = cortiq::cuda::StageTimer;
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
         {
             const Stage stage(g, o.profile, "forward", true);
@@ -152,9 +156,16 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
             const Stage stage(g, o.profile, "evaluate", true);
             return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
         },
-        [&] { cuda::download_into(dp, best, st); }, o.on_progress);
+        [&] {
+            const Stage stage(g, o.profile, "download", true);
+            cuda::download_into(dp, best, st);
+        },
+        o.on_progress);
     p = std::move(best);
-    res.fit_after = ev.relative(cuda::upload(p, st), dfit);
+    {
+        const Stage stage(g, o.profile, "evaluate", true);
+        res.fit_after = ev.relative(cuda::upload(p, st), dfit);
+    }
     res.flips = sign_changes(start, p);
     g.sync();
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
