@@ -182,14 +182,17 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
     return out;
 }
 
+// The sign matrices are read row by row (in memory order) and their bits
+// set across the stream's rows: the stream (r (m + n) bits) stays in cache,
+// while reading the float64 matrices by column missed it at every entry.
 void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, uint8_t* stream) {
-    for (uint64_t k = 0; k < r; ++k) {
-        const uint64_t row_v = bit_svt(m, n, r, p) + k * n, row_u = bit_sut(m, n, r, p) + k * m;
-        for (uint64_t j = 0; j < n; ++j)
-            if (q.sv(j, k) < 0) set_bit(stream, row_v + j);
-        for (uint64_t i = 0; i < m; ++i)
-            if (q.su(i, k) < 0) set_bit(stream, row_u + i);
-    }
+    const uint64_t first_v = bit_svt(m, n, r, p), first_u = bit_sut(m, n, r, p);
+    for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t k = 0; k < r; ++k)
+            if (q.sv(j, k) < 0) set_bit(stream, first_v + k * n + j);
+    for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t k = 0; k < r; ++k)
+            if (q.su(i, k) < 0) set_bit(stream, first_u + k * m + i);
 }
 
 namespace {
@@ -308,8 +311,8 @@ Factors unpack(std::span<const uint8_t> bytes) {
         q.sv = MatD(in.n, in.r);
         for (uint64_t i = 0; i < m; ++i)
             for (uint64_t k = 0; k < r; ++k) q.su(i, k) = v.su(p, i, k) ? -1.0 : 1.0;
-        for (uint64_t k = 0; k < r; ++k)
-            for (uint64_t j = 0; j < n; ++j) q.sv(j, k) = v.sv(p, j, k) ? -1.0 : 1.0;
+        for (uint64_t j = 0; j < n; ++j)  // row by row: the matrix is read in order
+            for (uint64_t k = 0; k < r; ++k) q.sv(j, k) = v.sv(p, j, k) ? -1.0 : 1.0;
         md.paths.push_back(std::move(q));
     }
     return md;
