@@ -20,6 +20,7 @@
 #include <random>
 
 #include "blr/model.hpp"
+#include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "io/safetensors.hpp"
 #include "quantize/quantize.hpp"
@@ -126,6 +127,21 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
                   blr::bits(a.m, a.n, a.r, static_cast<int>(a.paths.size())));
         const blr::Factors back = blr::unpack(bytes);
         EXPECT_EQ(back.paths[0].su.data()[0], f.paths[0].su.data()[0]);
+        // the payload read back, through its float64 factors or straight from
+        // the packed weight, gives the tuned values exactly (scales as f16)
+        const tune::BlrWeightsT<float> via_factors = tune::to_weights(back);
+        const tune::BlrWeightsT<float> via_packed =
+            tune::to_weights(blr::PackedWeight::from_payload(bytes, "tuned"));
+        ASSERT_EQ(via_packed.paths.size(), a.paths.size());
+        for (size_t k = 0; k < a.paths.size(); ++k) {
+            EXPECT_EQ(via_packed.paths[k].su, a.paths[k].su);
+            EXPECT_EQ(via_packed.paths[k].sv, a.paths[k].sv);
+            EXPECT_EQ(via_packed.paths[k].su, via_factors.paths[k].su);
+            EXPECT_EQ(via_packed.paths[k].sv, via_factors.paths[k].sv);
+            EXPECT_EQ(via_packed.paths[k].h, via_factors.paths[k].h);
+            EXPECT_EQ(via_packed.paths[k].l, via_factors.paths[k].l);
+            EXPECT_EQ(via_packed.paths[k].g, via_factors.paths[k].g);
+        }
     }
 }
 

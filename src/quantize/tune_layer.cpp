@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 
+#include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "core/memory_usage.hpp"
 #include "core/profile.hpp"
@@ -82,7 +83,7 @@ tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
         t.bias = lin.bias;
         const auto it = run.payloads.find(tensor_name(run.model.config(), layer, names[i]));
         if (it != run.payloads.end() && !blr::is_sign_payload(it->second)) {
-            t.blr = tune::to_weights(blr::unpack(it->second));
+            t.blr = tune::to_weights(blr::PackedWeight::from_payload(it->second, it->first));
         } else {
             const MatF w = lin.w->dense();
             t.w.assign(w.data(), w.data() + w.size());

@@ -24,6 +24,25 @@ BlrWeightsT<float> to_weights(const blr::Factors& f) {
     return w;
 }
 
+BlrWeightsT<float> to_weights(const blr::PackedWeight& p) {
+    CORTIQ_CHECK(!p.sign, "a sign payload has no BLR factors to tune");
+    const int64_t m = p.m, n = p.n, r = p.r;
+    BlrWeightsT<float> w{m, n, r, {}};
+    for (int path = 0; path < p.paths; ++path) {
+        BlrPathT<float> q;
+        p.scales(path, q.h, q.l, q.g);
+        q.su.resize(static_cast<size_t>(m * r));
+        q.sv.resize(static_cast<size_t>(n * r));
+        const blr::SignRows su = p.sut(path), sv = p.svt(path);
+        for (int64_t i = 0; i < m; ++i)  // in the matrices' memory order
+            for (int64_t k = 0; k < r; ++k) q.su[i * r + k] = su.at(k, i) ? -1.0f : 1.0f;
+        for (int64_t j = 0; j < n; ++j)
+            for (int64_t k = 0; k < r; ++k) q.sv[j * r + k] = sv.at(k, j) ? -1.0f : 1.0f;
+        w.paths.push_back(std::move(q));
+    }
+    return w;
+}
+
 blr::Factors to_factors(const BlrWeightsT<float>& w) {
     blr::Factors f{w.m, w.n, w.r, {}};
     for (const auto& q : w.paths) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "blr/model.hpp"
+#include "blr/packed.hpp"
 #include "core/matrix.hpp"
 #include "core/profile.hpp"
 #include "tune/block.hpp"
@@ -105,6 +106,8 @@ int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b)
 
 // Factors (float64) ⇄ the float weights tuning works on.
 BlrWeightsT<float> to_weights(const blr::Factors& f);
+// The same values straight from a packed weight (no float64 copy of the signs).
+BlrWeightsT<float> to_weights(const blr::PackedWeight& p);
 blr::Factors to_factors(const BlrWeightsT<float>& w);
 
 }  // namespace cortiq::tune
