@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "blr/model.hpp"
+#include "blr/packed.hpp"
 #include "calib/calib.hpp"
 #include "calib/gpu_drift.hpp"
 #include "calib/sequential.hpp"
 #include "core/rng.hpp"
 #include "forward_reference.hpp"
 #include "gpu_skip.hpp"
+#include "model/blr_linear.hpp"
 #include "model/gpu_model.hpp"
 #include "model/llama.hpp"
 #include "quality.hpp"
@@ -137,6 +140,45 @@ TEST(CalibGpu, ReleasedOriginalScoresAsAFreshUpload) {
     calib::SequentialCalib cpu(m, cs, model::Device::cpu, &orig);
     EXPECT_FALSE(cpu.release_original_gpu());
     EXPECT_NO_THROW(cpu.grams(0, "mlp.down_proj"));
+}
+
+// A compressed layer put in the calibration's GPU model as its packed form
+// (model::GpuModel::set_linear forms the dense weight on the device, in
+// float64) against the host's float64 dense form of the same payload: the
+// Grams of the next block's input agree to the float32 rounding of the weight
+// (two paths, a rank not a multiple of 4).
+TEST(CalibGpu, PackedLayerFormsTheHostDenseWeight) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const std::string dir = (kData / "models" / "stories260K").string();
+    model::Model packed_m = model::Model::load(dir), dense_m = model::Model::load(dir);
+    const calib::CalibSet cs = windows(packed_m.config().vocab_size, 3, 1, 64, 9);
+    calib::SequentialCalib on_packed(packed_m, cs, model::Device::gpu);
+    calib::SequentialCalib on_dense(dense_m, cs, model::Device::gpu);
+    const model::Linear& lin = packed_m.linear(0, "mlp.down_proj");
+    const int64_t m = lin.out_features(), n = lin.in_features(), r = 13;
+    Rng rng(21);
+    blr::Factors f{m, n, r, {}};
+    for (int p = 0; p < 2; ++p) {
+        blr::Path q{VecD(m), VecD(r), VecD(n), MatD(m, r), MatD(n, r)};
+        for (auto* v : {&q.h, &q.l, &q.g})
+            for (int64_t i = 0; i < v->size(); ++i) (*v)[i] = 0.05 + rng.uniform();
+        for (auto* s : {&q.su, &q.sv})
+            for (int64_t i = 0; i < s->size(); ++i) s->data()[i] = rng.uniform() < 0.5 ? -1 : 1;
+        f.paths.push_back(std::move(q));
+    }
+    const std::vector<uint8_t> bytes = blr::pack(f);
+    packed_m.linear(0, "mlp.down_proj").w =
+        std::make_unique<model::BlrLinear>(blr::PackedWeight::from_payload(bytes, "test"));
+    dense_m.linear(0, "mlp.down_proj").w = std::make_unique<model::DenseLinear>(blr::dequant(bytes));
+    on_packed.weight_changed(0, "mlp.down_proj");
+    on_dense.weight_changed(0, "mlp.down_proj");
+    on_packed.advance(0);
+    on_dense.advance(0);
+    // every weight the same float up to a last-bit tie of the float64 sums
+    const auto gp = on_packed.grams(1, "mlp.gate_proj"), gd = on_dense.grams(1, "mlp.gate_proj");
+    EXPECT_LT(rel(gp.first, gd.first), 1e-7);
+    EXPECT_LT(rel(gp.second, gd.second), 1e-7);
 }
 
 TEST(CalibGpu, ManyBatchesEqualOne) {

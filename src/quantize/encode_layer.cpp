@@ -7,8 +7,10 @@
 
 #include <chrono>
 
+#include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "dist/comm.hpp"
+#include "model/blr_linear.hpp"
 #include "quantize/steps.hpp"
 
 namespace cortiq::quant {
@@ -56,7 +58,13 @@ void install_payload(Run& run, int64_t layer, const std::string& linear,
     const std::string name = tensor_name(run.model.config(), layer, linear);
     auto& lin = run.model.linear(layer, linear);
     blr::validate_any(bytes, name, lin.out_features(), lin.in_features());
-    lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
+    // On the GPU the model keeps the packed layer and the calibration's copy
+    // forms its dense weight on the device (model::GpuModel::set_linear); the
+    // host's float64 product is the CPU path's, where the host model runs.
+    if (run.o.device == encode::Device::gpu)
+        lin.w = std::make_unique<model::BlrLinear>(blr::PackedWeight::from_payload(bytes, name));
+    else
+        lin.w = std::make_unique<model::DenseLinear>(blr::dequant_any(bytes));
     run.states.weight_changed(layer, linear);
     run.payloads[name] = bytes;
 }

@@ -16,6 +16,28 @@ __global__ void widen_kernel(const float* x, double* y, int64_t n) {
         y[i] = static_cast<double>(x[i]);
 }
 
+// The mean of a lower-triangle sum (column-major lower = row-major upper):
+// out[i·n + j] = out[j·n + i] = sum[i·n + j] · inv for j ≥ i. The host then
+// takes the matrix as it is (a loop there over an 11008² matrix, writing by
+// columns, took seconds).
+__global__ void symmetric_mean_kernel(const double* sum, int64_t n, double inv, double* out) {
+    for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < n * n;
+         idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+        const int64_t i = idx / n, j = idx - i * n;
+        out[idx] = (j >= i ? sum[i * n + j] : sum[j * n + i]) * inv;
+    }
+}
+
+__global__ void scale_kernel(double* x, int64_t n, double inv) {
+    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+        x[i] *= inv;
+}
+
+unsigned blocks_for(int64_t n) {
+    return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
+}
+
 }  // namespace
 
 DeviceGram::DeviceGram(int64_t n, cudaStream_t stream)
@@ -41,16 +63,15 @@ void DeviceGram::add(cublasHandle_t blas, const float* x, int64_t rows) {
 }
 
 MatD DeviceGram::mean() const {
-    std::vector<double> s(static_cast<size_t>(n_ * n_));
-    CUDA_CHECK(cudaMemcpyAsync(s.data(), sum_.get(), s.size() * sizeof(double),
-                               cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
     MatD h(n_, n_);
     const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
-    // column-major lower = row-major upper: element (i, j), j ≥ i, at s[i·n + j]
-    for (int64_t i = 0; i < n_; ++i)
-        for (int64_t j = i; j < n_; ++j)
-            h(i, j) = h(j, i) = s[static_cast<size_t>(i * n_ + j)] * inv;
+    cortiq::cuda::DeviceBuffer<double> full(n_ * n_, stream_);
+    symmetric_mean_kernel<<<blocks_for(n_ * n_), 256, 0, stream_>>>(sum_.get(), n_, inv,
+                                                                    full.get());
+    CUDA_LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(h.data(), full.get(), static_cast<size_t>(n_ * n_) * sizeof(double),
+                               cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
     return h;
 }
 
@@ -88,12 +109,17 @@ void DeviceCrossGram::add(cublasHandle_t blas, const float* a, const float* b, i
 
 MatD DeviceCrossGram::mean() const {
     MatD c(na_, nb_);
-    CUDA_CHECK(cudaMemcpyAsync(c.data(), sum_.get(),
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    cortiq::cuda::DeviceBuffer<double> scaled(na_ * nb_, stream_);
+    CUDA_CHECK(cudaMemcpyAsync(scaled.get(), sum_.get(),
+                               static_cast<size_t>(na_ * nb_) * sizeof(double),
+                               cudaMemcpyDeviceToDevice, stream_));
+    scale_kernel<<<blocks_for(na_ * nb_), 256, 0, stream_>>>(scaled.get(), na_ * nb_, inv);
+    CUDA_LAUNCH_CHECK();
+    CUDA_CHECK(cudaMemcpyAsync(c.data(), scaled.get(),
                                static_cast<size_t>(na_ * nb_) * sizeof(double),
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
-    for (int64_t i = 0; i < na_ * nb_; ++i) c.data()[i] *= inv;
     return c;
 }
 

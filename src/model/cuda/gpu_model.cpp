@@ -3,6 +3,8 @@
 // GEMMs and the kernels of kernels.hpp, in the order of model/block.cpp.
 #include "model/gpu_model.hpp"
 
+#include "model/blr_linear.hpp"
+
 #include <algorithm>
 #include <numeric>
 
@@ -239,8 +241,12 @@ cuda::DeviceLinear& linear_named(cuda::DeviceLayer& l, std::string_view name) {
 void GpuModel::set_linear(int64_t layer, std::string_view name, const LinearWeights& w) {
     Impl& g = *impl_;
     CORTIQ_CHECK(layer >= 0 && layer < g.cfg.num_layers, "layer {} of {}", layer, g.cfg.num_layers);
-    cuda::set_weight(linear_named(g.w.layers[static_cast<size_t>(layer)], name), w.dense(),
-                     g.stream());
+    cuda::DeviceLinear& d = linear_named(g.w.layers[static_cast<size_t>(layer)], name);
+    // a BLR layer's dense form on the device (a compressed 4096 × 11008 layer
+    // formed on the host took seconds)
+    if (const auto* blr = dynamic_cast<const BlrLinear*>(&w); blr && !blr->packed().sign)
+        return cuda::set_weight_blr(d, blr->packed(), g.gpu.blas(), g.stream());
+    cuda::set_weight(d, w.dense(), g.stream());
 }
 
 }  // namespace cortiq::model

@@ -94,6 +94,11 @@ void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int
 // Replaces d's weight (same shape; its bias stays) by w, e.g. a linear layer
 // just compressed (dense: dequantised).
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream);
+// The same with a BLR weight's dense form made on the device in float64 and
+// rounded once (blr_dense.cu): blr::dequant's values up to the order of its
+// float64 sums. `blas` runs on `stream`.
+void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t blas,
+                    cudaStream_t stream);
 
 // y (rows × m) = beta·y + x (rows × n) · Wᵀ, then + bias: plain FP32 cuBLAS
 // (the handle's math mode is CUBLAS_DEFAULT_MATH: no TF32), bias by a kernel.
