@@ -34,8 +34,11 @@ BlrWeightsT<float> to_weights(const blr::PackedWeight& p) {
         q.su.resize(static_cast<size_t>(m * r));
         q.sv.resize(static_cast<size_t>(n * r));
         const blr::SignRows su = p.sut(path), sv = p.svt(path);
-        for (int64_t i = 0; i < m; ++i)  // in the matrices' memory order
+        // in the matrices' memory order, rows spread over the threads
+#pragma omp parallel for schedule(static)
+        for (int64_t i = 0; i < m; ++i)
             for (int64_t k = 0; k < r; ++k) q.su[i * r + k] = su.at(k, i) ? -1.0f : 1.0f;
+#pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < n; ++j)
             for (int64_t k = 0; k < r; ++k) q.sv[j * r + k] = sv.at(k, j) ? -1.0f : 1.0f;
         w.paths.push_back(std::move(q));
@@ -50,7 +53,9 @@ blr::Factors to_factors(const BlrWeightsT<float>& w) {
         for (int64_t i = 0; i < w.m; ++i) p.h[i] = q.h[i];
         for (int64_t i = 0; i < w.r; ++i) p.l[i] = q.l[i];
         for (int64_t i = 0; i < w.n; ++i) p.g[i] = q.g[i];
+#pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < w.m * w.r; ++i) p.su.data()[i] = q.su[i] < 0 ? -1.0 : 1.0;
+#pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < w.n * w.r; ++i) p.sv.data()[i] = q.sv[i] < 0 ? -1.0 : 1.0;
         f.paths.push_back(std::move(p));
     }
