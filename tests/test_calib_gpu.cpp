@@ -170,7 +170,8 @@ TEST(CalibGpu, PackedLayerFormsTheHostDenseWeight) {
     const std::vector<uint8_t> bytes = blr::pack(f);
     packed_m.linear(0, "mlp.down_proj").w =
         std::make_unique<model::BlrLinear>(blr::PackedWeight::from_payload(bytes, "test"));
-    dense_m.linear(0, "mlp.down_proj").w = std::make_unique<model::DenseLinear>(blr::dequant(bytes));
+    dense_m.linear(0, "mlp.down_proj").w =
+        std::make_unique<model::DenseLinear>(blr::dequant(bytes));
     on_packed.weight_changed(0, "mlp.down_proj");
     on_dense.weight_changed(0, "mlp.down_proj");
     on_packed.advance(0);

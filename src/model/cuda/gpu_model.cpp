@@ -3,11 +3,10 @@
 // GEMMs and the kernels of kernels.hpp, in the order of model/block.cpp.
 #include "model/gpu_model.hpp"
 
-#include "model/blr_linear.hpp"
-
 #include <algorithm>
 #include <numeric>
 
+#include "model/blr_linear.hpp"
 #include "model/cuda/gpu_model_impl.hpp"
 
 namespace cortiq::model {

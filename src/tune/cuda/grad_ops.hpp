@@ -27,7 +27,7 @@ using cortiq::cuda::Gpu;
 // in 3xTF32; `exact` (cortiq::cuda::kExactA / kExactB) marks a sign-matrix
 // operand, which needs no split. With CORTIQ_TUNE_FP32=1 in the environment
 // every product runs in plain FP32 instead (the reference for the speed-up;
-// docs/tuning.md).
+// docs/encoder_speed.md, "Tuning in 3xTF32").
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc, unsigned exact = cortiq::cuda::kNone);

@@ -95,15 +95,15 @@ void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, con
         const float* t = cache.t[p].get();
         col_dots(g, dy, cache.u[p].get(), rows, m, gq.h.get());    // dh += Σ dy ∘ u
         scale_cols(g, dy, q.h.get(), rows, m, s.du.get(), false);  // du = dy ∘ h
-        gemm(g, false, false, rows, r, m, 1.0f, s.du.get(), m, q.su.get(), r, 0.0f, s.dtl.get(),
-             r, kExactB);                                         // dtl = du S_U
+        gemm(g, false, false, rows, r, m, 1.0f, s.du.get(), m, q.su.get(), r, 0.0f, s.dtl.get(), r,
+             kExactB);                                            // dtl = du S_U
         scale_cols(g, t, q.l.get(), rows, r, s.tl.get(), false);  // ℓ ∘ t
         gemm(g, true, false, m, r, rows, 1.0f, s.du.get(), m, s.tl.get(), r, 1.0f, gq.su.get(),
              r);                                           // dS_U += duᵀ (ℓ ∘ t)
         col_dots(g, s.dtl.get(), t, rows, r, gq.l.get());  // dℓ += Σ dtl ∘ t
         scale_cols(g, s.dtl.get(), q.l.get(), rows, r, s.dtl.get(), false);  // dt = dtl ∘ ℓ
-        gemm(g, false, true, rows, n, r, 1.0f, s.dtl.get(), r, q.sv.get(), r, 0.0f, s.dxg.get(),
-             n, kExactB);                                         // dxg = dt S_Vᵀ
+        gemm(g, false, true, rows, n, r, 1.0f, s.dtl.get(), r, q.sv.get(), r, 0.0f, s.dxg.get(), n,
+             kExactB);                                            // dxg = dt S_Vᵀ
         scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);  // g ∘ x
         gemm(g, true, false, n, r, rows, 1.0f, s.xg.get(), n, s.dtl.get(), r, 1.0f, gq.sv.get(),
              r);                                           // dS_V += (g ∘ x)ᵀ dt
