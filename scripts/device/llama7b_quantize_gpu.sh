@@ -49,6 +49,7 @@ import json, sys
 j = json.load(open(sys.argv[1]))
 print({k: round(j[k], 1) for k in ('seconds', 'calib_seconds', 'encode_seconds', 'tune_seconds')},
       'linear_bpw %.4f' % j['linear_bpw'])
+print('parts:', {k: round(v, 1) for k, v in j.get('parts', {}).items()})
 print('calibration parts:', {k: round(v, 1) for k, v in j.get('calib_parts', {}).items()})
 print('tuning stages:', {k: round(v, 1) for k, v in j.get('tune_stages', {}).items()},
       'peak host %.1f GB, GPU pools %.1f GB' % (j.get('peak_host_bytes', 0) / 1e9, j.get('peak_gpu_pool_bytes', 0) / 1e9))

@@ -130,6 +130,7 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
             }
         }
         run.report.encode_seconds += seconds_since(t0);
+        const auto t_install = std::chrono::steady_clock::now();
         for (size_t i = 0; i < jobs.size(); ++i) {
             install_payload(run, layer, jobs[i].name, enc[i].payload);
             const TensorReport& r = enc[i].report;
@@ -137,9 +138,12 @@ void encode_layer(Run& run, int64_t layer, const WorkPlan& work) {
             rec.reports.push_back(r);
             run.report.tensors.push_back(r);
         }
+        run.report.install_seconds += seconds_since(t_install);
     }
     if (o.tune_blocks()) tune_layer(run, layer, rec);
+    const auto t_journal = std::chrono::steady_clock::now();
     run.journal.save(layer, rec);
+    run.report.journal_seconds += seconds_since(t_journal);
     CORTIQ_CHECK(layer != o.interrupt_after_layer, "interrupted after layer {} (test hook)", layer);
 }
 

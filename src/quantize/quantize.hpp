@@ -205,6 +205,9 @@ struct QuantizeReport {
     // Loading the model, checkpoint, tokenizer and calibration windows (the
     // sampled ones of --calib-generated included), and writing the output.
     double load_seconds = 0, write_seconds = 0;
+    // each compressed layer put back into the model being calibrated (on the
+    // GPU its dense weight formed there), and each layer's journal entry
+    double install_seconds = 0, journal_seconds = 0;
     // QuantizeOptions::profile: the encoder's seconds per stage, summed over
     // the tensors encoded in this run (tensors in flight together add up
     // past the wall time).

@@ -101,7 +101,7 @@ nlohmann::json QuantizeReport::to_json() const {
     j["tune_seconds"] = tune_seconds;
     j["calib_parts"] = seconds_by_stage(calib_parts);
     // Where the run's time went, one figure per part (the parts leave out
-    // only planning and the journal's bookkeeping).
+    // only planning and the head's and embedding's bookkeeping).
     double block_tuning = 0;
     for (const auto& b : tuned_blocks) block_tuning += b.value("seconds", 0.0);
     j["parts"] = {{"load", load_seconds},
@@ -110,6 +110,8 @@ nlohmann::json QuantizeReport::to_json() const {
                   {"encoding", encode_seconds},
                   {"block_tuning", block_tuning},
                   {"distillation", distilled.is_null() ? 0.0 : distilled.value("seconds", 0.0)},
+                  {"installing", install_seconds},
+                  {"journal", journal_seconds},
                   {"writing", write_seconds}};
     if (!encode_stages.entries().empty()) j["encode_stages"] = seconds_by_stage(encode_stages);
     if (!tune_stages.entries().empty()) j["tune_stages"] = seconds_by_stage(tune_stages);
