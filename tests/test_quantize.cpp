@@ -305,9 +305,8 @@ TEST_F(Quantize, CalibrationPartsAddUpToAtMostItsSeconds) {
     // the run's parts: each measured, none negative, together within the run
     ASSERT_TRUE(j.contains("parts"));
     double parts = 0;
-    for (const char* part :
-         {"load", "calibration", "encoding", "block_tuning", "distillation", "installing",
-          "journal", "writing"}) {
+    for (const char* part : {"load", "calibration", "encoding", "block_tuning", "distillation",
+                             "installing", "journal", "writing"}) {
         ASSERT_TRUE(j["parts"].contains(part)) << part;
         EXPECT_GE(j["parts"][part].get<double>(), 0.0) << part;
         parts += j["parts"][part].get<double>();
