@@ -129,7 +129,15 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
         EXPECT_EQ(back.paths[0].su.data()[0], f.paths[0].su.data()[0]);
         // the payload read back, through its float64 factors or straight from
         // the packed weight, gives the tuned values exactly (scales as f16)
-        const tune::BlrWeightsT<float> via_factors = tune::to_weights(back);
+        tune::BlrWeightsT<float> via_factors{back.m, back.n, back.r, {}};
+        for (const blr::Path& q : back.paths) {
+            const auto cast = [](const double* v, int64_t n) {
+                return std::vector<float>(v, v + n);
+            };
+            via_factors.paths.push_back(
+                {cast(q.h.data(), back.m), cast(q.l.data(), back.r), cast(q.g.data(), back.n),
+                 cast(q.su.data(), back.m * back.r), cast(q.sv.data(), back.n * back.r)});
+        }
         const tune::BlrWeightsT<float> via_packed =
             tune::to_weights(blr::PackedWeight::from_payload(bytes, "tuned"));
         ASSERT_EQ(via_packed.paths.size(), a.paths.size());

@@ -110,6 +110,31 @@ void PackedWeight::scales(int p, std::vector<float>& hs, std::vector<float>& ls,
     floats_into(g, p * n, n, gs);
 }
 
+namespace {
+
+// rows × r values, row i = bits (k, i) of `s` for k < r (its rows are the
+// matrix's columns), in memory order, rows over the threads.
+template <class T>
+void sign_values(const SignRows& s, int64_t rows, int64_t r, T* out) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t k = 0; k < r; ++k) out[i * r + k] = s.at(k, i) ? T(-1) : T(1);
+}
+
+}  // namespace
+
+void PackedWeight::signs_into(int p, float* su, float* sv) const {
+    CORTIQ_ASSERT(!sign, "a sign payload has no BLR factors");
+    sign_values(sut(p), m, r, su);
+    sign_values(svt(p), n, r, sv);
+}
+
+void PackedWeight::signs_into(int p, double* su, double* sv) const {
+    CORTIQ_ASSERT(!sign, "a sign payload has no BLR factors");
+    sign_values(sut(p), m, r, su);
+    sign_values(svt(p), n, r, sv);
+}
+
 Factors PackedWeight::to_factors() const {
     CORTIQ_ASSERT(!sign, "a sign payload has no BLR factors");
     Factors f;
@@ -125,12 +150,7 @@ Factors PackedWeight::to_factors() const {
         q.g.assign(gs.begin(), gs.end());
         q.su = MatD(m, r);
         q.sv = MatD(n, r);
-        const SignRows su = sut(p), sv = svt(p);
-        // row by row, in the matrices' memory order (the bits stay in cache)
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t k = 0; k < r; ++k) q.su(i, k) = su.at(k, i) ? -1.0 : 1.0;
-        for (int64_t j = 0; j < n; ++j)
-            for (int64_t k = 0; k < r; ++k) q.sv(j, k) = sv.at(k, j) ? -1.0 : 1.0;
+        signs_into(p, q.su.data(), q.sv.data());
         f.paths.push_back(std::move(q));
     }
     return f;

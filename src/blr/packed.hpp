@@ -47,6 +47,11 @@ struct PackedWeight {
     SignRows sut(int p) const;
     // Path p's scales in float32, into buffers that keep their storage.
     void scales(int p, std::vector<float>& h, std::vector<float>& l, std::vector<float>& g) const;
+    // Path p's sign matrices as ±1 values (a BLR weight only): S_U into su
+    // (m × r row-major), S_V into sv (n × r), written row by row (the bits
+    // stay in cache) with the rows spread over the OpenMP threads.
+    void signs_into(int p, float* su, float* sv) const;
+    void signs_into(int p, double* su, double* sv) const;
     // The float64 factors (a BLR weight only): what blr::unpack gives for the
     // payload this came from, so to_factors().dense() is blr::dequant's.
     Factors to_factors() const;

@@ -11,19 +11,6 @@
 
 namespace cortiq::tune {
 
-BlrWeightsT<float> to_weights(const blr::Factors& f) {
-    BlrWeightsT<float> w{f.m, f.n, f.r, {}};
-    auto cast = [](const double* p, int64_t n) {
-        std::vector<float> v(static_cast<size_t>(n));
-        for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(p[i]);
-        return v;
-    };
-    for (const auto& q : f.paths)
-        w.paths.push_back({cast(q.h.data(), f.m), cast(q.l.data(), f.r), cast(q.g.data(), f.n),
-                           cast(q.su.data(), f.m * f.r), cast(q.sv.data(), f.n * f.r)});
-    return w;
-}
-
 BlrWeightsT<float> to_weights(const blr::PackedWeight& p) {
     CORTIQ_CHECK(!p.sign, "a sign payload has no BLR factors to tune");
     const int64_t m = p.m, n = p.n, r = p.r;
@@ -33,14 +20,7 @@ BlrWeightsT<float> to_weights(const blr::PackedWeight& p) {
         p.scales(path, q.h, q.l, q.g);
         q.su.resize(static_cast<size_t>(m * r));
         q.sv.resize(static_cast<size_t>(n * r));
-        const blr::SignRows su = p.sut(path), sv = p.svt(path);
-        // in the matrices' memory order, rows spread over the threads
-#pragma omp parallel for schedule(static)
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t k = 0; k < r; ++k) q.su[i * r + k] = su.at(k, i) ? -1.0f : 1.0f;
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < n; ++j)
-            for (int64_t k = 0; k < r; ++k) q.sv[j * r + k] = sv.at(k, j) ? -1.0f : 1.0f;
+        p.signs_into(path, q.su.data(), q.sv.data());
         w.paths.push_back(std::move(q));
     }
     return w;

@@ -104,9 +104,8 @@ int64_t window_length(const WindowPairs& fit, const WindowPairs& sel);
 // The signs that differ between two blocks of the same shapes.
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b);
 
-// Factors (float64) ⇄ the float weights tuning works on.
-BlrWeightsT<float> to_weights(const blr::Factors& f);
-// The same values straight from a packed weight (no float64 copy of the signs).
+// A packed weight's factors as the float weights tuning works on (no
+// float64 copy of the signs), and back to float64 factors for packing.
 BlrWeightsT<float> to_weights(const blr::PackedWeight& p);
 blr::Factors to_factors(const BlrWeightsT<float>& w);
 

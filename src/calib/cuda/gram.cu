@@ -28,12 +28,6 @@ __global__ void symmetric_mean_kernel(const double* sum, int64_t n, double inv, 
     }
 }
 
-__global__ void scale_kernel(double* x, int64_t n, double inv) {
-    for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-        x[i] *= inv;
-}
-
 unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 65536));
 }
@@ -50,9 +44,7 @@ void DeviceGram::add(cublasHandle_t blas, const float* x, int64_t rows) {
     const double one = 1.0;
     for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
         const int64_t k = std::min(kChunkRows, rows - r0), count = k * n_;
-        const int64_t blocks = std::min<int64_t>((count + 255) / 256, 65536);
-        widen_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(x + r0 * n_,
-                                                                         scratch_.get(), count);
+        widen_kernel<<<blocks_for(count), 256, 0, stream_>>>(x + r0 * n_, scratch_.get(), count);
         CUDA_LAUNCH_CHECK();
         // Column-major, the row-major k × n block is A = n × k: A Aᵀ = Σ x xᵀ.
         CUBLAS_CHECK(cublasDsyrk(blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, static_cast<int>(n_),
@@ -93,8 +85,8 @@ void DeviceCrossGram::add(cublasHandle_t blas, const float* a, const float* b, i
         const int64_t k = std::min(kChunkRows, rows - r0);
         for (auto [src, dst, w] : {std::tuple{a + r0 * na_, scratch_a_.get(), na_},
                                    std::tuple{b + r0 * nb_, scratch_b_.get(), nb_}}) {
-            const int64_t count = k * w, blocks = std::min<int64_t>((count + 255) / 256, 65536);
-            widen_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream_>>>(src, dst, count);
+            const int64_t count = k * w;
+            widen_kernel<<<blocks_for(count), 256, 0, stream_>>>(src, dst, count);
             CUDA_LAUNCH_CHECK();
         }
         // Column-major the blocks are A (na × k) and B (nb × k); B Aᵀ (nb × na,
@@ -109,17 +101,12 @@ void DeviceCrossGram::add(cublasHandle_t blas, const float* a, const float* b, i
 
 MatD DeviceCrossGram::mean() const {
     MatD c(na_, nb_);
-    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
-    cortiq::cuda::DeviceBuffer<double> scaled(na_ * nb_, stream_);
-    CUDA_CHECK(cudaMemcpyAsync(scaled.get(), sum_.get(),
-                               static_cast<size_t>(na_ * nb_) * sizeof(double),
-                               cudaMemcpyDeviceToDevice, stream_));
-    scale_kernel<<<blocks_for(na_ * nb_), 256, 0, stream_>>>(scaled.get(), na_ * nb_, inv);
-    CUDA_LAUNCH_CHECK();
-    CUDA_CHECK(cudaMemcpyAsync(c.data(), scaled.get(),
+    CUDA_CHECK(cudaMemcpyAsync(c.data(), sum_.get(),
                                static_cast<size_t>(na_ * nb_) * sizeof(double),
                                cudaMemcpyDeviceToHost, stream_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const double inv = tokens_ ? 1.0 / static_cast<double>(tokens_) : 0.0;
+    for (int64_t i = 0; i < na_ * nb_; ++i) c.data()[i] *= inv;
     return c;
 }
 

@@ -10,18 +10,12 @@
 
 #include "blr/packed.hpp"
 #include "core/error.hpp"
+#include "model/cuda/blr_batch.hpp"  // blocks_for
 #include "model/cuda/weights.hpp"
 
 namespace cortiq::model::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t n) {
-    const int64_t b = (n + kThreads - 1) / kThreads;
-    return static_cast<unsigned>(b < 65535 ? (b > 0 ? b : 1) : 65535);
-}
 
 __device__ bool bit_at(const uint64_t* words, uint64_t first, uint64_t stride, int64_t k,
                        int64_t j) {
@@ -58,11 +52,7 @@ void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t 
     // (buffers are freed in stream order; the host waits once, at the end)
     CORTIQ_CHECK(p.m == d.m && p.n == d.n && d.own.get() == d.w && !d.packed && !d.w16 && !p.sign,
                  "set_weight_blr: a {}x{} BLR weight for a {}x{} dense layer", p.m, p.n, d.m, d.n);
-    const int64_t m = p.m, n = p.n, r = p.r;
-    if (r == 0) {
-        CUDA_CHECK(cudaMemsetAsync(d.own.get(), 0, sizeof(float) * m * n, stream));
-        return;
-    }
+    const int64_t m = p.m, n = p.n, r = p.r;  // r ≥ 1: a BLR payload's rule
     using cortiq::cuda::DeviceBuffer;
     DeviceBuffer<uint64_t> words(static_cast<int64_t>(p.bits.size()), stream);
     CUDA_CHECK(cudaMemcpyAsync(words.get(), p.bits.data(), p.bits.size() * sizeof(uint64_t),
@@ -74,11 +64,11 @@ void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t 
         const DVec h = cortiq::cuda::upload_f(hs, stream), l = cortiq::cuda::upload_f(ls, stream),
                    g = cortiq::cuda::upload_f(gs, stream);
         const blr::SignRows su = p.sut(path), sv = p.svt(path);
-        factor_kernel<<<grid_for(r * m), kThreads, 0, stream>>>(words.get(), su.first, su.stride, r,
-                                                                m, h.get(), l.get(), left_t.get());
+        factor_kernel<<<blocks_for(r * m), 256, 0, stream>>>(words.get(), su.first, su.stride, r, m,
+                                                             h.get(), l.get(), left_t.get());
         CUDA_LAUNCH_CHECK();
-        factor_kernel<<<grid_for(r * n), kThreads, 0, stream>>>(words.get(), sv.first, sv.stride, r,
-                                                                n, g.get(), nullptr, right_t.get());
+        factor_kernel<<<blocks_for(r * n), 256, 0, stream>>>(words.get(), sv.first, sv.stride, r, n,
+                                                             g.get(), nullptr, right_t.get());
         CUDA_LAUNCH_CHECK();
         // row-major W (m × n) is the column-major n × m matrix Wᵀ = right · leftᵀ;
         // right_t (r × n row-major) is right column-major, left_t likewise
@@ -88,7 +78,7 @@ void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t 
                                  static_cast<int>(n), left_t.get(), static_cast<int>(m), &beta,
                                  w.get(), static_cast<int>(n)));
     }
-    to_float_kernel<<<grid_for(m * n), kThreads, 0, stream>>>(w.get(), m * n, d.own.get());
+    to_float_kernel<<<blocks_for(m * n), 256, 0, stream>>>(w.get(), m * n, d.own.get());
     CUDA_LAUNCH_CHECK();
     CUDA_CHECK(cudaStreamSynchronize(stream));
 }

@@ -41,12 +41,17 @@ void into(const DVec& d, std::vector<float>& v, cudaStream_t st) {
     v = download_f(d.get(), d.size(), st);
 }
 
-// A padded device matrix (rows × rp) into its host values (rows × r).
-void into_unpadded(const DVec& d, std::vector<float>& v, int64_t rows, int64_t r, int64_t rp,
+// A padded device matrix (rows × b.rp) as its host values (rows × b.r).
+std::vector<float> download_unpadded(const DVec& d, int64_t rows, const DBlr& b, cudaStream_t st) {
+    return unpad_cols(download_f(d.get(), d.size(), st), rows, b.r, b.rp);
+}
+
+// The same into v, whose size must already be rows × b.r.
+void into_unpadded(const DVec& d, std::vector<float>& v, int64_t rows, const DBlr& b,
                    cudaStream_t st) {
-    CORTIQ_ASSERT(d.size() == rows * rp && static_cast<int64_t>(v.size()) == rows * r,
-                  "device {} vs host {} values", d.size(), v.size());
-    v = unpad_cols(download_f(d.get(), d.size(), st), rows, r, rp);
+    CORTIQ_ASSERT(static_cast<int64_t>(v.size()) == rows * b.r, "device {} vs host {} values",
+                  d.size(), v.size());
+    v = download_unpadded(d, rows, b, st);
 }
 
 float* opt(DVec& v) {
@@ -112,10 +117,10 @@ void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t s
             const DBlrPath& s = b.paths[k];
             auto& q = dst[i]->blr->paths[k];
             into(s.h, q.h, st);
-            into_unpadded(s.l, q.l, 1, b.r, b.rp, st);
+            into_unpadded(s.l, q.l, 1, b, st);
             into(s.g, q.g, st);
-            into_unpadded(s.su, q.su, b.m, b.r, b.rp, st);
-            into_unpadded(s.sv, q.sv, b.n, b.r, b.rp, st);
+            into_unpadded(s.su, q.su, b.m, b, st);
+            into_unpadded(s.sv, q.sv, b.n, b, st);
         }
     }
 }
@@ -157,13 +162,11 @@ BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t st) {
             continue;
         }
         BlrGradT<float> o{b->m, b->n, b->r, {}};
-        const auto unpadded = [&](const DVec& v, int64_t rows) {
-            return unpad_cols(download_f(v.get(), v.size(), st), rows, b->r, b->rp);
-        };
         for (const auto& q : b->paths)
-            o.paths.push_back({download_f(q.h.get(), q.h.size(), st), unpadded(q.l, 1),
-                               download_f(q.g.get(), q.g.size(), st), unpadded(q.su, b->m),
-                               unpadded(q.sv, b->n)});
+            o.paths.push_back(
+                {download_f(q.h.get(), q.h.size(), st), download_unpadded(q.l, 1, *b, st),
+                 download_f(q.g.get(), q.g.size(), st), download_unpadded(q.su, b->m, *b, st),
+                 download_unpadded(q.sv, b->n, *b, st)});
         h.blr.emplace_back(std::move(o));
     }
     h.in_norm = download_f(g.in_norm.get(), g.in_norm.size(), st);
