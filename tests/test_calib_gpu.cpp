@@ -5,6 +5,9 @@
 // --device gpu end to end. Skips without a GPU.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#ifdef CORTIQ_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <cmath>
 #include <cstdio>
@@ -56,6 +59,18 @@ calib::CalibSet windows(int64_t vocab, int64_t n_fit, int64_t n_sel, int64_t T, 
     for (int64_t i = 0; i < n_fit; ++i) cs.fit.push_back(one());
     for (int64_t i = 0; i < n_sel; ++i) cs.sel.push_back(one());
     return cs;
+}
+
+// n floats of device memory (the tests that call it skip without a GPU).
+std::vector<float> download(const float* p, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+#ifdef CORTIQ_HAVE_CUDA
+    EXPECT_EQ(cudaMemcpy(out.data(), p, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+#else
+    ADD_FAILURE() << "no CUDA in this build: " << p;
+#endif
+    return out;
 }
 
 void expect_same(const std::pair<MatD, MatD>& g, const std::pair<MatD, MatD>& c,
@@ -180,6 +195,48 @@ TEST(CalibGpu, PackedLayerFormsTheHostDenseWeight) {
     const auto gp = on_packed.grams(1, "mlp.gate_proj"), gd = on_dense.grams(1, "mlp.gate_proj");
     EXPECT_LT(rel(gp.first, gd.first), 1e-7);
     EXPECT_LT(rel(gp.second, gd.second), 1e-7);
+}
+
+// Block tuning's windows left on the device (block_pairs_on_device) hold
+// the values of the host copies (block_pairs), bit for bit: the compressed
+// model's states entering the block and the original's block outputs.
+TEST(CalibGpu, BlockPairsOnTheDeviceEqualTheHostCopies) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const std::string dir = (kData / "models" / "stories260K").string();
+    model::Model m = model::Model::load(dir);
+    const model::Model orig = model::Model::load(dir);
+    const calib::CalibSet cs = windows(m.config().vocab_size, 3, 2, 64, 13);
+    calib::SequentialCalib gpu(m, cs, model::Device::gpu, &orig);
+    // the compressed model's states differ from the original's after layer 0
+    Rng rng(3);
+    model::Linear& lin = m.linear(0, "mlp.down_proj");
+    MatF w = lin.w->dense();
+    for (int64_t i = 0; i < w.size(); ++i)
+        w.data()[i] *= static_cast<float>(0.9 + 0.2 * rng.uniform());
+    lin.w = std::make_unique<model::DenseLinear>(std::move(w));
+    gpu.weight_changed(0, "mlp.down_proj");
+    gpu.advance(0);
+    ASSERT_TRUE(gpu.on_device());
+    for (int set : {0, 1}) {
+        const auto [hx, hy] = gpu.block_pairs(set, 1);
+        const calib::SequentialCalib::DevicePairs d = gpu.block_pairs_on_device(set, 1);
+        ASSERT_EQ(d.x.windows, static_cast<int64_t>(hx.size()));
+        ASSERT_EQ(d.y.windows, static_cast<int64_t>(hy.size()));
+        const int64_t each = d.x.rows * d.x.cols;
+        ASSERT_EQ(each, hx[0].size());
+        const std::vector<float> dx = download(d.x.data, d.x.windows * each);
+        const std::vector<float> dy = download(d.y.data, d.y.windows * each);
+        for (size_t i = 0; i < hx.size(); ++i) {
+            EXPECT_TRUE(std::equal(hx[i].data(), hx[i].data() + each, dx.begin() + i * each))
+                << "set " << set << ", window " << i << ": inputs";
+            EXPECT_TRUE(std::equal(hy[i].data(), hy[i].data() + each, dy.begin() + i * each))
+                << "set " << set << ", window " << i << ": targets";
+        }
+        EXPECT_FALSE(std::equal(dx.begin(), dx.end(), dy.begin())) << "the block changes nothing";
+    }
+    gpu.free_block_pairs();
+    EXPECT_NO_THROW(gpu.grams(1, "mlp.down_proj"));
 }
 
 TEST(CalibGpu, ManyBatchesEqualOne) {

@@ -325,6 +325,51 @@ TEST(TuneBlockGpu, TwoRunsOfOneProblemEndInTheSameBits) {
     EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
 }
 
+// Windows already on the device (the calibration's states with --device
+// gpu, one after the other) tune to the same bits as the same windows from
+// the host: the same losses, epoch kept, flips and values.
+TEST(TuneBlockGpu, WindowsOnTheDeviceTuneAsFromTheHost) {
+    REQUIRE_GPU();
+    const Size s{64, 4, 2, 16, 96, 1, 128, 8};
+    TuneProblem t = make_problem(false, 34, s, 6, 3);
+    TuneOptions o;
+    o.epochs = 3;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 5e-4;
+    o.latent_init = 2e-3;
+    std::vector<::cortiq::cuda::DVec> keep;
+    const auto on_device = [&](const WindowPairs& w) {
+        std::vector<float> x, y;
+        for (size_t i = 0; i < w.x.size(); ++i) {
+            x.insert(x.end(), w.x[i].data(), w.x[i].data() + w.x[i].size());
+            y.insert(y.end(), w.y[i].data(), w.y[i].data() + w.y[i].size());
+        }
+        keep.push_back(::cortiq::cuda::upload_f(x, nullptr));
+        keep.push_back(::cortiq::cuda::upload_f(y, nullptr));
+        return DeviceWindowPairs{keep[keep.size() - 2].get(), keep.back().get(),
+                                 static_cast<int64_t>(w.x.size()), w.x[0].rows(), w.x[0].cols()};
+    };
+    const DeviceWindowPairs fit = on_device(t.fit), sel = on_device(t.sel);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    BlockParamsT<float> p1 = t.start, p2 = t.start;
+    const Outcome a = outcome(tune_block_gpu(p1, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
+    const Outcome b = outcome(tune_block_gpu(p2, t.f.d, t.f.inv_freq, fit, sel, o));
+    EXPECT_LT(a.fit_after, a.fit_before) << "the problem should be tunable";
+    EXPECT_EQ(a.fit_before, b.fit_before);
+    EXPECT_EQ(a.sel_before, b.sel_before);
+    EXPECT_EQ(a.fit_after, b.fit_after);
+    EXPECT_EQ(a.sel_after, b.sel_after);
+    EXPECT_EQ(a.best_epoch, b.best_epoch);
+    EXPECT_EQ(a.flips, b.flips);
+    EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
+    // windows of the wrong width are refused with a message
+    DeviceWindowPairs narrow = fit;
+    narrow.cols -= 1;
+    BlockParamsT<float> p3 = t.start;
+    EXPECT_THROW(tune_block_gpu(p3, t.f.d, t.f.inv_freq, narrow, sel, o), Error);
+}
+
 // Sign tuning on test_tune_block's sign problem (sign_problem.hpp: a tenth of
 // up_proj's left signs flipped away from a known block), where the CPU tuner
 // flips about a thousand signs and undoes 14 to 16 of the 38 injected flips
@@ -494,7 +539,7 @@ TEST(DistillGpu, WithoutCudaThrows) {
 
 TEST(TuneBlockGpu, WithoutCudaThrows) {
     BlockParamsT<float> p;
-    EXPECT_THROW(tune_block_gpu(p, {}, {}, {}, {}, {}), std::exception);
+    EXPECT_THROW(tune_block_gpu(p, {}, {}, WindowPairs{}, WindowPairs{}, {}), std::exception);
 }
 
 #endif

@@ -48,6 +48,18 @@ class GpuStates {
     // the device and copied to the host like hidden(); the states stay as
     // they are (block tuning's targets, when this is the original model).
     std::vector<MatF> block_outputs(int set, int64_t layer);
+    // A set's windows on the device, `windows` of rows × cols floats each,
+    // one after the other (complete: the model's stream is synchronised).
+    struct DeviceSet {
+        const float* data = nullptr;
+        int64_t windows = 0, rows = 0, cols = 0;
+    };
+    // The hidden states themselves, valid until the next advance().
+    DeviceSet hidden_on_device(int set);
+    // block_outputs kept on the device, in a buffer of this object that the
+    // next call for the set overwrites and free_block_outputs releases.
+    DeviceSet block_outputs_on_device(int set, int64_t layer);
+    void free_block_outputs();
     // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
     void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
     // The model on the device, for other work once calibration is over; the

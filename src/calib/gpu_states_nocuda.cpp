@@ -28,6 +28,15 @@ std::vector<MatF> GpuStates::hidden(int) {
 std::vector<MatF> GpuStates::block_outputs(int, int64_t) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
+GpuStates::DeviceSet GpuStates::hidden_on_device(int) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+GpuStates::DeviceSet GpuStates::block_outputs_on_device(int, int64_t) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+void GpuStates::free_block_outputs() {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
 void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }

@@ -253,6 +253,17 @@ std::pair<std::vector<MatF>, std::vector<MatF>> SequentialCalib::block_pairs(int
     return {std::move(x), std::move(y)};
 }
 
+SequentialCalib::DevicePairs SequentialCalib::block_pairs_on_device(int set, int64_t layer) {
+    check_live();
+    CORTIQ_ASSERT(gpu_ && gpu_original_, "block_pairs_on_device needs GPU states and the original");
+    CORTIQ_CHECK(!dist::distributed(), "block tuning's windows on the device: one process only");
+    return {gpu_->hidden_on_device(set), gpu_original_->block_outputs_on_device(set, layer)};
+}
+
+void SequentialCalib::free_block_pairs() {
+    if (gpu_original_) gpu_original_->free_block_outputs();
+}
+
 // Several ranks: every rank's pairs, in window order, on rank 0 (which tunes);
 // the other ranks keep none.
 void SequentialCalib::gather_on_root(std::vector<MatF>& x, std::vector<MatF>& y) {

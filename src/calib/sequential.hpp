@@ -61,6 +61,16 @@ class SequentialCalib {
     // each rank's own (window_share).
     std::pair<std::vector<MatF>, std::vector<MatF>> block_pairs(int set, int64_t layer,
                                                                 bool gather = true);
+    // block_pairs without leaving the device (one process, GPU states): the
+    // set's windows as GpuStates::DeviceSet views, x the compressed model's
+    // states and y the original's block outputs, valid until free_block_pairs
+    // or the next advance. on_device() says whether the states are there.
+    struct DevicePairs {
+        GpuStates::DeviceSet x, y;
+    };
+    bool on_device() const { return gpu_ != nullptr && !released_; }
+    DevicePairs block_pairs_on_device(int set, int64_t layer);
+    void free_block_pairs();
     // This rank's windows of a set: the first one's index and the set's
     // count over every rank (under mpirun each rank holds a contiguous share).
     std::pair<int64_t, int64_t> window_share(int set) const;

@@ -106,6 +106,68 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
     }
 }
 
+namespace {
+
+// After a block's tuning: the tuned layers put in place when an epoch was
+// kept, the report, the record sent to the other ranks (`broadcast`), progress.
+void finish_tuning(Run& run, int64_t layer, LayerRecord& rec, const tune::BlockParamsT<float>& p,
+                   const tune::BlockTuneResult& res, std::chrono::steady_clock::time_point t0,
+                   bool broadcast) {
+    Profile* const prof = run.o.profile ? &run.report.tune_stages : nullptr;
+    if (res.best_epoch > 0) {
+        const ScopedStage stage(prof, "install");  // packed, dequantised, put in the model
+        install_block(run, layer, p, &rec);
+    }
+    const double secs = seconds_since(t0);
+    run.report.tune_seconds += secs;
+    run.report.tuned_blocks.push_back({{"layer", layer},
+                                       {"fit_before", res.fit_before},
+                                       {"fit_after", res.fit_after},
+                                       {"sel_before", res.sel_before},
+                                       {"sel_after", res.sel_after},
+                                       {"best_epoch", res.best_epoch},
+                                       {"flips", res.flips},
+                                       {"seconds", secs},
+                                       {"peak_rss_bytes", peak_rss_bytes()}});
+    if (broadcast) broadcast_record(rec, 0);
+    int64_t weights = 0;  // the layer's tuning, on the quantize bar (quantize.cpp)
+    for (const auto& r : rec.reports) weights += r.m * r.n;
+    run.bar.advance(weights, fmt::format("layer {} tuned", layer));
+    if (run.o.verbose)
+        run.bar.print(fmt::format(
+            "layer {} tuned: block error {:.4f} → {:.4f} (held out {:.4f} → {:.4f}), epoch {} "
+            "kept, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
+            layer, res.fit_before, res.fit_after, res.sel_before, res.sel_after, res.best_epoch,
+            res.flips, secs, peak_rss_bytes() / 1e6));
+}
+
+// Block tuning on the calibration's states on the device (--device gpu, one
+// process): the windows and the original block's outputs never go to the host.
+tune::BlockTuneResult tune_on_device_states(Run& run, int64_t layer, tune::BlockParamsT<float>& p,
+                                            const tune::BlockDims& dims, Profile* prof) {
+    using Pairs = calib::SequentialCalib::DevicePairs;
+    Pairs fit, sel;
+    {
+        const ScopedStage stage(prof, "pairs");
+        fit = run.states.block_pairs_on_device(0, layer);
+        sel = run.states.block_pairs_on_device(1, layer);
+    }
+    const auto windows = [](const Pairs& d) {
+        CORTIQ_ASSERT(d.x.windows == d.y.windows && d.x.rows == d.y.rows && d.x.cols == d.y.cols,
+                      "block tuning: {} inputs of {} × {}, {} targets of {} × {}", d.x.windows,
+                      d.x.rows, d.x.cols, d.y.windows, d.y.rows, d.y.cols);
+        return tune::DeviceWindowPairs{d.x.data, d.y.data, d.x.windows, d.x.rows, d.x.cols};
+    };
+    tune::TuneOptions to = run.o.tune;
+    to.profile = prof;
+    const tune::BlockTuneResult res = tune::tune_block_gpu(
+        p, dims, model::rope_inv_freq(run.model.config()), windows(fit), windows(sel), to);
+    run.states.free_block_pairs();
+    return res;
+}
+
+}  // namespace
+
 void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
@@ -128,6 +190,10 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     // tuned block. With one window a step a step has nothing to share: rank 0
     // holds every window's pairs and tunes, the others take its payloads.
     const bool data_parallel = dist::distributed() && run.o.tune.batch_windows > 1;
+    // --device gpu with the states on the device: the windows stay there.
+    if (run.o.device == encode::Device::gpu && run.states.on_device() && !dist::distributed())
+        return finish_tuning(run, layer, rec, p, tune_on_device_states(run, layer, p, dims, prof),
+                             t0, false);
     std::optional<ScopedStage> pairs_stage(std::in_place, prof, "pairs");
     auto [xf, yf] = run.states.block_pairs(0, layer, !data_parallel);
     auto [xs, ys] = run.states.block_pairs(1, layer, !data_parallel);
@@ -154,36 +220,15 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     }
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
     // float32, for every block kind.
-    const auto tune_fn =
-        run.o.device == encode::Device::gpu ? tune::tune_block_gpu : tune::tune_block;
+    using TuneFn = tune::BlockTuneResult (*)(tune::BlockParamsT<float>&, const tune::BlockDims&,
+                                             const std::vector<float>&, const tune::WindowPairs&,
+                                             const tune::WindowPairs&, const tune::TuneOptions&);
+    const TuneFn tune_fn =
+        run.o.device == encode::Device::gpu ? TuneFn{tune::tune_block_gpu} : tune::tune_block;
     const tune::BlockTuneResult res =
         tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
                 {std::move(xs), std::move(ys)}, to);
-    if (res.best_epoch > 0) {
-        const ScopedStage stage(prof, "install");  // packed, dequantised, put in the model
-        install_block(run, layer, p, &rec);
-    }
-    const double secs = seconds_since(t0);
-    run.report.tune_seconds += secs;
-    run.report.tuned_blocks.push_back({{"layer", layer},
-                                       {"fit_before", res.fit_before},
-                                       {"fit_after", res.fit_after},
-                                       {"sel_before", res.sel_before},
-                                       {"sel_after", res.sel_after},
-                                       {"best_epoch", res.best_epoch},
-                                       {"flips", res.flips},
-                                       {"seconds", secs},
-                                       {"peak_rss_bytes", peak_rss_bytes()}});
-    if (dist::distributed() && !data_parallel) broadcast_record(rec, 0);
-    int64_t weights = 0;  // the layer's tuning, on the quantize bar (quantize.cpp)
-    for (const auto& r : rec.reports) weights += r.m * r.n;
-    run.bar.advance(weights, fmt::format("layer {} tuned", layer));
-    if (run.o.verbose)
-        run.bar.print(fmt::format(
-            "layer {} tuned: block error {:.4f} → {:.4f} (held out {:.4f} → {:.4f}), epoch {} "
-            "kept, {} signs flipped, {:.1f}s, peak RSS {:.0f} MB",
-            layer, res.fit_before, res.fit_after, res.sel_before, res.sel_after, res.best_epoch,
-            res.flips, secs, peak_rss_bytes() / 1e6));
+    finish_tuning(run, layer, rec, p, res, t0, dist::distributed() && !data_parallel);
 }
 
 }  // namespace cortiq::quant

@@ -84,6 +84,17 @@ struct WindowPairs {
     std::vector<MatF> x, y;
 };
 
+// The same windows already on the device (--device gpu: the calibration's
+// states, which then never go to the host): `count` windows of rows × cols
+// floats each, one after the other, inputs at x and targets at y. The memory
+// belongs to the caller, is on the calling thread's current device and is
+// complete (its stream synchronised) before the call; the tuner only reads it.
+struct DeviceWindowPairs {
+    const float* x = nullptr;
+    const float* y = nullptr;
+    int64_t count = 0, rows = 0, cols = 0;
+};
+
 // Tunes p in place. With o.ranks, fit and sel hold this process's windows
 // only, and every process ends with the same p.
 BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
@@ -96,6 +107,12 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
 BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
                                const std::vector<float>& inv_freq, const WindowPairs& fit,
                                const WindowPairs& sel, const TuneOptions& o);
+// The same on windows that are on the device already: the same result, bit
+// for bit, as the host windows of the same values (no copy to the host and
+// back). sel may hold no windows (count 0).
+BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const DeviceWindowPairs& fit,
+                               const DeviceWindowPairs& sel, const TuneOptions& o);
 
 // The length L of the windows after checking that fit holds windows and
 // both sets pair each input with a target (both tuners start with it).

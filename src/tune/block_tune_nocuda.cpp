@@ -13,6 +13,12 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>&, const BlockDims&, const std
     CORTIQ_FAIL("--device gpu: block tuning: {}", gpu_unavailable_reason());
 }
 
+BlockTuneResult tune_block_gpu(BlockParamsT<float>&, const BlockDims&, const std::vector<float>&,
+                               const DeviceWindowPairs&, const DeviceWindowPairs&,
+                               const TuneOptions&) {
+    CORTIQ_FAIL("--device gpu: block tuning: {}", gpu_unavailable_reason());
+}
+
 DistillResult distill_gpu(Student&, const TeacherFn&, const std::vector<std::vector<int32_t>>&,
                           const std::vector<std::vector<int32_t>>&, const TuneOptions&,
                           const DeviceTeacherFn&) {

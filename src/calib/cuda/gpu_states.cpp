@@ -25,6 +25,7 @@ struct GpuStates::Impl {
     struct Set {
         int64_t windows = 0, T = 0;
         DVec x;
+        DVec y;  // block_outputs_on_device's
     };
     model::GpuModel model;
     std::array<Set, 2> sets;
@@ -40,6 +41,28 @@ struct GpuStates::Impl {
         return std::max<int64_t>(1, model.batch_rows() / T);
     }
     void load(int s, const std::vector<std::vector<int32_t>>& windows);
+
+    // The outputs of block `layer` on the set's states, batch by batch, into
+    // `out` (windows × T × hidden on the device) or, when null, the model's
+    // work rows; each_batch(outputs, first window, windows) after each batch.
+    // The states stay as they are.
+    template <class F>
+    void run_block_copy(Set& cs, int64_t layer, float* out, F&& each_batch) {
+        const io::ModelConfig& c = model.config();
+        CORTIQ_CHECK(cs.windows > 0, "calibration set is not loaded");
+        CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
+        const int64_t H = c.hidden_size, T = cs.T, each = T * H, per = windows_per_batch(T);
+        for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
+            const int64_t nw = std::min(per, cs.windows - w0), rows = nw * T;
+            // The block adds into its input: run it on a copy.
+            float* work = out ? out + w0 * each : model.work_rows(rows);
+            CUDA_CHECK(cudaMemcpyAsync(work, cs.x.get() + w0 * each,
+                                       static_cast<size_t>(rows * H) * sizeof(float),
+                                       cudaMemcpyDeviceToDevice, stream()));
+            model.run_block(layer, nw, T, work);
+            each_batch(work, w0, nw);
+        }
+    }
 };
 
 namespace {
@@ -214,27 +237,38 @@ std::vector<MatF> GpuStates::hidden(int set) {
 std::vector<MatF> GpuStates::block_outputs(int set, int64_t layer) {
     Impl& g = live(impl_);
     Impl::Set& cs = g.set(set);
-    const io::ModelConfig& c = g.model.config();
-    CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
-    CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
-    const int64_t H = c.hidden_size, T = cs.T, each = T * H, per = g.windows_per_batch(T);
-    const cudaStream_t st = g.stream();
+    const int64_t H = g.model.config().hidden_size, T = cs.T, each = T * H;
     std::vector<MatF> out;
     out.reserve(static_cast<size_t>(cs.windows));
-    for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
-        const int64_t nw = std::min(per, cs.windows - w0), rows = nw * T;
-        // The block adds into its input: run it on a copy.
-        float* work = g.model.work_rows(rows);
-        CUDA_CHECK(cudaMemcpyAsync(work, cs.x.get() + w0 * each,
-                                   static_cast<size_t>(rows * H) * sizeof(float),
-                                   cudaMemcpyDeviceToDevice, st));
-        g.model.run_block(layer, nw, T, work);
-        const std::vector<float> batch = download_f(work, rows * H, st);  // synchronises
+    g.run_block_copy(cs, layer, nullptr, [&](const float* work, int64_t, int64_t nw) {
+        const std::vector<float> batch = download_f(work, nw * each, g.stream());  // synchronises
         for (int64_t w = 0; w < nw; ++w)
             out.emplace_back(
                 T, H, std::vector<float>(batch.begin() + w * each, batch.begin() + (w + 1) * each));
-    }
+    });
     return out;
+}
+
+GpuStates::DeviceSet GpuStates::hidden_on_device(int set) {
+    Impl& g = live(impl_);
+    Impl::Set& cs = g.set(set);
+    g.model.gpu().sync();
+    return {cs.x.get(), cs.windows, cs.T, g.model.config().hidden_size};
+}
+
+GpuStates::DeviceSet GpuStates::block_outputs_on_device(int set, int64_t layer) {
+    Impl& g = live(impl_);
+    Impl::Set& cs = g.set(set);
+    const int64_t H = g.model.config().hidden_size;
+    if (cs.y.size() != cs.x.size()) cs.y = DVec(cs.x.size(), g.stream());
+    g.run_block_copy(cs, layer, cs.y.get(), [](const float*, int64_t, int64_t) {});
+    g.model.gpu().sync();
+    return {cs.y.get(), cs.windows, cs.T, H};
+}
+
+void GpuStates::free_block_outputs() {
+    Impl& g = live(impl_);
+    for (Impl::Set& cs : g.sets) cs.y = DVec();
 }
 
 void GpuStates::set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w) {

@@ -28,10 +28,12 @@ using cuda::DRope;
 using cuda::DVec;
 using cuda::Gpu;
 
-// The windows of a WindowPairs on the device, each L × hidden.
+// A set of windows on the device, each L × hidden: pointers into memory
+// uploaded here (`owned`, host windows) or the caller's (DeviceWindowPairs).
 struct DWindows {
-    std::vector<DVec> x, y;
+    std::vector<const float*> x, y;
     int64_t each = 0;  // values per window
+    std::vector<DVec> owned;
 };
 
 DWindows upload(const WindowPairs& w, cudaStream_t st) {
@@ -39,22 +41,36 @@ DWindows upload(const WindowPairs& w, cudaStream_t st) {
     for (size_t i = 0; i < w.x.size(); ++i) {
         CORTIQ_ASSERT(w.x[i].size() == w.x[0].size() && w.y[i].size() == w.x[0].size(),
                       "calibration windows of different sizes");
-        d.x.push_back(cortiq::cuda::upload_f(
-            std::vector<float>(w.x[i].data(), w.x[i].data() + w.x[i].size()), st));
-        d.y.push_back(cortiq::cuda::upload_f(
-            std::vector<float>(w.y[i].data(), w.y[i].data() + w.y[i].size()), st));
+        for (const MatF* m : {&w.x[i], &w.y[i]})
+            d.owned.push_back(
+                cortiq::cuda::upload_f(std::vector<float>(m->data(), m->data() + m->size()), st));
+        d.x.push_back(d.owned[d.owned.size() - 2].get());
+        d.y.push_back(d.owned.back().get());
     }
     d.each = w.x.empty() ? 0 : w.x[0].size();
     return d;
 }
 
+DWindows view(const DeviceWindowPairs& w) {
+    CORTIQ_CHECK(w.count == 0 || (w.x && w.y && w.rows > 0 && w.cols > 0),
+                 "block tuning: {} device windows of {} × {} without their memory", w.count, w.rows,
+                 w.cols);
+    DWindows d;
+    d.each = w.rows * w.cols;
+    for (int64_t i = 0; i < w.count; ++i) {
+        d.x.push_back(w.x + i * d.each);
+        d.y.push_back(w.y + i * d.each);
+    }
+    return d;
+}
+
 // The windows [first, first + count) of `order`, rows concatenated, into out.
-void gather(const Gpu& g, const std::vector<DVec>& w, const std::vector<size_t>& order,
+void gather(const Gpu& g, const std::vector<const float*>& w, const std::vector<size_t>& order,
             size_t first, size_t count, int64_t each, DVec& out) {
     cuda::ensure(out, each * static_cast<int64_t>(count), g.stream());
     for (size_t i = 0; i < count; ++i)
-        CUDA_CHECK(cudaMemcpyAsync(out.get() + i * each, w[order[first + i]].get(),
-                                   sizeof(float) * each, cudaMemcpyDeviceToDevice, g.stream()));
+        CUDA_CHECK(cudaMemcpyAsync(out.get() + i * each, w[order[first + i]], sizeof(float) * each,
+                                   cudaMemcpyDeviceToDevice, g.stream()));
 }
 
 class Evaluator {
@@ -97,25 +113,26 @@ class Evaluator {
 
 }  // namespace
 
-BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
-                               const std::vector<float>& inv_freq, const WindowPairs& fit,
-                               const WindowPairs& sel, const TuneOptions& o) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const int64_t L = window_length(fit, sel);
-    const Gpu g;
+namespace {
+
+// tune_block_gpu on windows already on the device: `upload` times copying
+// the block's values (and, from the host overload, the windows) there.
+BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const Gpu& g,
+                               const DWindows& dfit, const DWindows& dsel, int64_t L,
+                               const TuneOptions& o, std::chrono::steady_clock::time_point t0,
+                               std::optional<cortiq::cuda::StageTimer>& upload_stage) {
     const cudaStream_t st = g.stream();
     using Stage = cortiq::cuda::StageTimer;  // each stage timed alone when profiling
-    std::optional<Stage> upload_stage(std::in_place, g, o.profile, "upload", true);
     const DRope rope = cuda::upload(rope_for<float>(inv_freq, L), st);
     DBlockParams dp = cuda::upload(p, st);
-    const DWindows dfit = upload(fit, st), dsel = upload(sel, st);
     upload_stage.reset();
     Evaluator ev(g, d, rope, std::max<int64_t>(1, o.batch_windows), L);
     BlockTuneResult res;
     std::optional<Stage> eval_stage(std::in_place, g, o.profile, "evaluate", true);
     const auto [err0, ref_fit] = ev.run(dp, dfit);
     res.fit_before = ref_fit > 0 ? err0 / ref_fit : err0;
-    res.sel_before = sel.x.empty() ? res.fit_before : ev.relative(dp, dsel);
+    res.sel_before = dsel.x.empty() ? res.fit_before : ev.relative(dp, dsel);
     eval_stage.reset();
     res.fit_after = res.fit_before;
     res.sel_after = res.sel_before;
@@ -151,10 +168,10 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(
-        fit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
+        dfit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
         [&] {
             const Stage stage(g, o.profile, "evaluate", true);
-            return sel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
+            return dsel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
         },
         [&] {
             const Stage stage(g, o.profile, "download", true);
@@ -170,6 +187,36 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
     g.sync();
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
+}
+
+}  // namespace
+
+BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const WindowPairs& fit,
+                               const WindowPairs& sel, const TuneOptions& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t L = window_length(fit, sel);
+    const Gpu g;
+    std::optional<cortiq::cuda::StageTimer> upload_stage(std::in_place, g, o.profile, "upload",
+                                                         true);
+    const DWindows dfit = upload(fit, g.stream()), dsel = upload(sel, g.stream());
+    return tune_on_device(p, d, inv_freq, g, dfit, dsel, L, o, t0, upload_stage);
+}
+
+BlockTuneResult tune_block_gpu(BlockParamsT<float>& p, const BlockDims& d,
+                               const std::vector<float>& inv_freq, const DeviceWindowPairs& fit,
+                               const DeviceWindowPairs& sel, const TuneOptions& o) {
+    CORTIQ_CHECK(
+        fit.count > 0 && (sel.count == 0 || (sel.rows == fit.rows && sel.cols == fit.cols)),
+        "block tuning needs fit windows of one shape ({} of {} × {}; held out {} of {} × {})",
+        fit.count, fit.rows, fit.cols, sel.count, sel.rows, sel.cols);
+    CORTIQ_CHECK(fit.cols == d.hidden, "block tuning: windows {} wide for a block of width {}",
+                 fit.cols, d.hidden);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Gpu g;
+    std::optional<cortiq::cuda::StageTimer> upload_stage(std::in_place, g, o.profile, "upload",
+                                                         true);
+    return tune_on_device(p, d, inv_freq, g, view(fit), view(sel), fit.rows, o, t0, upload_stage);
 }
 
 }  // namespace cortiq::tune
