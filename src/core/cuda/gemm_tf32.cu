@@ -44,23 +44,38 @@ void split_tf32(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int
     CUDA_LAUNCH_CHECK();
 }
 
-void gemm_cublas(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
-                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                 int64_t ldc, bool tf32) {
+namespace {
+
+void gemm_on(cublasHandle_t blas, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+             const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+             int64_t ldc, bool tf32) {
     // row-major C = op(A) op(B) is the column-major Cᵀ = op(B)ᵀ op(A)ᵀ
     CUBLAS_CHECK(cublasGemmEx(
-        g.blas(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "n"),
+        blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, to_int(n, "n"),
         to_int(m, "m"), to_int(k, "k"), &alpha, b, CUDA_R_32F, to_int(ldb, "ldb"), a, CUDA_R_32F,
         to_int(lda, "lda"), &beta, c, CUDA_R_32F, to_int(ldc, "ldc"),
         tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+}  // namespace
+
+void gemm_cublas(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                 int64_t ldc, bool tf32) {
+    gemm_on(g.blas(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, tf32);
+}
+
 void gemm_tf32x3(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, unsigned exact) {
+    gemm_tf32x3(g.blas(), g.stream(), ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, exact);
+}
+
+void gemm_tf32x3(cublasHandle_t blas, cudaStream_t st, bool ta, bool tb, int64_t m, int64_t n,
+                 int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc, unsigned exact) {
     // stored shapes of A (m×k or k×m) and B (k×n or n×k)
     const int64_t ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    const cudaStream_t st = g.stream();
     DeviceBuffer<float> ahi, alo, bhi, blo;
     const float *a_hi = a, *b_hi = b;
     int64_t lda_h = lda, ldb_h = ldb;
@@ -81,14 +96,14 @@ void gemm_tf32x3(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k
     // the small terms first, the main product last
     float bt = beta;
     if (!alo.empty()) {
-        gemm_cublas(g, ta, tb, m, n, k, alpha, alo.get(), ac, b_hi, ldb_h, bt, c, ldc, true);
+        gemm_on(blas, ta, tb, m, n, k, alpha, alo.get(), ac, b_hi, ldb_h, bt, c, ldc, true);
         bt = 1.f;
     }
     if (!blo.empty()) {
-        gemm_cublas(g, ta, tb, m, n, k, alpha, a_hi, lda_h, blo.get(), bc, bt, c, ldc, true);
+        gemm_on(blas, ta, tb, m, n, k, alpha, a_hi, lda_h, blo.get(), bc, bt, c, ldc, true);
         bt = 1.f;
     }
-    gemm_cublas(g, ta, tb, m, n, k, alpha, a_hi, lda_h, b_hi, ldb_h, bt, c, ldc, true);
+    gemm_on(blas, ta, tb, m, n, k, alpha, a_hi, lda_h, b_hi, ldb_h, bt, c, ldc, true);
 }
 
 }  // namespace cortiq::cuda

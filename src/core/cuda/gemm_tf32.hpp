@@ -35,5 +35,9 @@ void gemm_cublas(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k
 void gemm_tf32x3(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                  const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
                  int64_t ldc, unsigned exact);
+// The same on a cuBLAS handle whose stream is `st` (a model's own handle).
+void gemm_tf32x3(cublasHandle_t blas, cudaStream_t st, bool ta, bool tb, int64_t m, int64_t n,
+                 int64_t k, float alpha, const float* a, int64_t lda, const float* b, int64_t ldb,
+                 float beta, float* c, int64_t ldc, unsigned exact);
 
 }  // namespace cortiq::cuda
