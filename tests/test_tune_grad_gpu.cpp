@@ -425,8 +425,14 @@ TEST(TuneBlockGpu, TimingOnATinyLlamaSizedBlock) {
 // through the CPU operations. The same batches and Adam steps on both sides.
 // With device_teacher the GPU run reads the teacher's logits from device
 // memory (DeviceTeacherFn: quantize's path) and takes their log-softmax there.
-void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label,
-                     bool device_teacher = false) {
+// The student after distill_gpu: its values, bit for bit, and the KLs.
+struct Distilled {
+    DistillResult r;
+    std::vector<float> values;
+};
+
+Distilled compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label,
+                          bool device_teacher = false) {
     const Size s{32, 4, 2, 8, 48, 1, 24, 6};
     TuneProblem a = make_problem(qwen3, qwen3 ? 41 : 40, s, 1, 0);
     TuneProblem b = make_problem(qwen3, qwen3 ? 43 : 42, s, 1, 0);
@@ -446,7 +452,7 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
     truth.final_norm.assign(H, 1.0f);
     truth.blocks = {a.start, b.start};
     const auto rope = rope_for<float>(truth.inv_freq, L);
-    const TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
+    const auto normed_of = [&](const std::vector<int32_t>& toks) {
         std::vector<float> x(L * H), normed(L * H), rstd(L);
         embedding_forward(embed.data(), H, toks.data(), L, x.data());
         BlockActsT<float> acts;
@@ -456,10 +462,16 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
         }
         rmsnorm_forward(x.data(), L, H, truth.final_norm.data(), static_cast<float>(truth.d.eps),
                         normed.data(), rstd.data());
+        return normed;
+    };
+    const auto logits_of = [&](const float* normed) {
         MatF logits(L, V);
-        linear_forward(normed.data(), L, H, head.data(), V, static_cast<const float*>(nullptr),
+        linear_forward(normed, L, H, head.data(), V, static_cast<const float*>(nullptr),
                        logits.data());
         return logits;
+    };
+    const TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
+        return logits_of(normed_of(toks).data());
     };
     std::vector<std::vector<int32_t>> fit, sel;
     for (int w = 0; w < 8; ++w) {
@@ -476,21 +488,50 @@ void compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const c
                     for (auto* v : {&q.h, &q.l, &q.g})
                         for (auto& x : *v) x *= static_cast<float>(std::exp(nd(rng)));
     Student sg = sc;
-    cortiq::cuda::DVec on_device;
-    int device_calls = 0;
-    DeviceTeacherFn dt;
-    if (device_teacher)
-        dt = [&](const std::vector<int32_t>& toks) {
-            const MatF l = teacher(toks);
-            on_device =
-                cortiq::cuda::upload_f(std::vector<float>(l.data(), l.data() + l.size()), nullptr);
-            ++device_calls;
-            return static_cast<const float*>(on_device.get());
+    // the device teacher's two steps: the head inputs, then logits of such rows
+    cortiq::cuda::DVec hidden_out, logits_out;
+    int hidden_calls = 0, logits_calls = 0;
+    DeviceTeacher dt;
+    if (device_teacher) {
+        dt.width = H;
+        dt.hidden = [&](const std::vector<int32_t>& toks) {
+            hidden_out = cortiq::cuda::upload_f(normed_of(toks), nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            ++hidden_calls;
+            return static_cast<const float*>(hidden_out.get());
         };
+        dt.logits = [&](const float* normed, int64_t rows) {
+            EXPECT_EQ(rows, L);
+            const std::vector<float> n = cortiq::cuda::download_f(normed, rows * H, nullptr);
+            const MatF l = logits_of(n.data());
+            logits_out =
+                cortiq::cuda::upload_f(std::vector<float>(l.data(), l.data() + l.size()), nullptr);
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            ++logits_calls;
+            return static_cast<const float*>(logits_out.get());
+        };
+    }
     const DistillResult rc = distill(sc, teacher, fit, sel, o);
     const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o, dt);
-    if (device_teacher) EXPECT_EQ(device_calls, 8) << "each window's logits once, then kept";
+    using Keep = TuneOptions::TeacherKeep;
+    if (device_teacher) {
+        // each window's head inputs once when anything is kept (8 windows)
+        const int windows = 8;
+        if (o.teacher_keep == Keep::log_probs || o.teacher_keep == Keep::automatic)
+            EXPECT_EQ(logits_calls, windows) << "each window's logits once, then kept";
+        if (o.teacher_keep == Keep::head_inputs) {
+            EXPECT_EQ(hidden_calls, windows) << "each window's head inputs once, then kept";
+            EXPECT_GT(logits_calls, windows) << "the logits again for each use";
+        }
+        if (o.teacher_keep == Keep::nothing) EXPECT_GT(hidden_calls, windows);
+    }
     expect_gpu_follows_cpu(outcome(rc), outcome(rg), after_tol, label, "KL ", o.lr_signs > 0);
+    Distilled out{rg, {}};
+    for (const auto& blk : sg.blocks) {
+        const std::vector<float> v = tuned_values(blk);
+        out.values.insert(out.values.end(), v.begin(), v.end());
+    }
+    return out;
 }
 
 // Distillation of the scales alone: 4 epochs of 2 windows a step.
@@ -513,6 +554,27 @@ TEST(DistillGpu, TeacherOnTheDeviceFollowsTheCpuDistillation) {
     REQUIRE_GPU();
     compare_distill(false, distill_scales(), 0.03, "distill, llama, scales, teacher on the device",
                     true);
+}
+
+// Whatever distillation keeps of a device teacher (its log-probabilities,
+// its head inputs, or nothing), the student ends in the same bits: the
+// choice depends on free memory, so it must not change the file.
+TEST(DistillGpu, WhatIsKeptOfTheTeacherDoesNotChangeTheBits) {
+    REQUIRE_GPU();
+    using Keep = TuneOptions::TeacherKeep;
+    std::vector<Distilled> runs;
+    for (const Keep k : {Keep::log_probs, Keep::head_inputs, Keep::nothing}) {
+        TuneOptions o = distill_scales();
+        o.epochs = 2;
+        o.teacher_keep = k;
+        runs.push_back(compare_distill(false, o, 0.03, "distill, teacher kept or not", true));
+    }
+    for (size_t i = 1; i < runs.size(); ++i) {
+        EXPECT_EQ(runs[i].r.kl_fit_before, runs[0].r.kl_fit_before) << i;
+        EXPECT_EQ(runs[i].r.kl_sel_after, runs[0].r.kl_sel_after) << i;
+        EXPECT_EQ(runs[i].r.best_epoch, runs[0].r.best_epoch) << i;
+        EXPECT_TRUE(runs[i].values == runs[0].values) << i;
+    }
 }
 
 TEST(DistillGpu, SignLatentsFollowTheCpuDistillation) {

@@ -59,6 +59,13 @@ class GpuModel final : public Runtime {
     // forward() leaving the logits (tokens × vocab) on the device: valid until
     // the next call on this model, written when it returns (its stream waited).
     const float* forward_on_device(std::span<const int32_t> tokens);
+    // forward_on_device in two steps, the same bits: the head's input (the
+    // final RMSNorm of the last block's output, tokens × hidden), then the
+    // head's logits of such rows (rows × vocab; `normed` on this device,
+    // complete). Each result valid until the next call on this model. A
+    // caller that keeps the head's inputs recomputes logits without the blocks.
+    const float* final_hidden_on_device(std::span<const int32_t> tokens);
+    const float* head_on_device(const float* normed, int64_t rows);
     double windows_nll(std::span<const int32_t> tokens, int64_t windows) override;
     int64_t batch_windows(int64_t len) const override;
 

@@ -62,6 +62,12 @@ int64_t GpuModel::weight_bytes() const {
 const float* GpuModel::forward_on_device(std::span<const int32_t>) {
     no_gpu();
 }
+const float* GpuModel::final_hidden_on_device(std::span<const int32_t>) {
+    no_gpu();
+}
+const float* GpuModel::head_on_device(const float*, int64_t) {
+    no_gpu();
+}
 cortiq::cuda::Gpu& GpuModel::gpu() {
     no_gpu();
 }

@@ -55,15 +55,24 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         return logits;
     };
     // on the GPU the teacher's logits stay there (a window of a large
-    // vocabulary is hundreds of MB: 0.5 GB at 248k words and 512 tokens)
-    tune::DeviceTeacherFn device_teacher;
-    if (gpu_teacher)
-        device_teacher = [&](const std::vector<int32_t>& toks) {
+    // vocabulary is hundreds of MB: 0.5 GB at 248k words and 512 tokens), and
+    // where they cannot all be kept, its head inputs are (tune/distill.hpp)
+    tune::DeviceTeacher device_teacher;
+    if (gpu_teacher) {
+        device_teacher.width = cfg.hidden_size;
+        device_teacher.hidden = [&](const std::vector<int32_t>& toks) {
             const auto t1 = std::chrono::steady_clock::now();
-            const float* logits = gpu_teacher->forward_on_device(toks);
+            const float* normed = gpu_teacher->final_hidden_on_device(toks);
+            teacher_seconds += seconds_since(t1);
+            return normed;
+        };
+        device_teacher.logits = [&](const float* normed, int64_t rows) {
+            const auto t1 = std::chrono::steady_clock::now();
+            const float* logits = gpu_teacher->head_on_device(normed, rows);
             teacher_seconds += seconds_since(t1);
             return logits;
         };
+    }
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     std::vector<std::vector<int32_t>> fit = cs.fit;
     const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,

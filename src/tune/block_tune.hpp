@@ -68,6 +68,13 @@ struct TuneOptions {
     // kd_backward, kd_adam. On the GPU each stage then waits for the device.
     // The steps and their results do not change.
     Profile* profile = nullptr;
+    // distill_gpu with a device teacher: what of the teacher it keeps on the
+    // device between passes. `automatic` chooses by free memory: the
+    // log-probabilities where they fit in half of it, else the head's inputs
+    // (hidden size, not vocabulary, wide), else nothing (the teacher runs for
+    // each use). Every choice gives the same bits; tests pin one.
+    enum class TeacherKeep { automatic, nothing, head_inputs, log_probs };
+    TeacherKeep teacher_keep = TeacherKeep::automatic;
 };
 
 struct BlockTuneResult {

@@ -21,7 +21,7 @@ BlockTuneResult tune_block_gpu(BlockParamsT<float>&, const BlockDims&, const std
 
 DistillResult distill_gpu(Student&, const TeacherFn&, const std::vector<std::vector<int32_t>>&,
                           const std::vector<std::vector<int32_t>>&, const TuneOptions&,
-                          const DeviceTeacherFn&) {
+                          const DeviceTeacher&) {
     CORTIQ_FAIL("--device gpu: distillation: {}", gpu_unavailable_reason());
 }
 

@@ -41,9 +41,20 @@ void log_softmax_rows(MatF& l);
 
 // The teacher's logits of one window (T × vocab).
 using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
-// The same on the GPU that distill_gpu runs on: a device pointer to the T ×
-// vocab logits, written before it returns and valid until its next call.
-using DeviceTeacherFn = std::function<const float*(const std::vector<int32_t>&)>;
+// The teacher on the GPU that distill_gpu runs on, in two steps: `hidden`,
+// the head's input of a window (T × width, the final RMSNorm of the last
+// block's output), then `logits`, the head's T × vocab logits of such rows.
+// Device pointers, written before each returns and valid until the next
+// call of either. The two steps let distillation keep a window's head inputs
+// when its log-probabilities do not fit (a window of a 128k vocabulary is
+// 0.26 GB of them, its 4096-wide head input 8 MB) and recompute the logits
+// without the blocks.
+struct DeviceTeacher {
+    std::function<const float*(const std::vector<int32_t>&)> hidden;
+    std::function<const float*(const float* normed, int64_t rows)> logits;
+    int64_t width = 0;
+    explicit operator bool() const { return static_cast<bool>(hidden); }
+};
 
 // Each window's gradient and KL on its own, summed in window order, so that
 // with o.ranks (every process holding every window's tokens) each process
@@ -55,13 +66,14 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
 // order (same seed), the same Adam updates and choice of the epoch kept, in
 // float32 on the calling thread's current device. The teacher runs once per
 // window; its log-probabilities stay on the device when they fit in half of
-// its free memory, else the teacher runs again for each use. With
-// device_teacher the logits never leave the device (a large vocabulary's
-// window is hundreds of MB): its log-softmax is taken there, and `teacher` is
-// not called. Without CUDA it throws.
+// its free memory, else (device_teacher) its head inputs do, else the teacher
+// runs again for each use (o.teacher_keep). With device_teacher the logits
+// never leave the device (a large vocabulary's window is hundreds of MB): its
+// log-softmax is taken there, and `teacher` is not called. Without CUDA it
+// throws.
 DistillResult distill_gpu(Student& s, const TeacherFn& teacher,
                           const std::vector<std::vector<int32_t>>& fit,
                           const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o,
-                          const DeviceTeacherFn& device_teacher = {});
+                          const DeviceTeacher& device_teacher = {});
 
 }  // namespace cortiq::tune

@@ -38,6 +38,28 @@ const float* GpuModel::forward_on_device(std::span<const int32_t> tokens) {
     return impl_->ws.logits.get();
 }
 
+const float* GpuModel::final_hidden_on_device(std::span<const int32_t> tokens) {
+    impl_->load_tokens(tokens);
+    impl_->stop_before_head = true;
+    try {
+        impl_->run(1, static_cast<int64_t>(tokens.size()), nullptr, false);
+    } catch (...) {
+        impl_->stop_before_head = false;
+        throw;
+    }
+    impl_->stop_before_head = false;
+    impl_->gpu.sync();
+    return impl_->ws.n.get();
+}
+
+const float* GpuModel::head_on_device(const float* normed, int64_t rows) {
+    CORTIQ_CHECK(rows > 0 && rows <= impl_->ws.rows, "the head of {} rows (at most {})", rows,
+                 impl_->ws.rows);
+    impl_->head(normed, rows);
+    impl_->gpu.sync();
+    return impl_->ws.logits.get();
+}
+
 double GpuModel::windows_nll(std::span<const int32_t> tokens, int64_t windows) {
     const int64_t R = static_cast<int64_t>(tokens.size());
     CORTIQ_ASSERT(windows > 0 && R % windows == 0, "{} tokens in {} windows", R, windows);

@@ -478,8 +478,16 @@ struct GpuModel::Impl {
         const int64_t r0 = last_only ? R - 1 : 0;
         float* n = ws.n.get();
         cuda::rmsnorm(x + r0 * H, R - r0, H, w.final_norm.get(), eps, n, st);
-        ensure_logits(R - r0);  // sized by a first run before any capture
-        cuda::linear(bl, st, w.lm_head, n, R - r0, ws.logits.get(), 0.0f);
+        if (stop_before_head) return;
+        head(n, R - r0);
+    }
+    // run() without the head: the head's input stays in ws.n.
+    bool stop_before_head = false;
+
+    // The head's logits of `rows` normed rows at n, into ws.logits.
+    void head(const float* n, int64_t rows) {
+        ensure_logits(rows);  // sized by a first run before any capture
+        cuda::linear(gpu.blas(), stream(), w.lm_head, n, rows, ws.logits.get(), 0.0f);
     }
 
     // One token for each of `batch` cached sequences from cs.seq0 (tokens in

@@ -247,8 +247,8 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
         return;
     }
     if (tf32x3_rows(rows, stream)) {  // y = x Wᵀ, row-major, at float32 accuracy
-        cortiq::cuda::gemm_tf32x3(blas, stream, false, true, rows, l.m, l.n, 1.0f, x, l.n, l.w,
-                                  l.n, beta, y, l.m, cortiq::cuda::kNone);
+        cortiq::cuda::gemm_tf32x3(blas, stream, false, true, rows, l.m, l.n, 1.0f, x, l.n, l.w, l.n,
+                                  beta, y, l.m, cortiq::cuda::kNone);
         if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
         return;
     }

@@ -29,42 +29,67 @@ using Windows = std::vector<std::vector<int32_t>>;
 // each stage timed on its own when profiling (the device waited for around it)
 using Stage = cortiq::cuda::StageTimer;
 
-// The teacher's log-probabilities of the fit and held-out windows: computed
-// once and kept on the device, or (too large) computed for each use. Both
-// give the same bits: a window's values come from one function either way.
+// The teacher's log-probabilities of the fit and held-out windows. With a
+// device teacher they are kept on the device when they fit in half of its
+// free memory; else the head's inputs of every window are kept when those
+// fit, and the head and log-softmax run again for each use; else the whole
+// teacher runs for each use (TuneOptions::teacher_keep pins a choice). Every
+// choice gives the same bits: each window's values come from the same calls
+// (hidden, then logits of those rows, then log-softmax) whichever is kept.
 class TeacherCache {
   public:
-    TeacherCache(const Gpu& g, const TeacherFn& t, const DeviceTeacherFn& dt, const Windows& fit,
-                 const Windows& sel, int64_t L, int64_t vocab)
+    using Keep = TuneOptions::TeacherKeep;
+    TeacherCache(const Gpu& g, const TeacherFn& t, const DeviceTeacher& dt, const Windows& fit,
+                 const Windows& sel, int64_t L, int64_t vocab, Keep keep)
         : g_(g), teacher_(t), device_teacher_(dt), L_(L), vocab_(vocab) {
-        size_t free = 0, total = 0;
-        CUDA_CHECK(cudaMemGetInfo(&free, &total));
-        const double bytes = 4.0 * L * vocab * static_cast<double>(fit.size() + sel.size());
-        keep_ = bytes <= 0.5 * static_cast<double>(free);
-        if (!keep_) return;
+        CORTIQ_CHECK(!dt || dt.width > 0, "a device teacher without its hidden width");
+        const double windows = static_cast<double>(fit.size() + sel.size());
+        if (keep == Keep::automatic) {
+            size_t free = 0, total = 0;
+            CUDA_CHECK(cudaMemGetInfo(&free, &total));
+            const double half = 0.5 * static_cast<double>(free);
+            keep = 4.0 * L * vocab * windows <= half            ? Keep::log_probs
+                   : dt && 4.0 * L * dt.width * windows <= half ? Keep::head_inputs
+                                                                : Keep::nothing;
+        }
+        CORTIQ_CHECK(keep != Keep::head_inputs || dt,
+                     "distillation: keeping the teacher's head inputs needs a device teacher");
+        keep_ = keep;
+        if (keep_ == Keep::nothing) return;
         for (const auto* set : {&fit, &sel})
             for (const auto& w : *set) {
-                DVec& v = kept_[set == &sel].emplace_back(L * vocab, g.stream());
-                compute(w, v.get());
+                const bool is_sel = set == &sel;
+                if (keep_ == Keep::log_probs) {
+                    DVec& v = kept_[is_sel].emplace_back(L * vocab, g.stream());
+                    compute(w, v.get());
+                    continue;
+                }
+                DVec& v = kept_[is_sel].emplace_back(L * dt.width, g.stream());
+                CUDA_CHECK(cudaMemcpyAsync(v.get(), device_teacher_.hidden(w),
+                                           sizeof(float) * v.size(), cudaMemcpyDeviceToDevice,
+                                           g.stream()));
+                g.sync();  // the teacher's next call overwrites what was read
             }
     }
     // Copies the window's log-probabilities to dst (device).
     void copy(const Windows& set, bool is_sel, size_t i, float* dst) {
-        if (!keep_) return compute(set[i], dst);
+        if (keep_ == Keep::nothing) return compute(set[i], dst);
         const DVec& v = kept_[is_sel][i];
+        if (keep_ == Keep::head_inputs) return from_head_inputs(v.get(), dst);
         CUDA_CHECK(cudaMemcpyAsync(dst, v.get(), sizeof(float) * v.size(), cudaMemcpyDeviceToDevice,
                                    g_.stream()));
     }
 
   private:
+    // The log-probabilities of the head inputs at normed (device, L × width).
+    void from_head_inputs(const float* normed, float* dst) {
+        cuda::log_softmax_rows(g_, device_teacher_.logits(normed, L_), L_, vocab_, dst);
+        g_.sync();  // the teacher's next call overwrites what was read
+    }
     // The log-probabilities of window w into dst (device, L × vocab).
     void compute(const std::vector<int32_t>& w, float* dst) {
         const cudaStream_t st = g_.stream();
-        if (device_teacher_) {
-            cuda::log_softmax_rows(g_, device_teacher_(w), L_, vocab_, dst);
-            g_.sync();  // the teacher's next call overwrites what was read
-            return;
-        }
+        if (device_teacher_) return from_head_inputs(device_teacher_.hidden(w), dst);
         MatF t = teacher_(w);
         CORTIQ_CHECK(t.rows() == L_ && t.cols() == vocab_, "teacher logits {}x{}, expected {}x{}",
                      t.rows(), t.cols(), L_, vocab_);
@@ -76,9 +101,9 @@ class TeacherCache {
 
     const Gpu& g_;
     const TeacherFn& teacher_;
-    const DeviceTeacherFn& device_teacher_;
+    const DeviceTeacher& device_teacher_;
     int64_t L_, vocab_;
-    bool keep_ = false;
+    Keep keep_ = Keep::nothing;
     std::vector<DVec> kept_[2];
 };
 
@@ -203,13 +228,13 @@ class Trainer {
 
 DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& fit,
                           const Windows& sel, const TuneOptions& o,
-                          const DeviceTeacherFn& device_teacher) {
+                          const DeviceTeacher& device_teacher) {
     const auto t0 = std::chrono::steady_clock::now();
     CORTIQ_CHECK(!fit.empty() && !s.blocks.empty(), "distillation needs windows and blocks");
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const Gpu g;
     const cudaStream_t st = g.stream();
-    TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows());
+    TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows(), o.teacher_keep);
     Trainer tr(g, s, tc, L, o.profile);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const bool has_sel = !sel.empty();
