@@ -14,7 +14,8 @@ q = json.load(open(os.path.join(docs, "encoder_speed.json")))["quantize_7b_shape
 phases = ["calibration", "encoding", "block_tuning", "distillation"]
 colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
 runs = [(f'{r["name"]} ({r.get("card", "H200")})', [r[p] for p in phases], r["total"], 0.0)
-        for r in q["runs"] if any(r[p] for p in phases)]  # a run without its phases: text only
+        for r in q["runs"]  # a run without its phases, or marked "plot": false: text only
+        if any(r[p] for p in phases) and r.get("plot", True)]
 proj = q["projection_32_layers_min"]
 projected = [(k, [v[p] for p in phases], sum(v[p] for p in phases),
               v.get("distillation_upper", v["distillation"]) - v["distillation"])
