@@ -402,6 +402,35 @@ const float* dense_data(const model::Linear& l) {
 // Model::share holds the same float matrices (quantize keeps its original
 // model this way): the same storage, the same logits bit for bit, and a layer
 // replaced in one model is not replaced in the other.
+// Linear layers left in the mapped checkpoint (LoadOptions::map_linears,
+// quantize --device gpu) hold no float32 copy until a host product needs one,
+// read the same weights and give the same logits, bit for bit, as an eager
+// load; the head, the embedding and the norms are read as before, and
+// payloads (U8) stay packed.
+TEST(Forward, MappedLayersReadTheSameWeightsAndHoldNoneUntilUsed) {
+    REQUIRE_DATA_AT(kData / "models");
+    for (const std::string dir : {(kData / "models/tiny-llama-6m").string(),
+                                  std::string(CORTIQ_SOURCE_DIR) + "/tests/golden/tiny-qwen35"}) {
+        const auto eager = model::Model::load(dir);
+        model::LoadOptions lo;
+        lo.map_linears = true;
+        const auto mapped = model::Model::load(dir, lo);
+        const int64_t last = mapped.num_layers() - 1;
+        const model::Linear& l = mapped.linear(last, "mlp.down_proj");
+        EXPECT_EQ(l.w->resident_bytes(), 0) << dir;
+        EXPECT_EQ(l.w->dense().vec(), eager.linear(last, "mlp.down_proj").w->dense().vec()) << dir;
+        EXPECT_EQ(l.w->resident_bytes(), 0) << dir << ": dense() keeps no copy";
+        EXPECT_GT(mapped.lm_head().w->resident_bytes(), 0) << dir << ": the head is read whole";
+        const model::Model shared = mapped.share();
+        const std::vector<int32_t> tokens{1, 42, 7, 300, 5, 9, 11, 2};
+        EXPECT_EQ(mapped.forward(tokens).vec(), eager.forward(tokens).vec()) << dir;
+        EXPECT_GT(l.w->resident_bytes(), 0) << dir << ": a host product keeps the weight";
+        EXPECT_GT(shared.linear(last, "mlp.down_proj").w->resident_bytes(), 0)
+            << dir << ": shared holders share the kept weight";
+        EXPECT_EQ(shared.forward(tokens).vec(), eager.forward(tokens).vec()) << dir;
+    }
+}
+
 TEST(Forward, SharedModelHoldsTheSameWeightsAndOutlivesReplacements) {
     REQUIRE_DATA_AT(kData / "models");
     auto m = model::Model::load((kData / "models/tiny-llama-6m").string());

@@ -915,6 +915,34 @@ TEST_F(Quantize, OneThreadOrTwoGiveTheSameFile) {
     fs::remove_all(d);
 }
 
+// The decoder layers left in the mapped checkpoint (what --device gpu does,
+// so that the host never holds the whole model) write the same file as an
+// eager load, tuned or not; and a compressed file loads its payloads packed.
+TEST_F(Quantize, MappedWeightsWriteTheSameFile) {
+    const fs::path d = tmp_dir("mapped");
+    for (const bool tuned : {false, true}) {
+        quant::QuantizeOptions a = base_options(d / "a.safetensors");
+        if (tuned) {
+            a.tune_mode = "block+kd";
+            a.tune.epochs = 1;
+            a.kd.epochs = 1;
+        }
+        a.force = true;  // the second pass writes over the first's files
+        quant::QuantizeOptions b = a;
+        a.map_weights = false;
+        b.map_weights = true;
+        b.out_path = (d / "b.safetensors").string();
+        quant::quantize(a);
+        quant::quantize(b);
+        expect_same_compression(a.out_path, b.out_path);
+    }
+    model::LoadOptions lo;
+    lo.map_linears = true;
+    const auto q = model::Model::load((d / "b.safetensors").string(), lo);
+    EXPECT_EQ(q.linear(0, "mlp.down_proj").w->kind(), "blr");
+    fs::remove_all(d);
+}
+
 // quantize --match original: a valid file whose metadata says so; a resume
 // with the other objective is refused (the journal's settings differ).
 TEST_F(Quantize, MatchOriginalRecordsItsObjectiveAndRefusesAMixedResume) {

@@ -299,6 +299,19 @@ std::vector<float> tuned_values(const BlockParamsT<float>& p) {
     return v;
 }
 
+// Two tunings that must agree bit for bit: every loss, the epoch kept, the
+// flips and every tuned value.
+void expect_same_bits(const Outcome& a, const Outcome& b, const BlockParamsT<float>& p1,
+                      const BlockParamsT<float>& p2) {
+    EXPECT_EQ(a.fit_before, b.fit_before);
+    EXPECT_EQ(a.sel_before, b.sel_before);
+    EXPECT_EQ(a.fit_after, b.fit_after);
+    EXPECT_EQ(a.sel_after, b.sel_after);
+    EXPECT_EQ(a.best_epoch, b.best_epoch);
+    EXPECT_EQ(a.flips, b.flips);
+    EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
+}
+
 // The same problem tuned twice on the device ends in the same bits: the
 // losses that choose the epoch kept are summed in a fixed order (no
 // floating-point atomics), over a block loss of 256 blocks.
@@ -316,13 +329,7 @@ TEST(TuneBlockGpu, TwoRunsOfOneProblemEndInTheSameBits) {
     const Outcome a = outcome(tune_block_gpu(p1, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
     const Outcome b = outcome(tune_block_gpu(p2, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
     // exact equality of every loss: the same float64 bits
-    EXPECT_EQ(a.fit_before, b.fit_before);
-    EXPECT_EQ(a.sel_before, b.sel_before);
-    EXPECT_EQ(a.fit_after, b.fit_after);
-    EXPECT_EQ(a.sel_after, b.sel_after);
-    EXPECT_EQ(a.best_epoch, b.best_epoch);
-    EXPECT_EQ(a.flips, b.flips);
-    EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
+    expect_same_bits(a, b, p1, p2);
 }
 
 // Windows already on the device (the calibration's states with --device
@@ -356,13 +363,7 @@ TEST(TuneBlockGpu, WindowsOnTheDeviceTuneAsFromTheHost) {
     const Outcome a = outcome(tune_block_gpu(p1, t.f.d, t.f.inv_freq, t.fit, t.sel, o));
     const Outcome b = outcome(tune_block_gpu(p2, t.f.d, t.f.inv_freq, fit, sel, o));
     EXPECT_LT(a.fit_after, a.fit_before) << "the problem should be tunable";
-    EXPECT_EQ(a.fit_before, b.fit_before);
-    EXPECT_EQ(a.sel_before, b.sel_before);
-    EXPECT_EQ(a.fit_after, b.fit_after);
-    EXPECT_EQ(a.sel_after, b.sel_after);
-    EXPECT_EQ(a.best_epoch, b.best_epoch);
-    EXPECT_EQ(a.flips, b.flips);
-    EXPECT_TRUE(tuned_values(p1) == tuned_values(p2));
+    expect_same_bits(a, b, p1, p2);
     // windows of the wrong width are refused with a message
     DeviceWindowPairs narrow = fit;
     narrow.cols -= 1;

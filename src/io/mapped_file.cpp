@@ -39,6 +39,16 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     data_ = static_cast<const uint8_t*>(p);
 }
 
+void MappedFile::drop_pages(std::span<const uint8_t> range) const noexcept {
+    if (range.empty() || !data_) return;
+    const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+    const auto begin = reinterpret_cast<uintptr_t>(range.data());
+    const uintptr_t end = begin + range.size();
+    const uintptr_t first = (begin + page - 1) / page * page, last = end / page * page;
+    if (first < last)  // a failure only leaves the pages where they are
+        (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 MappedFile::~MappedFile() {
     release();
 }

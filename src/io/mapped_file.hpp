@@ -23,6 +23,10 @@ class MappedFile {
     std::span<const uint8_t> bytes() const { return {data_, size_}; }
     size_t size() const { return size_; }
     const std::string& path() const { return path_; }
+    // Gives back the whole pages of `range` (a part of bytes()) that this
+    // process holds in memory; a later read maps them from the file again.
+    // Memory use only: the bytes read stay the same.
+    void drop_pages(std::span<const uint8_t> range) const noexcept;
 
   private:
     void release() noexcept;

@@ -416,6 +416,11 @@ std::vector<float> Checkpoint::load_floats(std::string_view name) const {
     return to_floats(*w.info, shards_[w.shard].bytes(*w.info), shards_[w.shard].path());
 }
 
+void Checkpoint::drop_pages(std::string_view name) const {
+    const auto it = by_name_.find(std::string(name));
+    if (it != by_name_.end()) shards_[it->second.shard].drop_pages(*it->second.info);
+}
+
 std::vector<std::string> Checkpoint::names() const {
     std::vector<std::string> out;
     out.reserve(by_name_.size());

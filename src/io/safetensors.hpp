@@ -54,6 +54,8 @@ class SafetensorsFile {
     const TensorInfo* find(std::string_view name) const;  // nullptr if absent
     const TensorInfo& info(std::string_view name) const;  // throws if absent
     std::span<const uint8_t> bytes(const TensorInfo& t) const;
+    // The tensor's pages given back to the system (MappedFile::drop_pages).
+    void drop_pages(const TensorInfo& t) const noexcept { file_.drop_pages(bytes(t)); }
     // Data section offset inside the file (for alignment checks).
     uint64_t data_offset() const { return data_offset_; }
     // The file's first data_offset() bytes: the length and the header.
@@ -89,6 +91,8 @@ class Checkpoint {
     const SafetensorsFile& file_of(std::string_view name) const;
     MatF load_matf(std::string_view name) const;
     std::vector<float> load_floats(std::string_view name) const;
+    // The tensor's mapped pages given back once read (MappedFile::drop_pages).
+    void drop_pages(std::string_view name) const;
     std::vector<std::string> names() const;  // sorted
     // Metadata of the first shard.
     const std::map<std::string, std::string>& metadata() const;

@@ -9,6 +9,7 @@
 #include "io/checksum.hpp"
 #include "io/safetensors.hpp"
 #include "model/blr_linear.hpp"
+#include "model/mapped_linear.hpp"
 #include "model/ops.hpp"
 
 namespace cortiq::model {
@@ -56,11 +57,16 @@ std::unique_ptr<LinearWeights> linear_of(const LoadedWeight& w) {
     return std::make_unique<DenseLinear>(w.dense);
 }
 
-// `prefix`.weight (load_weight) and, if `bias`, `prefix`.bias.
+// `prefix`.weight (load_weight, or with lo.map_linears a float weight left
+// in the mapped file) and, if `bias`, `prefix`.bias.
 Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_t m, int64_t n,
                    bool bias, const LoadOptions& lo) {
     Linear lin;
-    lin.w = linear_of(load_weight(ckpt, prefix + ".weight", m, n, lo));
+    const std::string name = prefix + ".weight";
+    if (lo.map_linears && lo.mapped_from.get() == &ckpt && ckpt.info(name).dtype != io::DType::U8)
+        lin.w = std::make_unique<MappedLinear>(lo.mapped_from, name, m, n);
+    else
+        lin.w = linear_of(load_weight(ckpt, name, m, n, lo));
     if (bias) lin.bias = load_vec(ckpt, prefix + ".bias", m);
     return lin;
 }
@@ -151,6 +157,11 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     m.cfg_ = c;
     const int64_t H = c.hidden_size, F = c.intermediate_size;
     const bool off = c.norm_offset;
+    CORTIQ_CHECK(!lo.map_linears || lo.mapped_from.get() == &ckpt,
+                 "{}: mapped linear layers need the checkpoint in LoadOptions::mapped_from",
+                 ckpt.path());
+    LoadOptions in_memory = lo;  // the head is read whole: every stage uses it
+    in_memory.map_linears = false;
     m.embed_ = load_embedding(ckpt, c.prefix + "embed_tokens.weight", c.vocab_size, H, lo);
     m.layers_.resize(static_cast<size_t>(c.num_layers));
     for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -182,28 +193,27 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
         m.lm_head_.w = tied_head(m.embed_);
     else
-        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, lo);
+        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, in_memory);
     m.inv_freq_ = rope_inv_freq(c);
     return m;
 }
 
 Model Model::load(const std::string& path, const LoadOptions& lo) {
-    if (std::filesystem::is_directory(path)) {
-        const auto cfg = io::ModelConfig::load(path);
-        return from_checkpoint(cfg, io::Checkpoint::open(path), lo);
-    }
-    auto ckpt = io::Checkpoint::open(path);
+    LoadOptions opts = lo;
+    const auto ckpt = std::make_shared<const io::Checkpoint>(io::Checkpoint::open(path));
+    if (lo.map_linears) opts.mapped_from = ckpt;  // the file stays open for the model's layers
+    if (std::filesystem::is_directory(path))
+        return from_checkpoint(io::ModelConfig::load(path), *ckpt, opts);
     // before the metadata's config is read: a damaged header is named as such
-    LoadOptions checked = lo;
-    if (lo.verify) io::verify_checksums(ckpt);
-    checked.verify = false;
-    auto it = ckpt.metadata().find("config");
-    CORTIQ_CHECK(it != ckpt.metadata().end(),
+    if (lo.verify) io::verify_checksums(*ckpt);
+    opts.verify = false;
+    auto it = ckpt->metadata().find("config");
+    CORTIQ_CHECK(it != ckpt->metadata().end(),
                  "{}: a single safetensors file needs the model config in its metadata "
                  "(\"config\"); pass the model folder instead",
                  path);
-    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), ckpt,
-                           checked);
+    return from_checkpoint(io::ModelConfig::parse(it->second, path + " metadata config"), *ckpt,
+                           opts);
 }
 
 MatF Model::embed(std::span<const int32_t> tokens) const {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "core/matrix.hpp"
 #include "io/config.hpp"
+#include "io/safetensors.hpp"
 #include "model/block.hpp"
 #include "model/embedding.hpp"
 #include "model/linear.hpp"
@@ -44,6 +46,12 @@ struct LoadOptions {
     // Check the file's checksums (io/checksum.hpp) before any weight is read;
     // a file without checksums loads either way.
     bool verify = true;
+    // Leave the decoder layers' float linear weights in the mapped file
+    // (model/mapped_linear.hpp): read when used, never held in host memory
+    // (quantize --device gpu). Works through load(), which keeps the file
+    // open for the model in `mapped_from`; from_checkpoint needs it set.
+    bool map_linears = false;
+    std::shared_ptr<const io::Checkpoint> mapped_from;
 };
 
 class Model {

@@ -79,7 +79,9 @@ double resolve_kd_random(const QuantizeOptions& o, double generated) {
 Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
-    Inputs in{model::Model::load(o.model_dir), io::Checkpoint::open(o.model_dir), {}, {}, 0.0};
+    model::LoadOptions lo;
+    lo.map_linears = o.map_weights.value_or(o.device == encode::Device::gpu);
+    Inputs in{model::Model::load(o.model_dir, lo), io::Checkpoint::open(o.model_dir), {}, {}, 0.0};
     const auto& cfg = in.model.config();
     o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
     o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ struct QuantizeOptions {
     // kGptqGroupByDevice, which resolve_gptq_group sets from the device
     encode::Options enc = with_gptq_group_by_device();
     encode::Device device = encode::Device::cpu;
+    // The decoder layers' float weights left in the mapped checkpoint and
+    // read when used (model::LoadOptions::map_linears), so that the host
+    // never holds the whole model: unset, with --device gpu (where the
+    // layers run on the device); the same file either way.
+    std::optional<bool> map_weights;
     int jobs = 0;  // tensors in flight on the GPU (0: automatic)
     // --gpus 0,2: the GPUs that encode (each layer's tensors spread over them);
     // the first also calibrates and tunes. Empty: every visible GPU encodes,
