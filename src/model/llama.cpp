@@ -63,7 +63,8 @@ Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_
                    bool bias, const LoadOptions& lo) {
     Linear lin;
     const std::string name = prefix + ".weight";
-    if (lo.map_linears && lo.mapped_from.get() == &ckpt && ckpt.info(name).dtype != io::DType::U8)
+    if (lo.map_linears &&
+        ckpt.info(name).dtype != io::DType::U8)  // from_checkpoint checked the file
         lin.w = std::make_unique<MappedLinear>(lo.mapped_from, name, m, n);
     else
         lin.w = linear_of(load_weight(ckpt, name, m, n, lo));

@@ -191,7 +191,7 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     // holds every window's pairs and tunes, the others take its payloads.
     const bool data_parallel = dist::distributed() && run.o.tune.batch_windows > 1;
     // --device gpu with the states on the device: the windows stay there.
-    if (run.o.device == encode::Device::gpu && run.states.on_device() && !dist::distributed())
+    if (run.states.on_device() && !dist::distributed())
         return finish_tuning(run, layer, rec, p, tune_on_device_states(run, layer, p, dims, prof),
                              t0, false);
     std::optional<ScopedStage> pairs_stage(std::in_place, prof, "pairs");
@@ -220,14 +220,11 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec) {
     }
     // --device gpu tunes on the GPU (tune/cuda/block_tune.cpp), the same steps in
     // float32, for every block kind.
-    using TuneFn = tune::BlockTuneResult (*)(tune::BlockParamsT<float>&, const tune::BlockDims&,
-                                             const std::vector<float>&, const tune::WindowPairs&,
-                                             const tune::WindowPairs&, const tune::TuneOptions&);
-    const TuneFn tune_fn =
-        run.o.device == encode::Device::gpu ? TuneFn{tune::tune_block_gpu} : tune::tune_block;
-    const tune::BlockTuneResult res =
-        tune_fn(p, dims, model::rope_inv_freq(cfg), {std::move(xf), std::move(yf)},
-                {std::move(xs), std::move(ys)}, to);
+    const tune::WindowPairs fit{std::move(xf), std::move(yf)}, sel{std::move(xs), std::move(ys)};
+    const std::vector<float> inv_freq = model::rope_inv_freq(cfg);
+    const tune::BlockTuneResult res = run.o.device == encode::Device::gpu
+                                          ? tune::tune_block_gpu(p, dims, inv_freq, fit, sel, to)
+                                          : tune::tune_block(p, dims, inv_freq, fit, sel, to);
     finish_tuning(run, layer, rec, p, res, t0, dist::distributed() && !data_parallel);
 }
 

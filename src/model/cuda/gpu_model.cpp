@@ -40,14 +40,7 @@ const float* GpuModel::forward_on_device(std::span<const int32_t> tokens) {
 
 const float* GpuModel::final_hidden_on_device(std::span<const int32_t> tokens) {
     impl_->load_tokens(tokens);
-    impl_->stop_before_head = true;
-    try {
-        impl_->run(1, static_cast<int64_t>(tokens.size()), nullptr, false);
-    } catch (...) {
-        impl_->stop_before_head = false;
-        throw;
-    }
-    impl_->stop_before_head = false;
+    impl_->run(1, static_cast<int64_t>(tokens.size()), nullptr, false, false);
     impl_->gpu.sync();
     return impl_->ws.n.get();
 }

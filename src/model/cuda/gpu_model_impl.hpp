@@ -461,14 +461,14 @@ struct GpuModel::Impl {
     // sequences cs->seq0.. continue from their positions: keys and values go
     // to the cache and attention reads every cached position; without it
     // each sequence sees its own rows from position 0. Leaves the logits of
-    // every row, or of the last, in ws.logits. Allocates nothing when the
-    // workspace, RoPE table and cache are already sized (a captured step).
-    void run(int64_t batch, int64_t T, const CacheStep* cs, bool last_only) {
+    // every row, or of the last, in ws.logits (without `with_head`: the
+    // head's input, in ws.n). Allocates nothing when the workspace, RoPE
+    // table and cache are already sized (a captured step).
+    void run(int64_t batch, int64_t T, const CacheStep* cs, bool last_only, bool with_head = true) {
         const io::ModelConfig& c = cfg;
         const int64_t R = batch * T, H = c.hidden_size;
         const float eps = static_cast<float>(c.rms_norm_eps);
         const cudaStream_t st = stream();
-        const cublasHandle_t bl = gpu.blas();
         CORTIQ_ASSERT(R <= ws.rows && (!cs || cs->seq0 + batch <= cache.sequences));
         if (!cs) ensure_rope(T);  // a cache's table is made with it (reset_cache)
 
@@ -478,11 +478,8 @@ struct GpuModel::Impl {
         const int64_t r0 = last_only ? R - 1 : 0;
         float* n = ws.n.get();
         cuda::rmsnorm(x + r0 * H, R - r0, H, w.final_norm.get(), eps, n, st);
-        if (stop_before_head) return;
-        head(n, R - r0);
+        if (with_head) head(n, R - r0);
     }
-    // run() without the head: the head's input stays in ws.n.
-    bool stop_before_head = false;
 
     // The head's logits of `rows` normed rows at n, into ws.logits.
     void head(const float* n, int64_t rows) {

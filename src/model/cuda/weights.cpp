@@ -1,13 +1,13 @@
 #include "model/cuda/weights.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "core/cuda/gemm_tf32.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "model/blr_linear.hpp"
 #include "model/cuda/kernels.hpp"
+#include "model/cuda/knob.hpp"
 #include "model/llama.hpp"
 
 namespace cortiq::model::cuda {
@@ -212,10 +212,7 @@ namespace {
 constexpr int64_t kTf32x3MinRows = 64;
 
 bool tf32x3_rows(int64_t rows, cudaStream_t stream) {
-    static const bool fp32 = [] {
-        const char* v = std::getenv("CORTIQ_MODEL_FP32");
-        return v && *v && *v != '0';
-    }();
+    static const bool fp32 = knob("CORTIQ_MODEL_FP32", 0, 0, 1) != 0;
     if (fp32 || rows < kTf32x3MinRows) return false;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
@@ -28,28 +29,13 @@ using cuda::DRope;
 using cuda::DVec;
 using cuda::Gpu;
 
-// A set of windows on the device, each L × hidden: pointers into memory
-// uploaded here (`owned`, host windows) or the caller's (DeviceWindowPairs).
+// A set of windows on the device, each L × hidden, one after the other: the
+// caller's memory (DeviceWindowPairs) or `owned`, host windows uploaded here.
 struct DWindows {
     std::vector<const float*> x, y;
     int64_t each = 0;  // values per window
-    std::vector<DVec> owned;
+    DVec owned_x, owned_y;
 };
-
-DWindows upload(const WindowPairs& w, cudaStream_t st) {
-    DWindows d;
-    for (size_t i = 0; i < w.x.size(); ++i) {
-        CORTIQ_ASSERT(w.x[i].size() == w.x[0].size() && w.y[i].size() == w.x[0].size(),
-                      "calibration windows of different sizes");
-        for (const MatF* m : {&w.x[i], &w.y[i]})
-            d.owned.push_back(
-                cortiq::cuda::upload_f(std::vector<float>(m->data(), m->data() + m->size()), st));
-        d.x.push_back(d.owned[d.owned.size() - 2].get());
-        d.y.push_back(d.owned.back().get());
-    }
-    d.each = w.x.empty() ? 0 : w.x[0].size();
-    return d;
-}
 
 DWindows view(const DeviceWindowPairs& w) {
     CORTIQ_CHECK(w.count == 0 || (w.x && w.y && w.rows > 0 && w.cols > 0),
@@ -61,6 +47,26 @@ DWindows view(const DeviceWindowPairs& w) {
         d.x.push_back(w.x + i * d.each);
         d.y.push_back(w.y + i * d.each);
     }
+    return d;
+}
+
+// The host windows uploaded one after the other, seen as view() sees the
+// caller's.
+DWindows upload(const WindowPairs& w, cudaStream_t st) {
+    const int64_t count = static_cast<int64_t>(w.x.size());
+    const int64_t rows = count ? w.x[0].rows() : 0, cols = count ? w.x[0].cols() : 0;
+    DVec x(count * rows * cols, st), y(count * rows * cols, st);
+    for (int64_t i = 0; i < count; ++i)
+        for (auto [dst, src] : {std::pair{x.get(), &w.x[static_cast<size_t>(i)]},
+                                std::pair{y.get(), &w.y[static_cast<size_t>(i)]}}) {
+            CORTIQ_ASSERT(src->rows() == rows && src->cols() == cols,
+                          "calibration windows of different sizes");
+            CUDA_CHECK(cudaMemcpyAsync(dst + i * rows * cols, src->data(),
+                                       sizeof(float) * src->size(), cudaMemcpyHostToDevice, st));
+        }
+    DWindows d = view({x.get(), y.get(), count, rows, cols});
+    d.owned_x = std::move(x);
+    d.owned_y = std::move(y);
     return d;
 }
 
