@@ -134,11 +134,10 @@ TEST(CalibGpu, GramsEqualTheCpuPathThroughReplacedWeightsAndBlocks) {
     }
 }
 
-// Before distillation the calibration hands over the original model's copy
-// on the device: it scores windows with the bits of a fresh upload, the
-// states are gone (a Gram throws; a replaced weight is ignored); on the CPU
-// there is nothing to hand over and the states stay.
-TEST(CalibGpu, ReleasedOriginalScoresAsAFreshUpload) {
+// Once released for distillation, the GPU states are gone (a Gram throws; a
+// replaced weight is ignored); on the CPU there is nothing to release and the
+// states stay.
+TEST(CalibGpu, ReleasedStatesAreGoneOnTheGpuOnly) {
     REQUIRE_GPU();
     REQUIRE_DATA();
     model::Model m = model::Model::load((kData / "models" / "stories260K").string());
@@ -146,15 +145,60 @@ TEST(CalibGpu, ReleasedOriginalScoresAsAFreshUpload) {
     const calib::CalibSet cs = windows(m.config().vocab_size, 3, 1, 64, 5);
     calib::SequentialCalib gpu(m, cs, model::Device::gpu, &orig);
     gpu.advance(0);
-    const std::unique_ptr<model::GpuModel> teacher = gpu.release_original_gpu();
-    ASSERT_TRUE(teacher);
-    model::GpuModel fresh(orig);
-    EXPECT_EQ(teacher->forward(cs.fit[0]).vec(), fresh.forward(cs.fit[0]).vec());
+    gpu.release_gpu();
+    EXPECT_FALSE(gpu.on_device());
     EXPECT_THROW(gpu.grams(1, "mlp.down_proj"), Error);
     EXPECT_NO_THROW(gpu.weight_changed(0, "mlp.down_proj"));
     calib::SequentialCalib cpu(m, cs, model::Device::cpu, &orig);
-    EXPECT_FALSE(cpu.release_original_gpu());
+    cpu.release_gpu();
     EXPECT_NO_THROW(cpu.grams(0, "mlp.down_proj"));
+}
+
+// A model whose layers go to the device one at a time (GpuModel::load_layer,
+// as the calibration and the distillation's teacher hold them) computes the
+// whole model's head inputs bit for bit, a compressed layer included (formed
+// dense on the device as set_linear forms it); running a layer that is not
+// loaded throws.
+TEST(CalibGpu, LayersLoadedOneAtATimeGiveTheWholeModelsBits) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const std::string dir = (kData / "models" / "stories260K").string();
+    model::Model m = model::Model::load(dir);
+    const model::Linear& lin = m.linear(1, "self_attn.o_proj");
+    const int64_t rows = lin.out_features(), cols = lin.in_features(), r = 11;
+    Rng rng(23);
+    blr::Factors f{rows, cols, r, {}};
+    blr::Path q{VecD(rows), VecD(r), VecD(cols), MatD(rows, r), MatD(cols, r)};
+    for (auto* v : {&q.h, &q.l, &q.g})
+        for (int64_t i = 0; i < v->size(); ++i) (*v)[i] = 0.05 + rng.uniform();
+    for (auto* sg : {&q.su, &q.sv})
+        for (int64_t i = 0; i < sg->size(); ++i) sg->data()[i] = rng.uniform() < 0.5 ? -1 : 1;
+    f.paths.push_back(std::move(q));
+    const std::vector<uint8_t> bytes = blr::pack(f);
+    const calib::CalibSet cs = windows(m.config().vocab_size, 2, 1, 48, 13);
+    // the whole model uploaded float, the compressed layer put in by set_linear
+    model::GpuModel whole(m);
+    m.linear(1, "self_attn.o_proj").w =
+        std::make_unique<model::BlrLinear>(blr::PackedWeight::from_payload(bytes, "test"));
+    whole.set_linear(1, "self_attn.o_proj", *m.linear(1, "self_attn.o_proj").w);
+    const std::vector<float> want =
+        download(whole.final_hidden_on_device(cs.fit[0]), 48 * m.config().hidden_size);
+    // the layers one at a time, read from the host model with the compressed layer in it
+    model::GpuModel lazy(m, model::GpuOptions{.layers_on_demand = true});
+    const int64_t H = m.config().hidden_size, T = 48;
+    float* x = lazy.work_rows(T);
+    lazy.embed_into(cs.fit[0], x);
+    EXPECT_THROW(lazy.run_block(0, 1, T, x), Error);
+    for (int64_t l = 0; l < m.num_layers(); ++l) {
+        lazy.load_layer(l, m);
+        for (int64_t k = 0; k < m.num_layers(); ++k) EXPECT_EQ(lazy.layer_loaded(k), k == l);
+        lazy.run_block(l, 1, T, x);
+    }
+    const std::vector<float> got = download(lazy.final_norm_rows(x, T), T * H);
+    EXPECT_TRUE(got == want) << "the head inputs differ";
+    lazy.release_layers();
+    EXPECT_FALSE(lazy.layer_loaded(m.num_layers() - 1));
+    EXPECT_THROW(lazy.final_hidden_on_device(cs.fit[0]), Error);
 }
 
 // A compressed layer put in the calibration's GPU model as its packed form
@@ -407,5 +451,48 @@ TEST(CalibGpu, QuantizeOnTheGpuMatchesTheCpuTensorByTensor) {
             EXPECT_LE(g.err_sel, kRunParity * c.err_sel) << g.name;
         }
     }
+    fs::remove_all(dir);
+}
+
+// quantize --device gpu with the signs fixed in distillation (--kd-lr-signs
+// 0, the default above 100 M parameters): the host holds each block's scales
+// without its signs, the device holds the signs packed, and the teacher's
+// blocks leave the device once its outputs are kept. The file is the one the
+// float signs give (TuneOptions::pack_fixed_signs off), byte for byte.
+TEST(CalibGpu, FixedSignsDistilledFromThePayloadsWriteTheSameFile) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const fs::path dir = scratch_dir("cortiq_calib_gpu_", "fixed_signs");
+    std::string files[2];
+    for (const bool packed : {true, false}) {
+        quant::QuantizeOptions o;
+        o.model_dir = (kData / "models" / "stories260K").string();
+        o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
+        o.out_path = (dir / (packed ? "packed.safetensors" : "floats.safetensors")).string();
+        o.device = encode::Device::gpu;
+        o.bpw = 1.0;
+        o.tune_mode = "block+kd";
+        o.tune.epochs = 1;
+        o.kd.epochs = 2;
+        o.kd.patience = 0;
+        o.kd.lr_signs = 0;
+        o.kd.lr_scales = 1e-2;  // large enough that some pass is kept
+        o.kd.pack_fixed_signs = packed;
+        o.kd_random = 0;
+        o.calib.samples = 8;
+        o.calib.seqlen = 64;
+        o.progress = false;
+        o.verbose = false;
+        o.force = true;
+        const auto rep = quant::quantize(o);
+        EXPECT_EQ(rep.distilled.at("flips").get<int64_t>(), 0);
+        std::printf("packed %d: KL %.5f → %.5f, pass %d kept\n", packed,
+                    rep.distilled.at("kl_fit_before").get<double>(),
+                    rep.distilled.at("kl_fit_after").get<double>(),
+                    rep.distilled.at("best_epoch").get<int>());
+        files[packed ? 0 : 1] = slurp(o.out_path);
+    }
+    EXPECT_FALSE(files[0].empty());
+    EXPECT_TRUE(files[0] == files[1]) << "packed fixed signs changed the file";
     fs::remove_all(dir);
 }

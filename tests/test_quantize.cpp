@@ -767,6 +767,21 @@ TEST(CalibSet, KdRandomAutoFollowsSampledWindows) {
     EXPECT_EQ(quant::resolve_kd_random(o, 0.0), 0.0);
 }
 
+// --kd-lr-signs auto: the signs move in distillation for a model of at most
+// 100 M parameters and stay fixed above (their latents would not fit); a
+// step given is kept either way. The library's default is auto.
+TEST(CalibSet, KdLrSignsAutoFollowsTheModelSize) {
+    quant::QuantizeOptions o;
+    EXPECT_EQ(o.kd.lr_signs, quant::kKdLrSignsAuto);
+    EXPECT_EQ(quant::resolve_kd_lr_signs(o, quant::kCalibGeneratedAutoParams),
+              quant::kKdLrSignsSmall);
+    EXPECT_EQ(quant::resolve_kd_lr_signs(o, quant::kCalibGeneratedAutoParams + 1), 0.0);
+    o.kd.lr_signs = 3e-4;
+    EXPECT_EQ(quant::resolve_kd_lr_signs(o, int64_t{7'000'000'000}), 3e-4);
+    o.kd.lr_signs = 0.0;
+    EXPECT_EQ(quant::resolve_kd_lr_signs(o, 1000), 0.0);
+}
+
 // --samples auto: 192 windows when tuning a model of at most 100 M
 // parameters (256 for a hybrid one), 128 otherwise; a count given is kept.
 TEST(CalibSet, SamplesAutoFollowsTuning) {

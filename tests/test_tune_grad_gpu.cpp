@@ -170,6 +170,67 @@ TEST(TuneGradGpu, Qwen35GatedAttentionBlockMatchesTheCpuBlock) {
                       "qwen3.5 gated attention, 3 windows of 70");
 }
 
+// Fixed signs held packed (upload_packed) and a backward without the signs'
+// gradients (zero_grads(…, false)) give the float-sign block's output, dx and
+// scale and norm gradients bit for bit: the expansion is exact and the
+// skipped products feed nothing else.
+void check_packed_signs_gpu(const Fixture& f, const char* label) {
+    const int64_t N = f.windows * f.L, H = f.d.hidden;
+    const cuda::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    const BlockParamsT<float> p = to_f(f.p);
+    const cuda::DRope rope = cuda::upload(rope_for<float>(f.inv_freq, f.L), st);
+    const cuda::DVec x = cortiq::cuda::upload_f(to_f(f.x), st);
+    const cuda::DVec c = cortiq::cuda::upload_f(to_f(f.c), st);
+    struct Run {
+        std::vector<float> out, dx;
+        BlockGradsT<float> grads;
+    };
+    const auto run = [&](bool packed) {
+        const cuda::DBlockParams dp = packed ? cuda::upload_packed(gpu, p) : cuda::upload(p, st);
+        int packed_paths = 0;
+        for (const auto* l : dp.linears())
+            if (l->blr)
+                for (const auto& q : l->blr->paths) packed_paths += q.packed();
+        int paths = 0;
+        for (const auto* l : p.linears())
+            if (l->blr) paths += static_cast<int>(l->blr->paths.size());
+        EXPECT_GT(paths, 0) << label;
+        EXPECT_EQ(packed_paths, packed ? paths : 0) << label;
+        cuda::DVec shared;
+        cuda::DBlockActs da;
+        if (packed) da.blr.shared_signs = &shared;
+        cuda::DVec ddx(N * H, st);
+        cuda::block_forward(gpu, dp, f.d, rope, x.get(), f.windows, f.L, da);
+        cuda::DBlockGrads dg = cuda::zero_grads(dp, st, !packed);
+        cuda::block_backward(gpu, dp, f.d, rope, da, c.get(), ddx.get(), dg);
+        if (packed) EXPECT_FALSE(shared.empty()) << label << ": the shared scratch was not used";
+        return Run{cortiq::cuda::download_f(da.out.get(), N * H, st),
+                   cortiq::cuda::download_f(ddx.get(), N * H, st), cuda::download(dg, st)};
+    };
+    const Run a = run(false), b = run(true);
+    EXPECT_TRUE(a.out == b.out) << label << ": outputs";
+    EXPECT_TRUE(a.dx == b.dx) << label << ": dx";
+    EXPECT_TRUE(a.grads.in_norm == b.grads.in_norm && a.grads.post_norm == b.grads.post_norm)
+        << label << ": norm gradients";
+    for (size_t i = 0; i < a.grads.blr.size(); ++i) {
+        if (!a.grads.blr[i]) continue;
+        for (size_t k = 0; k < a.grads.blr[i]->paths.size(); ++k) {
+            const auto &ga = a.grads.blr[i]->paths[k], &gb = b.grads.blr[i]->paths[k];
+            EXPECT_TRUE(ga.h == gb.h && ga.l == gb.l && ga.g == gb.g)
+                << label << ": scale gradients of linear " << i;
+            EXPECT_FALSE(ga.su.empty());
+            EXPECT_TRUE(gb.su.empty() && gb.sv.empty()) << label << ": sign gradients made";
+        }
+    }
+}
+
+TEST(TuneGradGpu, PackedFixedSignsGiveTheFloatSignsBits) {
+    REQUIRE_GPU();
+    check_packed_signs_gpu(make_fixture(false, 5, kLarger), "llama, 3 windows of 70");
+    check_packed_signs_gpu(make_fixture(true, 9, kLarger), "qwen3, 3 windows of 70");
+}
+
 TEST(TuneGradGpu, Qwen35GatedDeltaNetBlockMatchesTheCpuBlock) {
     REQUIRE_GPU();
     check_fixture_gpu(make_delta_fixture(17), "qwen3.5 gated deltanet, 2 windows of 67");
@@ -433,7 +494,7 @@ struct Distilled {
 };
 
 Distilled compare_distill(bool qwen3, const TuneOptions& o, double after_tol, const char* label,
-                          bool device_teacher = false) {
+                          bool device_teacher = false, bool signs_by_block = false) {
     const Size s{32, 4, 2, 8, 48, 1, 24, 6};
     TuneProblem a = make_problem(qwen3, qwen3 ? 41 : 40, s, 1, 0);
     TuneProblem b = make_problem(qwen3, qwen3 ? 43 : 42, s, 1, 0);
@@ -495,7 +556,8 @@ Distilled compare_distill(bool qwen3, const TuneOptions& o, double after_tol, co
     DeviceTeacher dt;
     if (device_teacher) {
         dt.width = H;
-        dt.hidden = [&](const std::vector<int32_t>& toks) {
+        dt.hidden = [&](bool is_sel, size_t i, const std::vector<int32_t>& toks) {
+            EXPECT_EQ(toks, (is_sel ? sel : fit)[i]) << "the window's index and tokens differ";
             hidden_out = cortiq::cuda::upload_f(normed_of(toks), nullptr);
             EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             ++hidden_calls;
@@ -512,8 +574,23 @@ Distilled compare_distill(bool qwen3, const TuneOptions& o, double after_tol, co
             return static_cast<const float*>(logits_out.get());
         };
     }
+    // signs_by_block: the GPU student without its signs, given block by block
+    const std::vector<BlockParamsT<float>> whole = sg.blocks;
+    if (signs_by_block) {
+        for (auto& blk : sg.blocks)
+            for (auto* l : blk.linears())
+                if (l->blr)
+                    for (auto& q : l->blr->paths) q.su.clear(), q.sv.clear();
+        sg.full_block = [&](size_t l) { return whole[l]; };
+    }
     const DistillResult rc = distill(sc, teacher, fit, sel, o);
     const DistillResult rg = distill_gpu(sg, teacher, fit, sel, o, dt);
+    if (signs_by_block)
+        for (const auto& blk : sg.blocks)
+            for (const auto* l : blk.linears())
+                if (l->blr)
+                    for (const auto& q : l->blr->paths)
+                        EXPECT_TRUE(q.su.empty() && q.sv.empty()) << "signs came back";
     using Keep = TuneOptions::TeacherKeep;
     if (device_teacher) {
         // each window's head inputs once when anything is kept (8 windows)
@@ -574,6 +651,29 @@ TEST(DistillGpu, WhatIsKeptOfTheTeacherDoesNotChangeTheBits) {
         EXPECT_EQ(runs[i].r.kl_fit_before, runs[0].r.kl_fit_before) << i;
         EXPECT_EQ(runs[i].r.kl_sel_after, runs[0].r.kl_sel_after) << i;
         EXPECT_EQ(runs[i].r.best_epoch, runs[0].r.best_epoch) << i;
+        EXPECT_TRUE(runs[i].values == runs[0].values) << i;
+    }
+}
+
+// Fixed signs held packed, as floats, or given block by block (the student
+// on the host without its signs, as quantize holds a large model's): the
+// same bits.
+TEST(DistillGpu, PackedFixedSignsDoNotChangeTheBits) {
+    REQUIRE_GPU();
+    std::vector<Distilled> runs;
+    for (int mode = 0; mode < 3; ++mode) {
+        TuneOptions o = distill_scales();
+        o.epochs = 2;
+        o.pack_fixed_signs = mode > 0;
+        runs.push_back(compare_distill(false, o, 0.03, "distill, fixed signs packed or not", false,
+                                       mode == 2));
+    }
+    for (size_t i = 1; i < runs.size(); ++i) {
+        EXPECT_EQ(runs[i].r.kl_fit_before, runs[0].r.kl_fit_before) << i;
+        EXPECT_EQ(runs[i].r.kl_fit_after, runs[0].r.kl_fit_after) << i;
+        EXPECT_EQ(runs[i].r.kl_sel_after, runs[0].r.kl_sel_after) << i;
+        EXPECT_EQ(runs[i].r.best_epoch, runs[0].r.best_epoch) << i;
+        EXPECT_EQ(runs[i].r.flips, 0) << i;
         EXPECT_TRUE(runs[i].values == runs[0].values) << i;
     }
 }

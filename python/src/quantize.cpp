@@ -137,7 +137,9 @@ const std::map<std::string, Setter>& setters() {
         {"kd_lr",
          [](QuantizeOptions& o, const py::handle& v) { o.kd.lr_scales = v.cast<double>(); }},
         {"kd_lr_signs",
-         [](QuantizeOptions& o, const py::handle& v) { o.kd.lr_signs = v.cast<double>(); }},
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.kd.lr_signs = per_window("kd_lr_signs", v, quant::kKdLrSignsAuto);
+         }},
         {"tune_epochs",
          [](QuantizeOptions& o, const py::handle& v) {
              o.tune.epochs = in_range<int>("tune_epochs", v, 1, 1000);

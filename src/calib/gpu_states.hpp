@@ -1,6 +1,8 @@
 // The GPU side of sequential calibration (calib/sequential.hpp): a model on
 // the device with the hidden states of the fit and held-out windows, which
-// never leave it; Grams of a linear layer's input in float64. No CUDA types
+// never leave it; Grams of a linear layer's input in float64. One decoder
+// layer is on the device at a time, read from the host model when a call
+// first needs it, so the device memory does not grow with the depth. No CUDA types
 // here (calib/cuda/gpu_states.cpp); without CUDA the constructor throws.
 #pragma once
 
@@ -22,8 +24,9 @@ namespace cortiq::calib {
 
 class GpuStates {
   public:
-    // Uploads m to the current device and embeds the windows of cs (set 0:
-    // fit, set 1: held out).
+    // Uploads m to the current device (its decoder layers as they are needed)
+    // and embeds the windows of cs (set 0: fit, set 1: held out, when it has
+    // any). m must outlive this object: its layers are read from it.
     GpuStates(const model::Model& m, const CalibSet& cs);
     ~GpuStates();
     GpuStates(const GpuStates&) = delete;
@@ -62,9 +65,12 @@ class GpuStates {
     void free_block_outputs();
     // Replaces a linear layer's weight (same shape, bias kept) by w's dense form.
     void set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w);
-    // The model on the device, for other work once calibration is over; the
-    // states are freed and this object is empty (any other call throws).
-    std::unique_ptr<model::GpuModel> release_model();
+    // The head's input of one window of the set (T × hidden: the final RMSNorm
+    // of its states), on the device in a workspace valid until the next call.
+    const float* final_hidden(int set, int64_t window);
+    // The head's logits (rows × vocab) of rows of such inputs, on the device
+    // in a workspace valid until the next call.
+    const float* head_logits(const float* normed, int64_t rows);
 
   private:
     struct Impl;

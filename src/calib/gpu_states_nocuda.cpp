@@ -40,7 +40,10 @@ void GpuStates::free_block_outputs() {
 void GpuStates::set_linear(int64_t, std::string_view, const model::LinearWeights&) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
-std::unique_ptr<model::GpuModel> GpuStates::release_model() {
+const float* GpuStates::final_hidden(int, int64_t) {
+    CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
+}
+const float* GpuStates::head_logits(const float*, int64_t) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
 

@@ -70,15 +70,12 @@ void SequentialCalib::check_live() const {
     CORTIQ_CHECK(!released_, "the calibration states were released for distillation");
 }
 
-std::unique_ptr<model::GpuModel> SequentialCalib::release_original_gpu() {
+void SequentialCalib::release_gpu() {
     check_live();
-    if (!gpu_) return nullptr;
+    if (!gpu_) return;
     released_ = true;
     gpu_.reset();  // the compressed model's copy and its states
-    if (!gpu_original_) return nullptr;
-    std::unique_ptr<model::GpuModel> m = gpu_original_->release_model();
     gpu_original_.reset();
-    return m;
 }
 
 std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view input) {

@@ -78,11 +78,10 @@ class SequentialCalib {
     void weight_changed(int64_t layer, std::string_view name);
     // The hidden states through block `layer`, with its weights as they are now.
     void advance(int64_t layer);
-    // On the GPU, once every Gram is taken: the original model's copy on the
-    // device (distillation's teacher, uploaded once), every other device copy
-    // and state freed; null on the CPU or without `original`. Later,
+    // On the GPU, once every Gram is taken: every device copy and state freed
+    // (distillation needs the memory); nothing on the CPU. Later on the GPU,
     // weight_changed does nothing, and the other calls but window_share throw.
-    std::unique_ptr<model::GpuModel> release_original_gpu();
+    void release_gpu();
 
   private:
     void check_live() const;
@@ -96,7 +95,7 @@ class SequentialCalib {
     std::array<std::pair<int64_t, int64_t>, 2> share_{};  // window_share of each set
     std::unique_ptr<GpuStates> gpu_;           // GPU: the model and the states on the device
     std::unique_ptr<GpuStates> gpu_original_;  // GPU: the original model and its states
-    bool released_ = false;                    // release_original_gpu() was called
+    bool released_ = false;                    // release_gpu() was called on the GPU
 };
 
 }  // namespace cortiq::calib

@@ -42,6 +42,9 @@ struct GpuOptions {
     // the head in fp16 whatever this says
     HeadFormat head = HeadFormat::f32;
     bool graphs = true;
+    // No decoder layer uploaded with the model: each goes to the device with
+    // load_layer (the calibration's, one layer at a time).
+    bool layers_on_demand = false;
 };
 
 class GpuModel final : public Runtime {
@@ -102,6 +105,16 @@ class GpuModel final : public Runtime {
     // Replaces a linear layer's weight ("self_attn.q_proj", ...; same shape,
     // bias kept) by w's dense form, e.g. once it is compressed.
     void set_linear(int64_t layer, std::string_view name, const LinearWeights& w);
+    // Layers on demand (GpuOptions::layers_on_demand; any model may use them):
+    // load_layer uploads layer `layer` of m (of this model's shape) with every
+    // linear dense in float32, a compressed one formed on the device as
+    // set_linear does, and frees every other layer first, so one layer is on
+    // the device at a time. release_layers frees them all, keeping the
+    // embedding, the final norm and the head. Running a layer that is not
+    // loaded throws.
+    void load_layer(int64_t layer, const Model& m);
+    bool layer_loaded(int64_t layer) const;
+    void release_layers();
 
     struct Impl;  // model/cuda/gpu_model_impl.hpp (CUDA code only)
 

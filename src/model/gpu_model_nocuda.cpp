@@ -90,6 +90,15 @@ const float* GpuModel::final_norm_rows(const float*, int64_t) {
 void GpuModel::set_linear(int64_t, std::string_view, const LinearWeights&) {
     no_gpu();
 }
+void GpuModel::load_layer(int64_t, const Model&) {
+    no_gpu();
+}
+bool GpuModel::layer_loaded(int64_t) const {
+    no_gpu();
+}
+void GpuModel::release_layers() {
+    no_gpu();
+}
 
 }  // namespace cortiq::model
 #endif

@@ -7,10 +7,10 @@
 #include <memory>
 #include <optional>
 
+#include "calib/gpu_states.hpp"
 #include "core/memory_usage.hpp"
 #include "core/progress.hpp"
 #include "dist/comm.hpp"
-#include "model/gpu_model.hpp"
 #include "model/ops.hpp"
 #include "quantize/steps.hpp"
 #include "tune/distill.hpp"
@@ -18,7 +18,7 @@
 namespace cortiq::quant {
 
 void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
-                   double kd_random, std::unique_ptr<model::GpuModel> gpu_teacher) {
+                   double kd_random) {
     const auto t0 = std::chrono::steady_clock::now();
     const io::ModelConfig& cfg = run.model.config();
     tune::Student s;
@@ -32,51 +32,63 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     const MatF head = run.model.lm_head().w->dense();  // a compressed head stays as it is
     CORTIQ_CHECK(run.model.lm_head().bias.empty(), "--tune kd: a biased lm_head is not supported");
     s.head = &head;
-    for (int64_t l = 0; l < run.model.num_layers(); ++l) s.blocks.push_back(block_params(run, l));
-    // With --device gpu the teacher runs on the GPU too (model::GpuModel, the
-    // runtime's tested forward): on the host a large model's forward pass over
-    // every window would take longer than the distillation itself. Where the
-    // original does not fit next to the student, it runs on the host.
-    if (run.o.device == encode::Device::gpu && !gpu_teacher) {
-        try {
-            gpu_teacher = std::make_unique<model::GpuModel>(original);
-        } catch (const Error& e) {
-            run.bar.print(fmt::format(
-                "distillation: the original model runs on the CPU as the teacher ({})", e.what()));
-        }
+    // Fixed signs on the GPU stay in the payloads: the host keeps each block's
+    // scales and norms, and the tuner reads one block's signs at a time as it
+    // packs them on the device (a 7B model's signs as floats are 26 GB).
+    const bool signs_from_payloads =
+        run.o.device == encode::Device::gpu && run.o.kd.lr_signs == 0 && run.o.kd.pack_fixed_signs;
+    for (int64_t l = 0; l < run.model.num_layers(); ++l) {
+        s.blocks.push_back(block_params(run, l));
+        if (signs_from_payloads) drop_signs(s.blocks.back());
     }
-    // the teacher's share of the time, for the report (at the 7B shape its
-    // logits, 65 MB a window, are most of what the GPU's distillation moves)
+    if (signs_from_payloads)
+        s.full_block = [&run](size_t l) { return block_params(run, static_cast<int64_t>(l)); };
+    // the teacher's share of the time, for the report
     double teacher_seconds = 0;
     const tune::TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
         const auto t1 = std::chrono::steady_clock::now();
-        MatF logits = gpu_teacher ? gpu_teacher->forward(toks) : original.forward(toks);
+        MatF logits = original.forward(toks);
         teacher_seconds += seconds_since(t1);
         return logits;
     };
-    // on the GPU the teacher's logits stay there (a window of a large
-    // vocabulary is hundreds of MB: 0.5 GB at 248k words and 512 tokens), and
-    // where they cannot all be kept, its head inputs are (tune/distill.hpp)
-    tune::DeviceTeacher device_teacher;
-    if (gpu_teacher) {
-        device_teacher.width = cfg.hidden_size;
-        device_teacher.hidden = [&](const std::vector<int32_t>& toks) {
-            const auto t1 = std::chrono::steady_clock::now();
-            const float* normed = gpu_teacher->final_hidden_on_device(toks);
-            teacher_seconds += seconds_since(t1);
-            return normed;
-        };
-        device_teacher.logits = [&](const float* normed, int64_t rows) {
-            const auto t1 = std::chrono::steady_clock::now();
-            const float* logits = gpu_teacher->head_on_device(normed, rows);
-            teacher_seconds += seconds_since(t1);
-            return logits;
-        };
-    }
     if (run.o.verbose) run.bar.print("distilling the logits of the whole model");
     std::vector<std::vector<int32_t>> fit = cs.fit;
     const int64_t n_random = calib::append_random_windows(fit, kd_random, cfg.vocab_size,
                                                           0x7a2d0);  // fixed: reproducible
+    // With --device gpu the teacher runs there as the calibration did: every
+    // window's hidden states through one layer at a time, one layer of the
+    // original on the device at a time (calib::GpuStates), so the teacher
+    // never holds the whole model (a 7B model's layers are 26 GB in float32).
+    // Distillation then reads each window's head inputs from those states and
+    // runs the head for the logits; they never leave the device.
+    std::unique_ptr<calib::GpuStates> teacher_states;
+    tune::DeviceTeacher device_teacher;
+    if (run.o.device == encode::Device::gpu) {
+        const auto t1 = std::chrono::steady_clock::now();
+        calib::CalibSet windows;
+        windows.fit = fit;
+        windows.sel = cs.sel;
+        teacher_states = std::make_unique<calib::GpuStates>(original, windows);
+        for (int64_t l = 0; l < cfg.num_layers; ++l) {
+            teacher_states->advance(0, l);
+            if (!windows.sel.empty()) teacher_states->advance(1, l);
+        }
+        teacher_seconds += seconds_since(t1);
+        device_teacher.width = cfg.hidden_size;
+        device_teacher.hidden = [&](bool is_sel, size_t i, const std::vector<int32_t>&) {
+            const auto t2 = std::chrono::steady_clock::now();
+            const float* normed =
+                teacher_states->final_hidden(is_sel ? 1 : 0, static_cast<int64_t>(i));
+            teacher_seconds += seconds_since(t2);
+            return normed;
+        };
+        device_teacher.logits = [&](const float* normed, int64_t rows) {
+            const auto t2 = std::chrono::steady_clock::now();
+            const float* logits = teacher_states->head_logits(normed, rows);
+            teacher_seconds += seconds_since(t2);
+            return logits;
+        };
+    }
     // A line with an ETA while it runs: at most `epochs` passes over the
     // windows (fewer when the held-out KL stops falling: --kd-patience).
     tune::TuneOptions kd = run.o.kd;
@@ -116,8 +128,16 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
             : tune::distill(s, teacher, fit, cs.sel, kd);
     bar.finish(fmt::format("{} of at most {} passes run", r.epochs_run, kd.epochs));
     if (r.best_epoch > 0)
-        for (int64_t l = 0; l < run.model.num_layers(); ++l)
-            install_block(run, l, s.blocks[static_cast<size_t>(l)], nullptr);
+        for (int64_t l = 0; l < run.model.num_layers(); ++l) {
+            const tune::BlockParamsT<float>& tuned = s.blocks[static_cast<size_t>(l)];
+            if (!signs_from_payloads) {
+                install_block(run, l, tuned, nullptr);
+                continue;
+            }
+            tune::BlockParamsT<float> whole = block_params(run, l);
+            copy_scales(tuned, whole);
+            install_block(run, l, whole, nullptr);
+        }
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
     run.report.distilled = {{"kl_fit_before", r.kl_fit_before},

@@ -76,6 +76,11 @@ double resolve_kd_random(const QuantizeOptions& o, double generated) {
     return generated > 0 ? 0.0 : 1.0;
 }
 
+double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params) {
+    if (o.kd.lr_signs != kKdLrSignsAuto) return o.kd.lr_signs;
+    return params <= kCalibGeneratedAutoParams ? kKdLrSignsSmall : 0.0;
+}
+
 Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
@@ -85,6 +90,7 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     const auto& cfg = in.model.config();
     o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
     o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());
+    o.kd.lr_signs = resolve_kd_lr_signs(o, in.model.num_params());
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
     CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
     std::vector<std::string> calib_texts;

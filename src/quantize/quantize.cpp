@@ -134,10 +134,9 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     if (!dist::is_root() && !kd_together) return rep;
     bar.finish();  // distillation draws its own line (its ETA is its own)
     if (o.tune_kd()) {
-        // on the GPU the original model's copy becomes the teacher and every
-        // other calibration copy is freed: one model on the device, not three
-        std::unique_ptr<model::GpuModel> teacher = states.release_original_gpu();
-        distill_model(run, in.calib, *original, in.kd_random, std::move(teacher));
+        // on the GPU the calibration's copies and states leave the device first
+        states.release_gpu();
+        distill_model(run, in.calib, *original, in.kd_random);
     }
     if (!dist::is_root()) return rep;
 

@@ -92,10 +92,13 @@ struct QuantizeOptions {
     // so 17 passes bought nothing there: a patience of 4 stops those runs
     // after epoch 7 with the same result, and lets a run that keeps gaining
     // go on to 20.
+    // lr_signs kKdLrSignsAuto (the command line's default) is resolved by
+    // resolve_kd_lr_signs: the signs move only in a model small enough for
+    // their latents (below).
     tune::TuneOptions kd = {.epochs = 20,
                             .batch_windows = 1,
                             .lr_scales = 1e-3,
-                            .lr_signs = 1e-4,
+                            .lr_signs = -1.0,
                             .latent_init = 1e-2,
                             .lr_norms = 0.0,
                             .patience = 4,
@@ -150,6 +153,15 @@ struct QuantizeOptions {
 };
 
 inline constexpr double kCalibGeneratedAuto = -1.0;
+// kd.lr_signs = kKdLrSignsAuto: kKdLrSignsSmall for a model of at most
+// kCalibGeneratedAutoParams parameters, else 0 (the signs fixed, the scales
+// and norms distilled). Distillation holds every layer at once: moving the
+// signs needs a float latent, its gradient and two Adam moments for each, 16
+// bytes a weight beside the signs themselves, about 130 GB of device memory
+// for a 7B model, where fixed signs stay packed at one bit (DBlrPath) and
+// their two gradient products are skipped (a pass about half as long).
+inline constexpr double kKdLrSignsAuto = -1.0;
+inline constexpr double kKdLrSignsSmall = 1e-4;
 inline constexpr double kKdRandomAuto = -1.0;
 inline constexpr int64_t kCalibGeneratedAutoParams = 100'000'000;
 // calib.samples = kSamplesAuto (the command line's --samples auto):

@@ -83,6 +83,7 @@ int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);
+double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params);
 
 // ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
 struct WorkPlan {
@@ -231,15 +232,19 @@ tune::BlockDims dims_of(const io::ModelConfig& c);
 tune::BlockParamsT<float> block_params(const Run& run, int64_t layer);
 // The BLR layers of p packed and put in place (and into rec's payloads).
 void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec);
+// The BLR layers' signs of p freed (its scales, norms and shapes kept).
+void drop_signs(tune::BlockParamsT<float>& p);
+// The BLR scales of `from` into `to`, a block of the same layers.
+void copy_scales(const tune::BlockParamsT<float>& from, tune::BlockParamsT<float>& to);
 
 // ── distil the whole compressed model (distill_model.cpp) ────────────────────
 // --tune ...+kd: every block's BLR layers tuned together on the KL divergence
 // to the original model's next-token distribution over the calibration
 // windows (tune/distill.hpp), then put in place.
-// kd_random: random-token windows added per fit window. gpu_teacher: with
-// --device gpu, the original model already on the GPU (null: uploaded here).
+// kd_random: random-token windows added per fit window. With --device gpu
+// the calibration's device memory must be free (SequentialCalib::release_gpu).
 void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& original,
-                   double kd_random, std::unique_ptr<model::GpuModel> gpu_teacher = nullptr);
+                   double kd_random);
 
 // ── encode the head (encode_head.cpp) ────────────────────────────────────────
 void encode_head(Run& run, const io::Checkpoint& ck, double bpw);

@@ -106,6 +106,33 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
     }
 }
 
+void drop_signs(tune::BlockParamsT<float>& p) {
+    for (auto* l : p.linears())
+        if (l->blr)
+            for (auto& q : l->blr->paths) {
+                std::vector<float>().swap(q.su);
+                std::vector<float>().swap(q.sv);
+            }
+}
+
+void copy_scales(const tune::BlockParamsT<float>& from, tune::BlockParamsT<float>& to) {
+    const auto src = from.linears();
+    auto dst = to.linears();
+    for (size_t i = 0; i < src.size(); ++i) {
+        CORTIQ_ASSERT(!src[i]->blr == !dst[i]->blr, "blocks of different layers (linear {})", i);
+        if (!src[i]->blr) continue;
+        const auto& a = *src[i]->blr;
+        auto& b = *dst[i]->blr;
+        CORTIQ_ASSERT(a.m == b.m && a.n == b.n && a.r == b.r && a.paths.size() == b.paths.size(),
+                      "blocks of different layers (linear {})", i);
+        for (size_t k = 0; k < a.paths.size(); ++k) {
+            b.paths[k].h = a.paths[k].h;
+            b.paths[k].l = a.paths[k].l;
+            b.paths[k].g = a.paths[k].g;
+        }
+    }
+}
+
 namespace {
 
 // After a block's tuning: the tuned layers put in place when an epoch was

@@ -75,6 +75,10 @@ struct TuneOptions {
     // each use). Every choice gives the same bits; tests pin one.
     enum class TeacherKeep { automatic, nothing, head_inputs, log_probs };
     TeacherKeep teacher_keep = TeacherKeep::automatic;
+    // distill_gpu with lr_signs = 0: the fixed signs held packed, one bit each,
+    // and expanded for each product (tune/cuda/grad_ops.hpp, DBlrPath), rather
+    // than as floats; the same bits either way (tests pin both).
+    bool pack_fixed_signs = true;
 };
 
 struct BlockTuneResult {

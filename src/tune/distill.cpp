@@ -95,6 +95,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
                       const std::vector<std::vector<int32_t>>& sel, const TuneOptions& o) {
     const auto t0 = std::chrono::steady_clock::now();
     CORTIQ_CHECK(!fit.empty() && !s.blocks.empty(), "distillation needs windows and blocks");
+    CORTIQ_CHECK(!s.full_block, "distillation on the CPU needs every block with its signs");
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const RopeT<float> rope = rope_for<float>(s.inv_freq, L);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));

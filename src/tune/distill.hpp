@@ -21,6 +21,12 @@ namespace cortiq::tune {
 struct Student {
     const MatF* embed = nullptr;  // vocab × hidden
     std::vector<BlockParamsT<float>> blocks;
+    // distill_gpu with lr_signs = 0 only: when set, `blocks` may hold the BLR
+    // scales without their signs (su, sv empty; a 7B model's signs as floats
+    // are 26 GB), and full_block(l) gives block l whole, signs included, for
+    // its upload. The signs do not change, so `blocks` ends as it started:
+    // tuned scales and norms, no signs.
+    std::function<BlockParamsT<float>(size_t)> full_block;
     std::vector<float> final_norm;
     const MatF* head = nullptr;  // vocab × hidden, dense
     BlockDims d;
@@ -42,15 +48,18 @@ void log_softmax_rows(MatF& l);
 // The teacher's logits of one window (T × vocab).
 using TeacherFn = std::function<MatF(const std::vector<int32_t>&)>;
 // The teacher on the GPU that distill_gpu runs on, in two steps: `hidden`,
-// the head's input of a window (T × width, the final RMSNorm of the last
-// block's output), then `logits`, the head's T × vocab logits of such rows.
+// the head's input of window `index` of the fit (is_sel false) or held-out
+// windows distill_gpu was given, whose tokens are `tokens` (T × width, the
+// final RMSNorm of the last block's output), then `logits`, the head's
+// T × vocab logits of such rows.
 // Device pointers, written before each returns and valid until the next
 // call of either. The two steps let distillation keep a window's head inputs
 // when its log-probabilities do not fit (a window of a 128k vocabulary is
 // 0.26 GB of them, its 4096-wide head input 8 MB) and recompute the logits
 // without the blocks.
 struct DeviceTeacher {
-    std::function<const float*(const std::vector<int32_t>&)> hidden;
+    std::function<const float*(bool is_sel, size_t index, const std::vector<int32_t>& tokens)>
+        hidden;
     std::function<const float*(const float* normed, int64_t rows)> logits;
     int64_t width = 0;
     explicit operator bool() const { return static_cast<bool>(hidden); }

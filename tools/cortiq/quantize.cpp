@@ -20,12 +20,13 @@ struct QuantizeArgs {
     quant::QuantizeOptions o;
     std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
     std::string calib_generated = "auto", kd_random = "auto", samples = "auto";
+    std::string kd_lr_signs = "auto";
     int threads = 0;
     bool quiet = false;
 };
 
-// "auto" (→ `automatic`) or a number of windows per window, 0 to 64.
-double parse_per_window(const char* flag, const std::string& v, double automatic) {
+// "auto" (→ `automatic`) or a number from 0 to 64 (windows per window, a step).
+double parse_auto_number(const char* flag, const std::string& v, double automatic) {
     if (v == "auto") return automatic;
     size_t used = 0;
     double r = -1;
@@ -130,8 +131,10 @@ void add_quantize(CLI::App& app) {
                     "calibration window, fit and held out, for every stage: auto (default: "
                     "0.5 when tuning a model of at most 100 M parameters, else 0) or 0 to 64");
     cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
-    cmd->add_option("--kd-lr-signs", a->o.kd.lr_signs,
-                    "distillation: Adam step on the sign latents (0: signs fixed)");
+    cmd->add_option("--kd-lr-signs", a->kd_lr_signs,
+                    "distillation: Adam step on the sign latents: auto (default: 1e-4 for a "
+                    "model of at most 100 M parameters, else 0) or a step (0: signs fixed, held "
+                    "packed on the GPU)");
     cmd->add_option("--tune-epochs", a->o.tune.epochs,
                     "block tuning: passes over the fit windows (default: 8 for a hybrid model of "
                     "at most 100 M parameters, else 4)")
@@ -193,8 +196,10 @@ void add_quantize(CLI::App& app) {
         a->o.match_original = a->match == "original";
         quant::resolve_tune_mode(a->o);  // "auto": by device and model
         a->o.calib_generated =
-            parse_per_window("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
-        a->o.kd_random = parse_per_window("--kd-random", a->kd_random, quant::kKdRandomAuto);
+            parse_auto_number("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
+        a->o.kd_random = parse_auto_number("--kd-random", a->kd_random, quant::kKdRandomAuto);
+        a->o.kd.lr_signs =
+            parse_auto_number("--kd-lr-signs", a->kd_lr_signs, quant::kKdLrSignsAuto);
         a->o.calib.samples = parse_samples(a->samples);
         if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
         if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {

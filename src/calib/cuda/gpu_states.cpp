@@ -28,9 +28,19 @@ struct GpuStates::Impl {
         DVec y;  // block_outputs_on_device's
     };
     model::GpuModel model;
+    const model::Model* host;  // where each layer is read from as it goes to the device
     std::array<Set, 2> sets;
 
-    explicit Impl(const model::Model& m) : model(m) {}
+    // One decoder layer on the device at a time (GpuModel::load_layer): the
+    // calibration runs the layers in order, each on every window before the
+    // next, so a model's device memory does not grow with its depth.
+    explicit Impl(const model::Model& m)
+        : model(m, model::GpuOptions{.layers_on_demand = true}), host(&m) {}
+    // Layer `layer` on the device, read from the host model (as it is now:
+    // the layers compressed so far formed dense) when it is not there.
+    void ensure_layer(int64_t layer) {
+        if (!model.layer_loaded(layer)) model.load_layer(layer, *host);
+    }
     cudaStream_t stream() { return model.gpu().stream(); }
     Set& set(int s) {
         CORTIQ_CHECK(s == 0 || s == 1, "calibration set {} (0: fit, 1: held out)", s);
@@ -52,6 +62,7 @@ struct GpuStates::Impl {
         CORTIQ_CHECK(cs.windows > 0, "calibration set is not loaded");
         CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
         const int64_t H = c.hidden_size, T = cs.T, each = T * H, per = windows_per_batch(T);
+        ensure_layer(layer);
         for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
             const int64_t nw = std::min(per, cs.windows - w0), rows = nw * T;
             // The block adds into its input: run it on a copy.
@@ -67,7 +78,7 @@ struct GpuStates::Impl {
 
 namespace {
 
-// The states behind a pointer that release_model() may have emptied.
+// The states behind a pointer (a moved-from object's is empty).
 template <class P>
 auto& live(const P& impl) {
     CORTIQ_CHECK(impl, "the calibration states on the GPU were released");
@@ -115,7 +126,7 @@ void GpuStates::Impl::load(int s, const std::vector<std::vector<int32_t>>& windo
 
 GpuStates::GpuStates(const model::Model& m, const CalibSet& cs) : impl_(std::make_unique<Impl>(m)) {
     impl_->load(0, cs.fit);
-    impl_->load(1, cs.sel);
+    if (!cs.sel.empty()) impl_->load(1, cs.sel);  // else calls on set 1 say it is not loaded
 }
 
 GpuStates::~GpuStates() = default;
@@ -132,6 +143,7 @@ MatD GpuStates::gram(int set, int64_t layer, std::string_view input) {
     const cudaStream_t st = g.stream();
     const cublasHandle_t blas = g.model.gpu().blas();
     cuda::DeviceGram gram(width, st);
+    if (!head) g.ensure_layer(layer);
     const model::GpuModel::DeviceInputHook hook = [&](std::string_view in, const float* x,
                                                       int64_t rows, int64_t cols) {
         if (in != input) return;
@@ -170,6 +182,8 @@ MatD GpuStates::cross_gram(int set, int64_t layer, std::string_view input, GpuSt
     const int64_t H = c.hidden_size, T = cs.T, width = input_width(c, input);
     const int64_t per = g.windows_per_batch(T);
     const cudaStream_t st = g.stream();
+    g.ensure_layer(layer);
+    o.ensure_layer(layer);
     cuda::DeviceCrossGram cross(width, width, st);
     std::optional<cuda::DeviceGram> gram;
     if (gram_out) gram.emplace(width, st);
@@ -215,6 +229,7 @@ void GpuStates::advance(int set, int64_t layer) {
     CORTIQ_CHECK(cs.windows > 0, "calibration set {} is not loaded", set);
     CORTIQ_CHECK(layer >= 0 && layer < c.num_layers, "layer {} of {}", layer, c.num_layers);
     const int64_t T = cs.T, per = g.windows_per_batch(T);
+    g.ensure_layer(layer);
     for (int64_t w0 = 0; w0 < cs.windows; w0 += per) {
         const int64_t nw = std::min(per, cs.windows - w0);
         g.model.run_block(layer, nw, T, cs.x.get() + w0 * T * c.hidden_size);
@@ -272,13 +287,24 @@ void GpuStates::free_block_outputs() {
 }
 
 void GpuStates::set_linear(int64_t layer, std::string_view name, const model::LinearWeights& w) {
-    live(impl_).model.set_linear(layer, name, w);
+    Impl& g = live(impl_);
+    g.ensure_layer(layer);  // the host's layer as it is, then this weight in it
+    g.model.set_linear(layer, name, w);
 }
 
-std::unique_ptr<model::GpuModel> GpuStates::release_model() {
-    auto m = std::make_unique<model::GpuModel>(std::move(live(impl_).model));
-    impl_.reset();  // the states, on the model's stream, before the model is used elsewhere
-    return m;
+const float* GpuStates::final_hidden(int set, int64_t window) {
+    Impl& g = live(impl_);
+    Impl::Set& cs = g.set(set);
+    CORTIQ_CHECK(window >= 0 && window < cs.windows, "window {} of {} in set {}", window,
+                 cs.windows, set);
+    const int64_t H = g.model.config().hidden_size;
+    const float* n = g.model.final_norm_rows(cs.x.get() + window * cs.T * H, cs.T);
+    g.model.gpu().sync();
+    return n;
+}
+
+const float* GpuStates::head_logits(const float* normed, int64_t rows) {
+    return live(impl_).model.head_on_device(normed, rows);
 }
 
 }  // namespace cortiq::calib

@@ -263,4 +263,22 @@ void GpuModel::set_linear(int64_t layer, std::string_view name, const LinearWeig
     cuda::set_weight(d, w.dense(), g.stream());
 }
 
+void GpuModel::load_layer(int64_t layer, const Model& m) {
+    Impl& g = *impl_;
+    CORTIQ_CHECK(m.num_layers() == g.cfg.num_layers && m.config().hidden_size == g.cfg.hidden_size,
+                 "load_layer: a model of {} layers for one of {}", m.num_layers(),
+                 g.cfg.num_layers);
+    cuda::load_layer(g.w, m, layer, g.stream(), g.gpu.blas());
+}
+
+bool GpuModel::layer_loaded(int64_t layer) const {
+    const Impl& g = *impl_;
+    CORTIQ_CHECK(layer >= 0 && layer < g.cfg.num_layers, "layer {} of {}", layer, g.cfg.num_layers);
+    return g.w.layers[static_cast<size_t>(layer)].resident;
+}
+
+void GpuModel::release_layers() {
+    cuda::release_layers(impl_->w, impl_->stream());
+}
+
 }  // namespace cortiq::model

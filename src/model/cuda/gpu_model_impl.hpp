@@ -124,8 +124,8 @@ struct GpuModel::Impl {
         : cfg(m.config()),
           inv_freq(rope_inv_freq(m.config())),
           opt(o),
-          w(cuda::upload_weights(m, gpu.stream(), gpu.blas(), o.weights,
-                                 o.head == HeadFormat::f16)) {}
+          w(cuda::upload_weights(m, gpu.stream(), gpu.blas(), o.weights, o.head == HeadFormat::f16,
+                                 o.layers_on_demand)) {}
 
     cudaStream_t stream() const { return gpu.stream(); }
 
@@ -431,6 +431,7 @@ struct GpuModel::Impl {
         const Seen seen{hook, stop_after, R};
         float* n = ws.n.get();
         const cuda::DeviceLayer& L = w.layers[l];
+        CORTIQ_CHECK(L.resident, "layer {} is not on the device (GpuModel::load_layer)", l);
         // When nothing else reads the normed input (no hook, no stop), the
         // projections may norm x as they read it (linear_group_normed: the
         // decode's first launch does it), and down_proj may apply SwiGLU so

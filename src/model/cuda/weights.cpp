@@ -36,6 +36,7 @@ struct Target {
     PackedScratch* scratch;
     HalfScratch* half_scratch;
     cublasHandle_t blas;
+    bool dense_blr = false;  // native: a compressed layer formed dense (set_weight_blr)
 };
 
 // Ŵᵀ (n × m, row-major: Ŵ column-major) of a packed layer in fp16, formed on
@@ -82,7 +83,16 @@ DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
         if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
         return d;
     }
-    if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get())) {
+    if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get()); blr && to.dense_blr) {
+        if (!blr->packed().sign) {
+            d.own = DVec(d.m * d.n, stream);
+            d.w = d.own.get();
+            bytes += 4 * d.m * d.n;
+            set_weight_blr(d, blr->packed(), to.blas, stream);
+            if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
+            return d;
+        }
+    } else if (blr) {
         d.packed = std::make_unique<DevicePacked>(upload_packed(blr->packed(), stream));
         d.scratch = scratch;
         bytes += d.packed->bytes();
@@ -112,10 +122,72 @@ DeviceDelta upload_delta(const DeltaNetWeights& w, cudaStream_t stream, int64_t&
     return d;
 }
 
+DeviceLayer upload_layer(const LayerWeights& w, const io::ModelConfig& c, cudaStream_t stream,
+                         int64_t& bytes, const Target& to) {
+    DeviceLayer l;
+    l.input_norm = upload(w.input_norm, stream, bytes);
+    l.post_attn_norm = upload(w.post_attn_norm, stream, bytes);
+    l.gate = upload_linear(w.gate, stream, bytes, to);
+    l.up = upload_linear(w.up, stream, bytes, to);
+    l.down = upload_linear(w.down, stream, bytes, to);
+    if (w.mixer == io::Mixer::gated_delta) {
+        l.delta_mixer = true;
+        l.delta = upload_delta(w.delta, stream, bytes, to);
+        return l;
+    }
+    if (c.qk_norm) {
+        l.q_norm = upload(w.q_norm, stream, bytes);
+        l.k_norm = upload(w.k_norm, stream, bytes);
+    }
+    l.q = upload_linear(w.q, stream, bytes, to);
+    l.k = upload_linear(w.k, stream, bytes, to);
+    l.v = upload_linear(w.v, stream, bytes, to);
+    l.o = upload_linear(w.o, stream, bytes, to);
+    return l;
+}
+
+int64_t linear_bytes(const DeviceLinear& d) {
+    return 4 * (d.own.size() + d.bias.size()) + 2 * d.own16.size() +
+           (d.packed ? d.packed->bytes() : 0);
+}
+
+int64_t layer_bytes(const DeviceLayer& l) {
+    int64_t b =
+        4 * (l.input_norm.size() + l.post_attn_norm.size() + l.q_norm.size() + l.k_norm.size());
+    for (const auto* d : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down, &l.delta.qkv, &l.delta.z,
+                          &l.delta.b, &l.delta.a, &l.delta.out})
+        b += linear_bytes(*d);
+    return b + 4 * (l.delta.conv.size() + l.delta.a_log.size() + l.delta.dt_bias.size() +
+                    l.delta.norm.size());
+}
+
 }  // namespace
 
+void load_layer(DeviceWeights& d, const Model& m, int64_t layer, cudaStream_t stream,
+                cublasHandle_t blas) {
+    CORTIQ_CHECK(layer >= 0 && layer < static_cast<int64_t>(d.layers.size()), "layer {} of {}",
+                 layer, d.layers.size());
+    release_layers(d, stream);
+    Target to{WeightFormat::native, d.scratch.get(), d.half_scratch.get(), blas};
+    to.dense_blr = true;
+    d.layers[static_cast<size_t>(layer)] =
+        upload_layer(m.layer(layer), m.config(), stream, d.bytes, to);
+    // the host's weights are read now: a mapped layer's pages go back after
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void release_layers(DeviceWeights& d, cudaStream_t stream) {
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // nothing queued still reads them
+    for (DeviceLayer& l : d.layers) {
+        if (!l.resident) continue;
+        d.bytes -= layer_bytes(l);
+        l = DeviceLayer{};
+        l.resident = false;
+    }
+}
+
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
-                             WeightFormat format, bool head_f16) {
+                             WeightFormat format, bool head_f16, bool layers_on_demand) {
     const io::ModelConfig& c = m.config();
     DeviceWeights d;
     const Target to{format, d.scratch.get(), d.half_scratch.get(), blas};
@@ -131,26 +203,11 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
     }
     d.layers.resize(static_cast<size_t>(m.num_layers()));
     for (int64_t i = 0; i < m.num_layers(); ++i) {
-        const LayerWeights& w = m.layer(i);
         DeviceLayer& l = d.layers[static_cast<size_t>(i)];
-        l.input_norm = upload(w.input_norm, stream, d.bytes);
-        l.post_attn_norm = upload(w.post_attn_norm, stream, d.bytes);
-        l.gate = upload_linear(w.gate, stream, d.bytes, to);
-        l.up = upload_linear(w.up, stream, d.bytes, to);
-        l.down = upload_linear(w.down, stream, d.bytes, to);
-        if (w.mixer == io::Mixer::gated_delta) {
-            l.delta_mixer = true;
-            l.delta = upload_delta(w.delta, stream, d.bytes, to);
-            continue;
-        }
-        if (c.qk_norm) {
-            l.q_norm = upload(w.q_norm, stream, d.bytes);
-            l.k_norm = upload(w.k_norm, stream, d.bytes);
-        }
-        l.q = upload_linear(w.q, stream, d.bytes, to);
-        l.k = upload_linear(w.k, stream, d.bytes, to);
-        l.v = upload_linear(w.v, stream, d.bytes, to);
-        l.o = upload_linear(w.o, stream, d.bytes, to);
+        if (layers_on_demand)
+            l.resident = false;
+        else
+            l = upload_layer(m.layer(i), c, stream, d.bytes, to);
     }
     d.final_norm = upload(m.final_norm(), stream, d.bytes);
     // A head that shares the embedding's storage (tied, and no lm_head.weight

@@ -54,6 +54,7 @@ struct DeviceDelta {
 };
 
 struct DeviceLayer {
+    bool resident = true;                             // false: not on the device (load_layer)
     bool delta_mixer = false;                         // a Gated DeltaNet layer (Qwen3.5)
     DVec input_norm, post_attn_norm, q_norm, k_norm;  // q_norm, k_norm: qwen3, qwen3.5 only
     DeviceLinear q, k, v, o, gate, up, down;          // q..o: attention layers only
@@ -83,8 +84,18 @@ struct DeviceWeights {
 // and the DeltaNet's small tensors stay float32). head_f16 (native): a float
 // head dense in fp16 (tied: an fp16 copy of the table for the head, the
 // lookups still from the float32 one); a compressed head stays packed.
+// layers_on_demand: no decoder layer is uploaded (each not resident) until
+// load_layer.
 DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t blas,
-                             WeightFormat format = WeightFormat::native, bool head_f16 = false);
+                             WeightFormat format = WeightFormat::native, bool head_f16 = false,
+                             bool layers_on_demand = false);
+// Layer `layer` of m uploaded with every linear dense in float32 (a
+// compressed one formed on the device, as set_weight_blr), every other
+// layer released first: one layer on the device at a time.
+void load_layer(DeviceWeights& d, const Model& m, int64_t layer, cudaStream_t stream,
+                cublasHandle_t blas);
+// Every decoder layer's device memory freed (none resident).
+void release_layers(DeviceWeights& d, cudaStream_t stream);
 
 // out (rows × hidden) = the embedding rows of tokens (ids checked on the
 // host), from the float table or the compressed embedding's bits.

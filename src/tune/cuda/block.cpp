@@ -21,15 +21,21 @@ void zero(DVec& v, cudaStream_t st) {
     if (!v.empty()) CUDA_CHECK(cudaMemsetAsync(v.get(), 0, sizeof(float) * v.size(), st));
 }
 
-DLinear upload_linear(const LinearT<float>& l, cudaStream_t st) {
+DLinear upload_linear(const Gpu* packer, const LinearT<float>& l, cudaStream_t st) {
     DLinear d{l.m, l.n, std::nullopt, upload_f(l.w, st), upload_f(l.bias, st)};
     if (l.blr) {
         const int64_t m = l.blr->m, n = l.blr->n, r = l.blr->r, rp = padded_rank(r);
         DBlr b{m, n, r, rp, {}};
         for (const auto& q : l.blr->paths)
-            b.paths.push_back({upload_f(q.h, st), upload_f(pad_cols(q.l, 1, r, rp), st),
-                               upload_f(q.g, st), upload_f(pad_cols(q.su, m, r, rp), st),
-                               upload_f(pad_cols(q.sv, n, r, rp), st)});
+            b.paths.push_back({upload_f(q.h, st),
+                               upload_f(pad_cols(q.l, 1, r, rp), st),
+                               upload_f(q.g, st),
+                               upload_f(pad_cols(q.su, m, r, rp), st),
+                               upload_f(pad_cols(q.sv, n, r, rp), st),
+                               {},
+                               {}});
+        if (packer)
+            for (auto& q : b.paths) pack_path_signs(*packer, b, q);
         d.blr = std::move(b);
     }
     return d;
@@ -41,8 +47,10 @@ void into(const DVec& d, std::vector<float>& v, cudaStream_t st) {
     v = download_f(d.get(), d.size(), st);
 }
 
-// A padded device matrix (rows × b.rp) as its host values (rows × b.r).
+// A padded device matrix (rows × b.rp) as its host values (rows × b.r); none
+// of none (a gradient of fixed signs).
 std::vector<float> download_unpadded(const DVec& d, int64_t rows, const DBlr& b, cudaStream_t st) {
+    if (d.empty()) return {};
     return unpad_cols(download_f(d.get(), d.size(), st), rows, b.r, b.rp);
 }
 
@@ -84,7 +92,9 @@ void lin_backward(const Gpu& g, const DLinear& l, const float* x, int64_t rows,
         linear_backward_dx(g, dy, rows, l.n, l.w.get(), l.m, dx.get(), add);
 }
 
-DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
+namespace {
+
+DBlockParams upload_block(const Gpu* packer, const BlockParamsT<float>& p, cudaStream_t st) {
     DBlockParams d;
     d.in_norm = upload_f(p.in_norm, st);
     d.post_norm = upload_f(p.post_norm, st);
@@ -97,8 +107,49 @@ DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
     d.gnorm = upload_f(p.gnorm, st);
     const auto src = p.linears();
     const auto dst = d.linears();
-    for (size_t i = 0; i < src.size(); ++i) *dst[i] = upload_linear(*src[i], st);
+    for (size_t i = 0; i < src.size(); ++i) *dst[i] = upload_linear(packer, *src[i], st);
     return d;
+}
+
+}  // namespace
+
+DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t st) {
+    return upload_block(nullptr, p, st);
+}
+
+DBlockParams upload_packed(const Gpu& g, const BlockParamsT<float>& p) {
+    return upload_block(&g, p, g.stream());
+}
+
+void upload_tuned(const BlockParamsT<float>& p, DBlockParams& d, cudaStream_t st) {
+    const auto put = [&](const std::vector<float>& v, DVec& dv) {
+        CORTIQ_ASSERT(static_cast<int64_t>(v.size()) == dv.size(), "host {} vs device {} values",
+                      v.size(), dv.size());
+        if (!v.empty())
+            CUDA_CHECK(cudaMemcpyAsync(dv.get(), v.data(), sizeof(float) * v.size(),
+                                       cudaMemcpyHostToDevice, st));
+    };
+    put(p.in_norm, d.in_norm);
+    put(p.post_norm, d.post_norm);
+    put(p.q_norm, d.q_norm);
+    put(p.k_norm, d.k_norm);
+    const auto src = p.linears();
+    auto dst = d.linears();
+    for (size_t i = 0; i < src.size(); ++i) {
+        if (!dst[i]->blr) continue;
+        DBlr& b = *dst[i]->blr;
+        CORTIQ_ASSERT(src[i]->blr && src[i]->blr->paths.size() == b.paths.size(),
+                      "device and host block differ in layer {}", i);
+        for (size_t k = 0; k < b.paths.size(); ++k) {
+            const auto& q = src[i]->blr->paths[k];
+            DBlrPath& dq = b.paths[k];
+            CORTIQ_ASSERT(dq.packed(), "upload_tuned: layer {} holds its signs as floats", i);
+            put(q.h, dq.h);
+            put(pad_cols(q.l, 1, b.r, b.rp), dq.l);
+            put(q.g, dq.g);
+        }
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));  // the host vectors may go
 }
 
 void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t st) {
@@ -119,16 +170,17 @@ void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t s
             into(s.h, q.h, st);
             into_unpadded(s.l, q.l, 1, b, st);
             into(s.g, q.g, st);
+            if (s.packed()) continue;  // fixed: the host's stay as they are
             into_unpadded(s.su, q.su, b.m, b, st);
             into_unpadded(s.sv, q.sv, b.n, b, st);
         }
     }
 }
 
-DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t st) {
+DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t st, bool with_signs) {
     DBlockGrads g;
     for (const auto* l : p.linears())
-        g.blr.push_back(l->blr ? std::optional<DBlrGrad>(blr_zero_grad(*l->blr, st))
+        g.blr.push_back(l->blr ? std::optional<DBlrGrad>(blr_zero_grad(*l->blr, st, with_signs))
                                : std::nullopt);
     g.in_norm = DVec(p.in_norm.size(), st);
     g.post_norm = DVec(p.post_norm.size(), st);

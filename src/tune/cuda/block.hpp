@@ -36,14 +36,23 @@ struct DBlockParams {
     }
 };
 DBlockParams upload(const BlockParamsT<float>& p, cudaStream_t stream);
-// What tuning changes (BLR scales and signs, norm weights) copied back into p.
+// The same with every BLR layer's signs packed (DBlrPath::packed), for a
+// tuner that does not move them; on g's stream.
+DBlockParams upload_packed(const Gpu& g, const BlockParamsT<float>& p);
+// What tuning changes (BLR scales and signs, norm weights) copied back into p;
+// packed signs are fixed, and p's are left as they are (they may be empty).
 void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t stream);
+// The reverse for a block of upload_packed: p's scales and norm weights into
+// d (p's signs are not read, and may be empty).
+void upload_tuned(const BlockParamsT<float>& p, DBlockParams& d, cudaStream_t stream);
 
 struct DBlockGrads {
     std::vector<std::optional<DBlrGrad>> blr;  // order of linears(); unset for dense ones
     DVec in_norm, post_norm, q_norm, k_norm;
 };
-DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t stream);
+// with_signs false: no gradients of the signs (a tuner with lr_signs = 0),
+// whose products the backward then skips.
+DBlockGrads zero_grads(const DBlockParams& p, cudaStream_t stream, bool with_signs = true);
 void clear(DBlockGrads& g, cudaStream_t stream);
 BlockGradsT<float> download(const DBlockGrads& g, cudaStream_t stream);
 

@@ -145,7 +145,7 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
     const BlockParamsT<float> start = p;
     BlockParamsT<float> best = p;
 
-    DBlockGrads gr = cuda::zero_grads(dp, st);
+    DBlockGrads gr = cuda::zero_grads(dp, st, o.lr_signs > 0);
     cuda::AdamSlots slots;
     slots.add_block(dp, gr, d, o, st);
     if (slots.empty()) return res;

@@ -57,15 +57,15 @@ class TeacherCache {
         keep_ = keep;
         if (keep_ == Keep::nothing) return;
         for (const auto* set : {&fit, &sel})
-            for (const auto& w : *set) {
+            for (size_t i = 0; i < set->size(); ++i) {
                 const bool is_sel = set == &sel;
                 if (keep_ == Keep::log_probs) {
                     DVec& v = kept_[is_sel].emplace_back(L * vocab, g.stream());
-                    compute(w, v.get());
+                    compute(is_sel, i, (*set)[i], v.get());
                     continue;
                 }
                 DVec& v = kept_[is_sel].emplace_back(L * dt.width, g.stream());
-                CUDA_CHECK(cudaMemcpyAsync(v.get(), device_teacher_.hidden(w),
+                CUDA_CHECK(cudaMemcpyAsync(v.get(), device_teacher_.hidden(is_sel, i, (*set)[i]),
                                            sizeof(float) * v.size(), cudaMemcpyDeviceToDevice,
                                            g.stream()));
                 g.sync();  // the teacher's next call overwrites what was read
@@ -73,7 +73,7 @@ class TeacherCache {
     }
     // Copies the window's log-probabilities to dst (device).
     void copy(const Windows& set, bool is_sel, size_t i, float* dst) {
-        if (keep_ == Keep::nothing) return compute(set[i], dst);
+        if (keep_ == Keep::nothing) return compute(is_sel, i, set[i], dst);
         const DVec& v = kept_[is_sel][i];
         if (keep_ == Keep::head_inputs) return from_head_inputs(v.get(), dst);
         CUDA_CHECK(cudaMemcpyAsync(dst, v.get(), sizeof(float) * v.size(), cudaMemcpyDeviceToDevice,
@@ -86,10 +86,11 @@ class TeacherCache {
         cuda::log_softmax_rows(g_, device_teacher_.logits(normed, L_), L_, vocab_, dst);
         g_.sync();  // the teacher's next call overwrites what was read
     }
-    // The log-probabilities of window w into dst (device, L × vocab).
-    void compute(const std::vector<int32_t>& w, float* dst) {
+    // The log-probabilities of window i (tokens w) of a set into dst (device,
+    // L × vocab).
+    void compute(bool is_sel, size_t i, const std::vector<int32_t>& w, float* dst) {
         const cudaStream_t st = g_.stream();
-        if (device_teacher_) return from_head_inputs(device_teacher_.hidden(w), dst);
+        if (device_teacher_) return from_head_inputs(device_teacher_.hidden(is_sel, i, w), dst);
         MatF t = teacher_(w);
         CORTIQ_CHECK(t.rows() == L_ && t.cols() == vocab_, "teacher logits {}x{}, expected {}x{}",
                      t.rows(), t.cols(), L_, vocab_);
@@ -117,11 +118,12 @@ struct DStudent {
 
 class Trainer {
   public:
-    Trainer(const Gpu& g, Student& s, TeacherCache& tc, int64_t L, Profile* prof)
+    Trainer(const Gpu& g, Student& s, TeacherCache& tc, int64_t L, const TuneOptions& o)
         : g(g),
           s(s),
           tc(tc),
-          prof(prof),
+          prof(o.profile),
+          packed(o.lr_signs == 0 && o.pack_fixed_signs),
           L(L),
           H(s.d.hidden),
           V(s.embed->rows()),
@@ -134,11 +136,33 @@ class Trainer {
         ds.head = up(s.head->data(), s.head->size());
         ds.final_norm = up(s.final_norm.data(), s.final_norm.size());
         ds.rope = cuda::upload(rope_for<float>(s.inv_freq, L), st);
-        for (const auto& b : s.blocks) {
-            ds.blocks.push_back(cuda::upload(b, st));
-            ds.grads.push_back(cuda::zero_grads(ds.blocks.back(), st));
+        CORTIQ_CHECK(!s.full_block || packed,
+                     "distillation: a student without its signs needs them fixed and packed");
+        // one block's float signs at a time on the host, when full_block gives them
+        for (size_t l = 0; l < s.blocks.size(); ++l) {
+            if (!packed) {
+                ds.blocks.push_back(cuda::upload(s.blocks[l], st));
+            } else if (s.full_block) {
+                ds.blocks.push_back(cuda::upload_packed(g, s.full_block(l)));
+                g.sync();  // the host block is freed on return
+            } else {
+                ds.blocks.push_back(cuda::upload_packed(g, s.blocks[l]));
+            }
+            ds.grads.push_back(cuda::zero_grads(ds.blocks.back(), st, o.lr_signs > 0));
         }
+        // the packed signs of every layer expand into one scratch, in turn
         ds.acts.resize(s.blocks.size());
+        for (auto& a : ds.acts) a.blr.shared_signs = &signs;
+    }
+
+    // The host's tuned values back on the device (the kept epoch's).
+    void upload_tuned() {
+        for (size_t l = 0; l < s.blocks.size(); ++l) {
+            if (packed)
+                cuda::upload_tuned(s.blocks[l], ds.blocks[l], g.stream());
+            else
+                ds.blocks[l] = cuda::upload(s.blocks[l], g.stream());
+        }
     }
 
     // Forward of windows [first, first + count) of `order` in `set`; returns
@@ -217,8 +241,10 @@ class Trainer {
     Student& s;
     TeacherCache& tc;
     Profile* prof;  // TuneOptions::profile
+    bool packed;    // fixed signs held packed (TuneOptions::pack_fixed_signs)
     int64_t L, H, V;
     DStudent ds;
+    DVec signs;  // the packed signs of one linear expanded (DBlrScratch::shared_signs)
     DVec x, normed, rstd, logits, dlogits, tlogp, dnormed, dx, dprev;
     cortiq::cuda::DeviceBuffer<int32_t> dtoks;
     cortiq::cuda::DeviceBuffer<double> sum;
@@ -235,7 +261,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const Gpu g;
     const cudaStream_t st = g.stream();
     TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows(), o.teacher_keep);
-    Trainer tr(g, s, tc, L, o.profile);
+    Trainer tr(g, s, tc, L, o);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const bool has_sel = !sel.empty();
     DistillResult r;
@@ -246,7 +272,9 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     for (size_t l = 0; l < s.blocks.size(); ++l)
         adam.add_block(tr.ds.blocks[l], tr.ds.grads[l], s.d, o, st);
     if (adam.empty()) return r;
-    const std::vector<BlockParamsT<float>> start = s.blocks;
+    // the start's signs, for the flips (none when the signs are fixed)
+    const std::vector<BlockParamsT<float>> start =
+        o.lr_signs > 0 ? s.blocks : std::vector<BlockParamsT<float>>{};
     std::vector<BlockParamsT<float>> best = s.blocks;
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
@@ -269,9 +297,9 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
         },
         o.on_progress);
     s.blocks = std::move(best);
-    for (size_t l = 0; l < s.blocks.size(); ++l) tr.ds.blocks[l] = cuda::upload(s.blocks[l], st);
+    tr.upload_tuned();
     r.kl_fit_after = tr.mean_kl(fit, false, batch);
-    for (size_t l = 0; l < s.blocks.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
+    for (size_t l = 0; l < start.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
     g.sync();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;

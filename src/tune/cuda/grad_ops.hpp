@@ -99,9 +99,18 @@ void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, 
 // ℓ, S_U and S_V are zeros, so they add exact zeros to every product, their
 // gradients are zeros, and Adam leaves them zero (a zero scale stays zero
 // under a log-scale step, a zero sign latent under a latent step).
+//
+// Signs that tuning does not move (lr_signs = 0) may be held packed instead,
+// one bit each (su_bits, sv_bits; su, sv then empty): distillation holds every
+// layer of the model at once, and float signs with their gradients and Adam
+// moments are 20 bytes a weight, 130 GB for a 7B model. Each product expands
+// the packed signs into a float scratch first (expand_signs), so the products
+// and their bits are the same either way.
 struct DBlrPath {
-    DVec h, l, g;  // m, rp, n scales
-    DVec su, sv;   // m × rp and n × rp, entries ±1 (0 in the padding)
+    DVec h, l, g;                             // m, rp, n scales
+    DVec su, sv;                              // m × rp and n × rp, entries ±1 (0 in the padding)
+    DeviceBuffer<uint32_t> su_bits, sv_bits;  // or packed: bit i·rp + j set where +1
+    bool packed() const { return su.empty() && !su_bits.empty(); }
 };
 struct DBlr {
     int64_t m = 0, n = 0, r = 0;
@@ -121,12 +130,26 @@ std::vector<float> unpad_cols(const std::vector<float>& v, int64_t rows, int64_t
 struct DBlrCache {
     std::vector<DVec> t, u;
 };
-// Scratch the BLR backward reuses between calls.
+// Scratch the BLR backward reuses between calls. `signs` receives packed
+// signs as floats, one matrix at a time; the layers of a model may share one
+// (`shared_signs`, owned by the caller) so that it is sized once for the
+// largest layer.
 struct DBlrScratch {
     DVec du, tl, dtl, xg, dxg;
+    DVec signs;
+    DVec* shared_signs = nullptr;
 };
 
-DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream);
+// with_signs false: the gradients of the scales alone (su, sv empty); the
+// backward then skips the two products of dS_U and dS_V.
+DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream, bool with_signs = true);
+// A path's float signs packed, one bit each (su, sv freed).
+void pack_path_signs(const Gpu& g, const DBlr& w, DBlrPath& p);
+// ±1 signs (0 in the padding columns j ≥ r) of `rows` × rp packed ones into out.
+void expand_signs(const Gpu& g, const uint32_t* bits, int64_t rows, int64_t r, int64_t rp,
+                  float* out);
+// bits of `n` values (v > 0 → 1), n rounded up to whole words with zeros.
+void pack_signs(const Gpu& g, const float* v, int64_t n, uint32_t* bits);
 void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, float* y,
                  DBlrCache& cache, DBlrScratch& s);
 // As tune::blr_backward; dx (may be null) overwritten, or added into when accumulate.

@@ -41,7 +41,7 @@ void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, 
     gemm(g, false, false, rows, n, m, 1.0f, dy, m, w, n, accumulate ? 1.0f : 0.0f, dx, n);
 }
 
-DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream) {
+DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream, bool with_signs) {
     DBlrGrad gr{w.m, w.n, w.r, w.rp, {}};
     auto zeros = [&](int64_t n) {
         DVec v(n, stream);
@@ -49,10 +49,31 @@ DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream) {
         return v;
     };
     for (size_t p = 0; p < w.paths.size(); ++p)
-        gr.paths.push_back(
-            {zeros(w.m), zeros(w.rp), zeros(w.n), zeros(w.m * w.rp), zeros(w.n * w.rp)});
+        gr.paths.push_back({zeros(w.m),
+                            zeros(w.rp),
+                            zeros(w.n),
+                            zeros(with_signs ? w.m * w.rp : 0),
+                            zeros(with_signs ? w.n * w.rp : 0),
+                            {},
+                            {}});
     return gr;
 }
+
+namespace {
+
+// A path's S_U (rows = m) or S_V (rows = n) as floats: the held ones, or the
+// packed ones expanded into the scratch (valid until the next expansion).
+const float* signs_of(const Gpu& g, const DBlr& w, const DVec& f,
+                      const DeviceBuffer<uint32_t>& bits, int64_t rows, DBlrScratch& s) {
+    if (!f.empty()) return f.get();
+    CORTIQ_ASSERT(!bits.empty(), "a BLR path without signs");
+    DVec& out = s.shared_signs ? *s.shared_signs : s.signs;
+    if (out.size() < rows * w.rp) out = DVec(rows * w.rp, g.stream());  // grows, never shrinks
+    expand_signs(g, bits.get(), rows, w.r, w.rp, out.get());
+    return out.get();
+}
+
+}  // namespace
 
 void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, float* y,
                  DBlrCache& cache, DBlrScratch& s) {
@@ -71,11 +92,11 @@ void blr_forward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, floa
         ensure(t, rows * r, st);
         ensure(u, rows * m, st);
         scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);
-        gemm(g, false, false, rows, r, n, 1.0f, s.xg.get(), n, q.sv.get(), r, 0.0f, t.get(), r,
-             kExactB);
+        gemm(g, false, false, rows, r, n, 1.0f, s.xg.get(), n,
+             signs_of(g, w, q.sv, q.sv_bits, n, s), r, 0.0f, t.get(), r, kExactB);
         scale_cols(g, t.get(), q.l.get(), rows, r, s.tl.get(), false);
-        gemm(g, false, true, rows, m, r, 1.0f, s.tl.get(), r, q.su.get(), r, 0.0f, u.get(), m,
-             kExactB);
+        gemm(g, false, true, rows, m, r, 1.0f, s.tl.get(), r, signs_of(g, w, q.su, q.su_bits, m, s),
+             r, 0.0f, u.get(), m, kExactB);
         scale_cols(g, u.get(), q.h.get(), rows, m, y, p > 0);
     }
 }
@@ -93,20 +114,29 @@ void blr_backward(const Gpu& g, const DBlr& w, const float* x, int64_t rows, con
         const DBlrPath& q = w.paths[p];
         DBlrPath& gq = grad.paths[p];
         const float* t = cache.t[p].get();
-        col_dots(g, dy, cache.u[p].get(), rows, m, gq.h.get());    // dh += Σ dy ∘ u
+        col_dots(g, dy, cache.u[p].get(), rows, m, gq.h.get());  // dh += Σ dy ∘ u
+        // the signs' gradients only where the tuner keeps them (grad.su, sv
+        // empty: signs fixed), two products of the layer's size
+        const bool sign_grads = !gq.su.empty();
         scale_cols(g, dy, q.h.get(), rows, m, s.du.get(), false);  // du = dy ∘ h
-        gemm(g, false, false, rows, r, m, 1.0f, s.du.get(), m, q.su.get(), r, 0.0f, s.dtl.get(), r,
-             kExactB);                                            // dtl = du S_U
-        scale_cols(g, t, q.l.get(), rows, r, s.tl.get(), false);  // ℓ ∘ t
-        gemm(g, true, false, m, r, rows, 1.0f, s.du.get(), m, s.tl.get(), r, 1.0f, gq.su.get(),
-             r);                                           // dS_U += duᵀ (ℓ ∘ t)
-        col_dots(g, s.dtl.get(), t, rows, r, gq.l.get());  // dℓ += Σ dtl ∘ t
+        gemm(g, false, false, rows, r, m, 1.0f, s.du.get(), m,
+             signs_of(g, w, q.su, q.su_bits, m, s), r, 0.0f, s.dtl.get(), r,
+             kExactB);  // dtl = du S_U
+        if (sign_grads) {
+            scale_cols(g, t, q.l.get(), rows, r, s.tl.get(), false);  // ℓ ∘ t
+            gemm(g, true, false, m, r, rows, 1.0f, s.du.get(), m, s.tl.get(), r, 1.0f, gq.su.get(),
+                 r);  // dS_U += duᵀ (ℓ ∘ t)
+        }
+        col_dots(g, s.dtl.get(), t, rows, r, gq.l.get());                    // dℓ += Σ dtl ∘ t
         scale_cols(g, s.dtl.get(), q.l.get(), rows, r, s.dtl.get(), false);  // dt = dtl ∘ ℓ
-        gemm(g, false, true, rows, n, r, 1.0f, s.dtl.get(), r, q.sv.get(), r, 0.0f, s.dxg.get(), n,
-             kExactB);                                            // dxg = dt S_Vᵀ
-        scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);  // g ∘ x
-        gemm(g, true, false, n, r, rows, 1.0f, s.xg.get(), n, s.dtl.get(), r, 1.0f, gq.sv.get(),
-             r);                                           // dS_V += (g ∘ x)ᵀ dt
+        gemm(g, false, true, rows, n, r, 1.0f, s.dtl.get(), r,
+             signs_of(g, w, q.sv, q.sv_bits, n, s), r, 0.0f, s.dxg.get(), n,
+             kExactB);  // dxg = dt S_Vᵀ
+        if (sign_grads) {
+            scale_cols(g, x, q.g.get(), rows, n, s.xg.get(), false);  // g ∘ x
+            gemm(g, true, false, n, r, rows, 1.0f, s.xg.get(), n, s.dtl.get(), r, 1.0f, gq.sv.get(),
+                 r);  // dS_V += (g ∘ x)ᵀ dt
+        }
         col_dots(g, s.dxg.get(), x, rows, n, gq.g.get());  // dg += Σ dxg ∘ x
         if (dx) scale_cols(g, s.dxg.get(), q.g.get(), rows, n, dx, accumulate || p > 0);
     }
