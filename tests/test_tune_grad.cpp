@@ -97,6 +97,36 @@ void check_block(bool qwen3) {
     EXPECT_EQ(check_all(pr, qwen3), 10);
 }
 
+// A backward without the signs' gradients (zero_grads(p, false), for a tuner
+// whose signs are fixed) gives dx and every other gradient bit for bit, and
+// no gradient of the signs.
+TEST(TuneGrad, FixedSignsSkipTheirGradientsAndChangeNoOther) {
+    for (const bool qwen3 : {false, true}) {
+        Fixture f = make_fixture(qwen3, qwen3 ? 7 : 3);
+        const RopeT<double> rope = rope_for<double>(f.inv_freq, f.L);
+        BlockActsT<double> a;
+        block_forward(f.p, f.d, rope, f.x.data(), f.windows, f.L, a);
+        BlockGradsT<double> with = zero_grads(f.p), without = zero_grads(f.p, false);
+        Vec dx_with(f.x.size()), dx_without(f.x.size());
+        block_backward(f.p, f.d, rope, a, f.c.data(), dx_with.data(), with);
+        block_backward(f.p, f.d, rope, a, f.c.data(), dx_without.data(), without);
+        EXPECT_TRUE(dx_with == dx_without);
+        EXPECT_TRUE(with.in_norm == without.in_norm && with.post_norm == without.post_norm);
+        EXPECT_TRUE(with.q_norm == without.q_norm && with.k_norm == without.k_norm);
+        int paths = 0;
+        for (size_t i = 0; i < with.blr.size(); ++i) {
+            if (!with.blr[i]) continue;
+            for (size_t p = 0; p < with.blr[i]->paths.size(); ++p, ++paths) {
+                const auto &gw = with.blr[i]->paths[p], &go = without.blr[i]->paths[p];
+                EXPECT_TRUE(gw.h == go.h && gw.l == go.l && gw.g == go.g) << i;
+                EXPECT_FALSE(gw.su.empty());
+                EXPECT_TRUE(go.su.empty() && go.sv.empty()) << i;
+            }
+        }
+        EXPECT_EQ(paths, 10);
+    }
+}
+
 TEST(TuneGrad, LlamaBlockWithBiasesMatchesFiniteDifferences) {
     check_block(false);
 }

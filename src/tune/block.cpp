@@ -107,10 +107,11 @@ void attention_mixer_backward(const BlockParamsT<T>& p, const BlockDims& d, cons
 }  // namespace
 
 template <class T>
-BlockGradsT<T> zero_grads(const BlockParamsT<T>& p) {
+BlockGradsT<T> zero_grads(const BlockParamsT<T>& p, bool with_signs) {
     BlockGradsT<T> g;
     for (const auto* l : p.linears())
-        g.blr.push_back(l->blr ? std::optional<BlrGradT<T>>(blr_zero_grad(*l->blr)) : std::nullopt);
+        g.blr.push_back(l->blr ? std::optional<BlrGradT<T>>(blr_zero_grad(*l->blr, with_signs))
+                               : std::nullopt);
     g.in_norm.assign(p.in_norm.size(), T(0));
     g.post_norm.assign(p.post_norm.size(), T(0));
     g.q_norm.assign(p.q_norm.size(), T(0));
@@ -192,7 +193,7 @@ void block_backward(const BlockParamsT<T>& p, const BlockDims& d, const RopeT<T>
 }
 
 #define CORTIQ_TUNE_BLOCK(T)                                                                   \
-    template BlockGradsT<T> zero_grads<T>(const BlockParamsT<T>&);                             \
+    template BlockGradsT<T> zero_grads<T>(const BlockParamsT<T>&, bool);                       \
     template RopeT<T> rope_for<T>(const std::vector<float>&, int64_t);                         \
     template void block_forward<T>(const BlockParamsT<T>&, const BlockDims&, const RopeT<T>&,  \
                                    const T*, int64_t, int64_t, BlockActsT<T>&);                \

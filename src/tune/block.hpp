@@ -117,8 +117,9 @@ struct BlockGradsT {
     std::vector<std::optional<BlrGradT<T>>> blr;
     std::vector<T> in_norm, post_norm, q_norm, k_norm;
 };
+// with_signs false: no gradients of the signs (a tuner with lr_signs = 0).
 template <class T>
-BlockGradsT<T> zero_grads(const BlockParamsT<T>& p);
+BlockGradsT<T> zero_grads(const BlockParamsT<T>& p, bool with_signs = true);
 
 // cos and sin of RoPE for positions 0..L−1: L × head_dim/2 each.
 template <class T>

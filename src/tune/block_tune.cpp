@@ -146,7 +146,7 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
     const BlockParamsT<float> start = p;
     BlockParamsT<float> best = p;
 
-    BlockGradsT<float> g = zero_grads(p);
+    BlockGradsT<float> g = zero_grads(p, o.lr_signs > 0);
     Adam adam(o.beta1, o.beta2);
     add_block(adam, p, g, d, o);
     if (adam.empty()) return res;

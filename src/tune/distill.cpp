@@ -130,7 +130,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     r.kl_sel_before = r.kl_sel_after = sel.empty() ? r.kl_fit_before : mean_kl(sel, sel_lo, sel_hi);
 
     std::vector<BlockGradsT<float>> g;
-    for (const auto& b : s.blocks) g.push_back(zero_grads(b));
+    for (const auto& b : s.blocks) g.push_back(zero_grads(b, o.lr_signs > 0));
     Adam adam(o.beta1, o.beta2);
     for (size_t l = 0; l < s.blocks.size(); ++l) add_block(adam, s.blocks[l], g[l], s.d, o);
     if (adam.empty()) return r;

@@ -272,16 +272,24 @@ void blr_backward(const BlrWeightsT<T>& w, const T* x, int64_t rows, const BlrCa
         const auto& q = w.paths[p];
         auto& gq = grad.paths[p];
         const auto& t = cache.t[p];
+        // the signs' gradients only where the tuner keeps them (empty: fixed)
+        const bool sign_grads = !gq.su.empty();
         col_dots(dy, cache.u[p].data(), rows, m, gq.h.data());
         scale_cols(dy, q.h.data(), rows, m, du.data());
         gemm<T>(false, false, rows, r, m, T(1), du.data(), m, q.su.data(), r, T(0), dtl.data(), r);
-        scale_cols(t.data(), q.l.data(), rows, r, tl.data());
-        gemm<T>(true, false, m, r, rows, T(1), du.data(), m, tl.data(), r, T(1), gq.su.data(), r);
+        if (sign_grads) {
+            scale_cols(t.data(), q.l.data(), rows, r, tl.data());
+            gemm<T>(true, false, m, r, rows, T(1), du.data(), m, tl.data(), r, T(1), gq.su.data(),
+                    r);
+        }
         col_dots(dtl.data(), t.data(), rows, r, gq.l.data());
         scale_cols(dtl.data(), q.l.data(), rows, r, dtl.data());  // dt
         gemm<T>(false, true, rows, n, r, T(1), dtl.data(), r, q.sv.data(), r, T(0), dxg.data(), n);
-        scale_cols(x, q.g.data(), rows, n, xg.data());
-        gemm<T>(true, false, n, r, rows, T(1), xg.data(), n, dtl.data(), r, T(1), gq.sv.data(), r);
+        if (sign_grads) {
+            scale_cols(x, q.g.data(), rows, n, xg.data());
+            gemm<T>(true, false, n, r, rows, T(1), xg.data(), n, dtl.data(), r, T(1), gq.sv.data(),
+                    r);
+        }
         col_dots(dxg.data(), x, rows, n, gq.g.data());
         if (!dx) continue;
         scale_cols(dxg.data(), q.g.data(), rows, n, dx, p > 0);
@@ -289,12 +297,12 @@ void blr_backward(const BlrWeightsT<T>& w, const T* x, int64_t rows, const BlrCa
 }
 
 template <class T>
-BlrGradT<T> blr_zero_grad(const BlrWeightsT<T>& w) {
+BlrGradT<T> blr_zero_grad(const BlrWeightsT<T>& w, bool with_signs) {
     BlrGradT<T> g{w.m, w.n, w.r, {}};
     for (const auto& q : w.paths)
         g.paths.push_back({std::vector<T>(q.h.size()), std::vector<T>(q.l.size()),
-                           std::vector<T>(q.g.size()), std::vector<T>(q.su.size()),
-                           std::vector<T>(q.sv.size())});
+                           std::vector<T>(q.g.size()), std::vector<T>(with_signs ? q.su.size() : 0),
+                           std::vector<T>(with_signs ? q.sv.size() : 0)});
     return g;
 }
 
@@ -386,7 +394,7 @@ void sigmoid_gate_backward(const T* dy, const T* x, const T* gate, int64_t n, T*
     template void blr_forward<T>(const BlrWeightsT<T>&, const T*, int64_t, T*, BlrCacheT<T>&);     \
     template void blr_backward<T>(const BlrWeightsT<T>&, const T*, int64_t, const BlrCacheT<T>&,   \
                                   const T*, T*, BlrGradT<T>&);                                     \
-    template BlrGradT<T> blr_zero_grad<T>(const BlrWeightsT<T>&);                                  \
+    template BlrGradT<T> blr_zero_grad<T>(const BlrWeightsT<T>&, bool);                            \
     template double kl_forward_backward<T>(const T*, const T*, int64_t, int64_t, T, T*);
 
 CORTIQ_TUNE_OPS(float)

@@ -125,9 +125,10 @@ void blr_forward(const BlrWeightsT<T>& w, const T* x, int64_t rows, T* y, BlrCac
 template <class T>
 void blr_backward(const BlrWeightsT<T>& w, const T* x, int64_t rows, const BlrCacheT<T>& cache,
                   const T* dy, T* dx, BlrGradT<T>& grad);
-// A zeroed gradient shaped like w.
+// A zeroed gradient shaped like w; with_signs false: of the scales alone (su,
+// sv empty), and blr_backward then skips the two products of dS_U and dS_V.
 template <class T>
-BlrGradT<T> blr_zero_grad(const BlrWeightsT<T>& w);
+BlrGradT<T> blr_zero_grad(const BlrWeightsT<T>& w, bool with_signs = true);
 
 // Distillation loss of one row set: Σ_rows KL(p_teacher ‖ softmax(logits)),
 // teacher given as log-probabilities; dlogits = softmax(logits) − p_teacher
