@@ -69,11 +69,15 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         windows.fit = fit;
         windows.sel = cs.sel;
         teacher_states = std::make_unique<calib::GpuStates>(original, windows);
+        Progress bar("teacher", cfg.num_layers, "layers", run.o.progress, run.o.on_progress);
         for (int64_t l = 0; l < cfg.num_layers; ++l) {
             teacher_states->advance(0, l);
             if (!windows.sel.empty()) teacher_states->advance(1, l);
+            bar.advance(1, fmt::format("{} windows through layer {}",
+                                       windows.fit.size() + windows.sel.size(), l));
         }
         teacher_seconds += seconds_since(t1);
+        bar.finish(fmt::format("the original model's outputs in {:.1f} s", seconds_since(t1)));
         device_teacher.width = cfg.hidden_size;
         device_teacher.hidden = [&](bool is_sel, size_t i, const std::vector<int32_t>&) {
             const auto t2 = std::chrono::steady_clock::now();
