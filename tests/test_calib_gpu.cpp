@@ -61,10 +61,12 @@ calib::CalibSet windows(int64_t vocab, int64_t n_fit, int64_t n_sel, int64_t T, 
     return cs;
 }
 
-// n floats of device memory (the tests that call it skip without a GPU).
+// n floats of device memory, once every stream's work is done (the tests
+// that call it skip without a GPU).
 std::vector<float> download(const float* p, int64_t n) {
     std::vector<float> out(static_cast<size_t>(n));
 #ifdef CORTIQ_HAVE_CUDA
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     EXPECT_EQ(cudaMemcpy(out.data(), p, out.size() * sizeof(float), cudaMemcpyDeviceToHost),
               cudaSuccess);
 #else
