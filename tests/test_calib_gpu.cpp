@@ -75,6 +75,24 @@ std::vector<float> download(const float* p, int64_t n) {
     return out;
 }
 
+// The payload of a random BLR layer shaped like `lin`: rank r, `paths`
+// paths, scales in [0.05, 1.05), random signs.
+std::vector<uint8_t> random_blr_payload(const model::Linear& lin, int64_t r, int paths,
+                                        uint64_t seed) {
+    const int64_t m = lin.out_features(), n = lin.in_features();
+    Rng rng(seed);
+    blr::Factors f{m, n, r, {}};
+    for (int p = 0; p < paths; ++p) {
+        blr::Path q{VecD(m), VecD(r), VecD(n), MatD(m, r), MatD(n, r)};
+        for (auto* v : {&q.h, &q.l, &q.g})
+            for (int64_t i = 0; i < v->size(); ++i) (*v)[i] = 0.05 + rng.uniform();
+        for (auto* s : {&q.su, &q.sv})
+            for (int64_t i = 0; i < s->size(); ++i) s->data()[i] = rng.uniform() < 0.5 ? -1 : 1;
+        f.paths.push_back(std::move(q));
+    }
+    return blr::pack(f);
+}
+
 void expect_same(const std::pair<MatD, MatD>& g, const std::pair<MatD, MatD>& c,
                  const std::string& what) {
     ASSERT_EQ(g.first.rows(), c.first.rows()) << what;
@@ -166,17 +184,8 @@ TEST(CalibGpu, LayersLoadedOneAtATimeGiveTheWholeModelsBits) {
     REQUIRE_DATA();
     const std::string dir = (kData / "models" / "stories260K").string();
     model::Model m = model::Model::load(dir);
-    const model::Linear& lin = m.linear(1, "self_attn.o_proj");
-    const int64_t rows = lin.out_features(), cols = lin.in_features(), r = 11;
-    Rng rng(23);
-    blr::Factors f{rows, cols, r, {}};
-    blr::Path q{VecD(rows), VecD(r), VecD(cols), MatD(rows, r), MatD(cols, r)};
-    for (auto* v : {&q.h, &q.l, &q.g})
-        for (int64_t i = 0; i < v->size(); ++i) (*v)[i] = 0.05 + rng.uniform();
-    for (auto* sg : {&q.su, &q.sv})
-        for (int64_t i = 0; i < sg->size(); ++i) sg->data()[i] = rng.uniform() < 0.5 ? -1 : 1;
-    f.paths.push_back(std::move(q));
-    const std::vector<uint8_t> bytes = blr::pack(f);
+    const std::vector<uint8_t> bytes =
+        random_blr_payload(m.linear(1, "self_attn.o_proj"), 11, 1, 23);
     const calib::CalibSet cs = windows(m.config().vocab_size, 2, 1, 48, 13);
     // the whole model uploaded float, the compressed layer put in by set_linear
     model::GpuModel whole(m);
@@ -216,19 +225,8 @@ TEST(CalibGpu, PackedLayerFormsTheHostDenseWeight) {
     const calib::CalibSet cs = windows(packed_m.config().vocab_size, 3, 1, 64, 9);
     calib::SequentialCalib on_packed(packed_m, cs, model::Device::gpu);
     calib::SequentialCalib on_dense(dense_m, cs, model::Device::gpu);
-    const model::Linear& lin = packed_m.linear(0, "mlp.down_proj");
-    const int64_t m = lin.out_features(), n = lin.in_features(), r = 13;
-    Rng rng(21);
-    blr::Factors f{m, n, r, {}};
-    for (int p = 0; p < 2; ++p) {
-        blr::Path q{VecD(m), VecD(r), VecD(n), MatD(m, r), MatD(n, r)};
-        for (auto* v : {&q.h, &q.l, &q.g})
-            for (int64_t i = 0; i < v->size(); ++i) (*v)[i] = 0.05 + rng.uniform();
-        for (auto* s : {&q.su, &q.sv})
-            for (int64_t i = 0; i < s->size(); ++i) s->data()[i] = rng.uniform() < 0.5 ? -1 : 1;
-        f.paths.push_back(std::move(q));
-    }
-    const std::vector<uint8_t> bytes = blr::pack(f);
+    const std::vector<uint8_t> bytes =
+        random_blr_payload(packed_m.linear(0, "mlp.down_proj"), 13, 2, 21);
     packed_m.linear(0, "mlp.down_proj").w =
         std::make_unique<model::BlrLinear>(blr::PackedWeight::from_payload(bytes, "test"));
     dense_m.linear(0, "mlp.down_proj").w =
