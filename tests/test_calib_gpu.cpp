@@ -496,3 +496,47 @@ TEST(CalibGpu, FixedSignsDistilledFromThePayloadsWriteTheSameFile) {
     EXPECT_TRUE(files[0] == files[1]) << "packed fixed signs changed the file";
     fs::remove_all(dir);
 }
+
+// quantize --device gpu with every tuning stage, stopped after layer 2's
+// journal entry and resumed, writes the file of an uninterrupted run byte
+// for byte: the resumed layers go back into the calibration's models (one
+// layer on the device at a time, read from the host with its payloads) as
+// the uninterrupted run left them.
+TEST(CalibGpu, InterruptedTunedRunResumesIntoTheSameBytes) {
+    REQUIRE_GPU();
+    REQUIRE_DATA();
+    const fs::path dir = scratch_dir("cortiq_calib_gpu_", "resume");
+    const auto options = [&](const char* name) {
+        quant::QuantizeOptions o;
+        o.model_dir = (kData / "models" / "stories260K").string();
+        o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
+        o.out_path = (dir / name).string();
+        o.device = encode::Device::gpu;
+        o.bpw = 1.0;
+        o.tune_mode = "block+kd";
+        o.tune.epochs = 2;
+        o.kd.epochs = 2;
+        o.kd.patience = 0;
+        o.kd.lr_signs = 0;  // the packed signs and the scales read from the payloads
+        o.kd_random = 0;
+        o.calib.samples = 8;
+        o.calib.seqlen = 64;
+        o.progress = false;
+        o.verbose = false;
+        o.force = true;
+        return o;
+    };
+    quant::quantize(options("whole.safetensors"));
+    auto o = options("resumed.safetensors");
+    o.interrupt_after_layer = 2;
+    EXPECT_THROW(quant::quantize(o), Error);
+    EXPECT_FALSE(fs::exists(dir / "resumed.safetensors"));
+    o.interrupt_after_layer = -1;
+    o.force = false;
+    o.resume = true;
+    const auto rep = quant::quantize(o);
+    EXPECT_EQ(rep.resumed_layers, 3);
+    EXPECT_TRUE(slurp(dir / "whole.safetensors") == slurp(dir / "resumed.safetensors"))
+        << "the resumed run wrote other bytes";
+    fs::remove_all(dir);
+}
