@@ -782,6 +782,24 @@ TEST(CalibSet, KdLrSignsAutoFollowsTheModelSize) {
     EXPECT_EQ(quant::resolve_kd_lr_signs(o, 1000), 0.0);
 }
 
+// Moving signs in a GPU distillation hold 20 bytes a sign (about bpw signs
+// a weight): a run whose signs alone pass the GPU's memory is refused before
+// any work, naming the flag; fixed signs, or an unknown memory, are not.
+TEST(CalibSet, KdSignMemoryIsCheckedBeforeAnyWork) {
+    const int64_t weights_7b = 6'476'005'376, gb80 = 80'000'000'000;
+    try {
+        quant::check_kd_sign_memory(1e-4, weights_7b, 1.0, gb80);
+        ADD_FAILURE() << "130 GB of sign state passed an 80 GB GPU";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("--kd-lr-signs"), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(quant::check_kd_sign_memory(0.0, weights_7b, 1.0, gb80));
+    EXPECT_NO_THROW(quant::check_kd_sign_memory(1e-4, weights_7b, 1.0, 0));
+    // the bound itself: 20 bytes × bpw × weights
+    EXPECT_NO_THROW(quant::check_kd_sign_memory(1e-4, 1'000'000'000, 2.0, 40'000'000'000));
+    EXPECT_THROW(quant::check_kd_sign_memory(1e-4, 1'000'000'001, 2.0, 40'000'000'000), Error);
+}
+
 // --samples auto: 192 windows when tuning a model of at most 100 M
 // parameters (256 for a hybrid one), 128 otherwise; a count given is kept.
 TEST(CalibSet, SamplesAutoFollowsTuning) {

@@ -21,6 +21,9 @@ void use_gpu(int id) {
 int64_t gpu_pool_peak_bytes() {
     return 0;
 }
+int64_t gpu_total_bytes() {
+    return 0;
+}
 
 }  // namespace cortiq
 #endif

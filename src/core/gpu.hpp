@@ -24,5 +24,8 @@ void use_gpu(int id);
 // the visible devices (cudaMemPoolAttrUsedMemHigh); libraries' own
 // workspaces (cuBLAS, cuSOLVER) are not in it. 0 without CUDA.
 int64_t gpu_pool_peak_bytes();
+// The current device's memory in all (cudaMemGetInfo's total; not what is
+// free, which other work changes). 0 without CUDA or a device.
+int64_t gpu_total_bytes();
 
 }  // namespace cortiq

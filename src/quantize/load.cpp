@@ -81,6 +81,18 @@ double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params) {
     return params <= kCalibGeneratedAutoParams ? kKdLrSignsSmall : 0.0;
 }
 
+void check_kd_sign_memory(double lr_signs, int64_t weights, double bpw, int64_t device_bytes) {
+    if (lr_signs <= 0 || device_bytes <= 0) return;
+    const double need = 20.0 * bpw * static_cast<double>(weights);
+    CORTIQ_CHECK(need <= static_cast<double>(device_bytes),
+                 "--kd-lr-signs {}: moving the signs in distillation needs about {:.0f} GB of "
+                 "device memory for {:.2f} B weights at {} bpw (each sign as a float, its "
+                 "gradient, latent and two Adam moments), more than this GPU's {:.0f} GB; use "
+                 "--kd-lr-signs 0 (the default above 100 M parameters) or --tune block",
+                 lr_signs, need / 1e9, static_cast<double>(weights) / 1e9, bpw,
+                 static_cast<double>(device_bytes) / 1e9);
+}
+
 Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
@@ -91,6 +103,14 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
     o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_signs = resolve_kd_lr_signs(o, in.model.num_params());
+    if (o.device == encode::Device::gpu && o.tune_kd()) {
+        // the decoder layers' weights: all but the embedding and an untied head
+        const int64_t tables = cfg.vocab_size * cfg.hidden_size;
+        check_kd_sign_memory(
+            o.kd.lr_signs,
+            in.model.num_params() - (in.model.head_shares_embedding() ? 1 : 2) * tables,
+            o.file_bpw > 0 ? o.file_bpw : o.bpw, gpu_total_bytes());
+    }
     const io::Tokenizer tok = io::Tokenizer::load(o.model_dir);
     CORTIQ_CHECK(!o.calib_paths.empty(), "quantize: no calibration text (--calib)");
     std::vector<std::string> calib_texts;

@@ -84,6 +84,12 @@ int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid);
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);
 double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params);
+// Distillation with moving signs (kd.lr_signs > 0) on the GPU holds, for
+// every sign of the model, the sign as a float, its gradient, its latent and
+// two Adam moments: 20 bytes a sign, about bpw signs a weight. Throws one
+// clear error before any work when that alone passes device_bytes (the
+// GPU's memory in all; 0: unknown, no check).
+void check_kd_sign_memory(double lr_signs, int64_t weights, double bpw, int64_t device_bytes);
 
 // ── plan (plan_work.cpp) ───────────────────────────────────────────────────────
 struct WorkPlan {

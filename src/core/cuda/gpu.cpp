@@ -32,6 +32,15 @@ void use_gpu(int id) {
     CORTIQ_CHECK(e == cudaSuccess, "cannot use GPU {}: {}", id, cudaGetErrorString(e));
 }
 
+int64_t gpu_total_bytes() {
+    size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+        (void)cudaGetLastError();  // a report, not a failure
+        return 0;
+    }
+    return static_cast<int64_t>(total);
+}
+
 int64_t gpu_pool_peak_bytes() {
     int64_t total = 0;
     for (int d = 0; d < gpu_count(); ++d) {
