@@ -454,6 +454,30 @@ TEST(CalibGpu, QuantizeOnTheGpuMatchesTheCpuTensorByTensor) {
     fs::remove_all(dir);
 }
 
+// quantize --device gpu of stories260K at 1.0 bpw into `out` with block
+// tuning (one pass) and a distillation of two passes with fixed signs, on 8
+// windows of 64 tokens.
+quant::QuantizeOptions distilled_gpu_options(const fs::path& out) {
+    quant::QuantizeOptions o;
+    o.model_dir = (kData / "models" / "stories260K").string();
+    o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
+    o.out_path = out.string();
+    o.device = encode::Device::gpu;
+    o.bpw = 1.0;
+    o.tune_mode = "block+kd";
+    o.tune.epochs = 1;
+    o.kd.epochs = 2;
+    o.kd.patience = 0;
+    o.kd.lr_signs = 0;  // the packed signs and the scales read from the payloads
+    o.kd_random = 0;
+    o.calib.samples = 8;
+    o.calib.seqlen = 64;
+    o.progress = false;
+    o.verbose = false;
+    o.force = true;
+    return o;
+}
+
 // quantize --device gpu with the signs fixed in distillation (--kd-lr-signs
 // 0, the default above 100 M parameters): the host holds each block's scales
 // without its signs, the device holds the signs packed, and the teacher's
@@ -465,25 +489,10 @@ TEST(CalibGpu, FixedSignsDistilledFromThePayloadsWriteTheSameFile) {
     const fs::path dir = scratch_dir("cortiq_calib_gpu_", "fixed_signs");
     std::string files[2];
     for (const bool packed : {true, false}) {
-        quant::QuantizeOptions o;
-        o.model_dir = (kData / "models" / "stories260K").string();
-        o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
-        o.out_path = (dir / (packed ? "packed.safetensors" : "floats.safetensors")).string();
-        o.device = encode::Device::gpu;
-        o.bpw = 1.0;
-        o.tune_mode = "block+kd";
-        o.tune.epochs = 1;
-        o.kd.epochs = 2;
-        o.kd.patience = 0;
-        o.kd.lr_signs = 0;
+        quant::QuantizeOptions o =
+            distilled_gpu_options(dir / (packed ? "packed.safetensors" : "floats.safetensors"));
         o.kd.lr_scales = 1e-2;  // large enough that some pass is kept
         o.kd.pack_fixed_signs = packed;
-        o.kd_random = 0;
-        o.calib.samples = 8;
-        o.calib.seqlen = 64;
-        o.progress = false;
-        o.verbose = false;
-        o.force = true;
         const auto rep = quant::quantize(o);
         EXPECT_EQ(rep.distilled.at("flips").get<int64_t>(), 0);
         std::printf("packed %d: KL %.5f → %.5f, pass %d kept\n", packed,
@@ -507,23 +516,8 @@ TEST(CalibGpu, InterruptedTunedRunResumesIntoTheSameBytes) {
     REQUIRE_DATA();
     const fs::path dir = scratch_dir("cortiq_calib_gpu_", "resume");
     const auto options = [&](const char* name) {
-        quant::QuantizeOptions o;
-        o.model_dir = (kData / "models" / "stories260K").string();
-        o.calib_paths = {(kData / "text" / "tinystories-calib.txt").string()};
-        o.out_path = (dir / name).string();
-        o.device = encode::Device::gpu;
-        o.bpw = 1.0;
-        o.tune_mode = "block+kd";
+        quant::QuantizeOptions o = distilled_gpu_options(dir / name);
         o.tune.epochs = 2;
-        o.kd.epochs = 2;
-        o.kd.patience = 0;
-        o.kd.lr_signs = 0;  // the packed signs and the scales read from the payloads
-        o.kd_random = 0;
-        o.calib.samples = 8;
-        o.calib.seqlen = 64;
-        o.progress = false;
-        o.verbose = false;
-        o.force = true;
         return o;
     };
     quant::quantize(options("whole.safetensors"));
