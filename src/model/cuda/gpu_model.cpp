@@ -258,9 +258,7 @@ void GpuModel::set_linear(int64_t layer, std::string_view name, const LinearWeig
     cuda::DeviceLinear& d = linear_named(g.w.layers[static_cast<size_t>(layer)], name);
     // a BLR layer's dense form on the device (a compressed 4096 × 11008 layer
     // formed on the host took seconds)
-    if (const auto* blr = dynamic_cast<const BlrLinear*>(&w); blr && !blr->packed().sign)
-        return cuda::set_weight_blr(d, blr->packed(), g.gpu.blas(), g.stream());
-    cuda::set_weight(d, w.dense(), g.stream());
+    cuda::set_weight_of(d, w, g.gpu.blas(), g.stream());
 }
 
 void GpuModel::load_layer(int64_t layer, const Model& m) {

@@ -83,16 +83,15 @@ DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
         if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
         return d;
     }
-    if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get()); blr && to.dense_blr) {
-        if (!blr->packed().sign) {
-            d.own = DVec(d.m * d.n, stream);
-            d.w = d.own.get();
-            bytes += 4 * d.m * d.n;
-            set_weight_blr(d, blr->packed(), to.blas, stream);
-            if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
-            return d;
-        }
-    } else if (blr) {
+    if (to.dense_blr) {  // every weight dense in float32, a BLR one formed on the device
+        d.own = DVec(d.m * d.n, stream);
+        d.w = d.own.get();
+        bytes += 4 * d.m * d.n;
+        set_weight_of(d, *l.w, to.blas, stream);
+        if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
+        return d;
+    }
+    if (const auto* blr = dynamic_cast<const BlrLinear*>(l.w.get())) {
         d.packed = std::make_unique<DevicePacked>(upload_packed(blr->packed(), stream));
         d.scratch = scratch;
         bytes += d.packed->bytes();
@@ -247,6 +246,13 @@ void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int
         embed(tokens, w.embed16.get(), rows, hidden, out, stream);
     else
         embed(tokens, w.embed.get(), rows, hidden, out, stream);
+}
+
+void set_weight_of(DeviceLinear& d, const LinearWeights& w, cublasHandle_t blas,
+                   cudaStream_t stream) {
+    if (const auto* blr = dynamic_cast<const BlrLinear*>(&w); blr && !blr->packed().sign)
+        return set_weight_blr(d, blr->packed(), blas, stream);
+    set_weight(d, w.dense(), stream);
 }
 
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {

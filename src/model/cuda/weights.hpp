@@ -16,6 +16,7 @@
 
 namespace cortiq::model {
 class Model;
+class LinearWeights;
 }
 
 namespace cortiq::model::cuda {
@@ -110,6 +111,10 @@ void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream);
 // float64 sums. `blas` runs on `stream`.
 void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t blas,
                     cudaStream_t stream);
+// Either, as w is: a BLR layer's dense form made on the device, any other
+// weight (a sign payload included) from its host dense form.
+void set_weight_of(DeviceLinear& d, const LinearWeights& w, cublasHandle_t blas,
+                   cudaStream_t stream);
 
 // y (rows × m) = beta·y + x (rows × n) · Wᵀ, then + bias: plain FP32 cuBLAS
 // (the handle's math mode is CUBLAS_DEFAULT_MATH: no TF32), bias by a kernel.
