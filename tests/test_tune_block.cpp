@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
+#include <tuple>
 
 #include "blr/model.hpp"
 #include "blr/packed.hpp"
@@ -100,6 +101,37 @@ TEST(TuneBlock, SignTuningFlipsAndUndoesInjectedFlips) {
     }
 }
 
+// pack_weights writes the payload of blr::pack(to_factors(w)) byte for byte,
+// on shapes whose sign columns do not fill whole bytes, with one and two
+// paths, and signs of 0 (which to_factors takes as +1).
+TEST(TuneBlock, PackWeightsEqualsPackOfTheFloat64Factors) {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> scale(0.25f, 4.0f);
+    std::uniform_int_distribution<int> sign(-1, 1);
+    for (const auto [m, n, r, paths] :
+         {std::tuple{13, 29, 5, 1}, std::tuple{40, 17, 13, 2}, std::tuple{64, 96, 24, 2}}) {
+        tune::BlrWeightsT<float> w{m, n, r, {}};
+        for (int k = 0; k < paths; ++k) {
+            auto draw = [&](int64_t count, bool is_sign) {
+                std::vector<float> v(static_cast<size_t>(count));
+                for (float& x : v) x = is_sign ? static_cast<float>(sign(rng)) : scale(rng);
+                return v;
+            };
+            w.paths.push_back({draw(m, false), draw(r, false), draw(n, false),
+                               draw(int64_t{m} * r, true), draw(int64_t{n} * r, true)});
+        }
+        const auto bytes = blr::pack(tune::to_factors(w));
+        EXPECT_TRUE(tune::pack_weights(w) == bytes) << m << " × " << n << " rank " << r;
+    }
+    tune::BlrWeightsT<float> bad{
+        4,
+        4,
+        2,
+        {{std::vector<float>(4, 1.0f), std::vector<float>(2, 1.0f), std::vector<float>(4, 1.0f),
+          std::vector<float>(7, 1.0f), std::vector<float>(8, 1.0f)}}};
+    EXPECT_THROW(tune::pack_weights(bad), Error);
+}
+
 TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
     Problem s = make_setup();
     const SignProblem sp = inject_sign_flips(s, 1);
@@ -123,6 +155,7 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
         // the tuned factors pack into exactly the bytes the rank rule gave
         const blr::Factors f = tune::to_factors(a);
         const auto bytes = blr::pack(f);
+        EXPECT_TRUE(tune::pack_weights(a) == bytes) << "linear " << i;
         EXPECT_EQ(8 * static_cast<int64_t>(bytes.size()),
                   blr::bits(a.m, a.n, a.r, static_cast<int>(a.paths.size())));
         const blr::Factors back = blr::unpack(bytes);

@@ -231,6 +231,51 @@ TEST(TuneGradGpu, PackedFixedSignsGiveTheFloatSignsBits) {
     check_packed_signs_gpu(make_fixture(true, 9, kLarger), "qwen3, 3 windows of 70");
 }
 
+// Block tuning keeps its best epoch on the device (snapshot_into, signs
+// packed): restored into a block that holds other values, it gives back the
+// first block's every scale, sign and norm weight bit for bit, and the signs
+// two snapshots differ in are the host's count.
+void check_snapshot_gpu(bool qwen3, const char* label) {
+    const cuda::Gpu gpu;
+    const cudaStream_t st = gpu.stream();
+    const BlockParamsT<float> p = to_f(make_fixture(qwen3, 5, kLarger).p);
+    const BlockParamsT<float> other = to_f(make_fixture(qwen3, 6, kLarger).p);
+    const cuda::DBlockParams dp = cuda::upload(p, st);
+    cuda::DBlockParams snap, snap_other;
+    cuda::snapshot_into(gpu, dp, snap);
+    cuda::DBlockParams dq = cuda::upload(other, st);
+    cuda::snapshot_into(gpu, dq, snap_other);
+    cuda::restore_from(gpu, snap, dq);
+    BlockParamsT<float> back = other;
+    cuda::download_into(dq, back, st);
+    gpu.sync();
+    EXPECT_TRUE(back.in_norm == p.in_norm && back.post_norm == p.post_norm) << label;
+    EXPECT_TRUE(back.q_norm == p.q_norm && back.k_norm == p.k_norm) << label;
+    const auto a = p.linears();
+    const auto b = std::as_const(back).linears();
+    int paths = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!a[i]->blr) continue;
+        for (size_t k = 0; k < a[i]->blr->paths.size(); ++k, ++paths) {
+            const auto &qa = a[i]->blr->paths[k], &qb = b[i]->blr->paths[k];
+            EXPECT_TRUE(qa.h == qb.h && qa.l == qb.l && qa.g == qb.g)
+                << label << ": scales of linear " << i;
+            EXPECT_TRUE(qa.su == qb.su && qa.sv == qb.sv) << label << ": signs of linear " << i;
+        }
+    }
+    EXPECT_GT(paths, 0) << label;
+    const int64_t host = sign_changes(p, other);
+    EXPECT_GT(host, 0) << label << ": the two blocks should differ";
+    EXPECT_EQ(cuda::sign_changes(gpu, snap, snap_other), host) << label;
+    EXPECT_EQ(cuda::sign_changes(gpu, snap, snap), 0) << label;
+}
+
+TEST(TuneGradGpu, SnapshotOnTheDeviceGivesBackTheBlockExactly) {
+    REQUIRE_GPU();
+    check_snapshot_gpu(false, "llama");
+    check_snapshot_gpu(true, "qwen3");
+}
+
 TEST(TuneGradGpu, Qwen35GatedDeltaNetBlockMatchesTheCpuBlock) {
     REQUIRE_GPU();
     check_fixture_gpu(make_delta_fixture(17), "qwen3.5 gated deltanet, 2 windows of 67");

@@ -195,6 +195,17 @@ void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, 
             if (q.su(i, k) < 0) set_bit(stream, first_u + k * m + i);
 }
 
+void write_signs(const float* su, const float* sv, uint64_t m, uint64_t n, uint64_t r, uint64_t p,
+                 uint8_t* stream) {
+    const uint64_t first_v = bit_svt(m, n, r, p), first_u = bit_sut(m, n, r, p);
+    for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t k = 0; k < r; ++k)
+            if (sv[j * r + k] < 0) set_bit(stream, first_v + k * n + j);
+    for (uint64_t i = 0; i < m; ++i)
+        for (uint64_t k = 0; k < r; ++k)
+            if (su[i * r + k] < 0) set_bit(stream, first_u + k * m + i);
+}
+
 namespace {
 
 void check_header(const Header& hd, size_t size, const std::string& what) {

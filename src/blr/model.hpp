@@ -67,6 +67,10 @@ Factors unpack(std::span<const uint8_t> bytes);  // validates first
 // Sets the bits of path p's S_V and S_U (the −1 entries of q) in a version-2
 // sign stream of an m × n, rank-r payload (SPEC §4; the stream starts zeroed).
 void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, uint8_t* stream);
+// The same from float sign matrices, su m × r and sv n × r row-major (a value
+// below 0 is −1, any other +1): tuning's layers packed without a float64 copy.
+void write_signs(const float* su, const float* sv, uint64_t m, uint64_t n, uint64_t r, uint64_t p,
+                 uint8_t* stream);
 MatF dequant(std::span<const uint8_t> bytes);  // validates first
 
 // Scales are editable after encoding (SPEC §8): rewrite the f16 scales of a

@@ -11,6 +11,7 @@
 #include "blr/packed.hpp"
 #include "blr/sign.hpp"
 #include "core/memory_usage.hpp"
+#include "core/parallel.hpp"
 #include "core/profile.hpp"
 #include "dist/comm.hpp"
 #include "model/ops.hpp"
@@ -95,10 +96,17 @@ tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
 void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec) {
     const auto names = slot_names(p.delta);
     auto lins = p.linears();
+    // the payloads packed side by side (each is a pure function of its
+    // layer's values), then put in place one after the other
+    std::vector<std::vector<uint8_t>> packed(names.size());
+    parallel_for(0, static_cast<int64_t>(names.size()), [&](int64_t i) {
+        const auto k = static_cast<size_t>(i);
+        if (lins[k]->blr) packed[k] = tune::pack_weights(*lins[k]->blr);
+    });
     for (size_t i = 0; i < names.size(); ++i) {
         if (!lins[i]->blr) continue;
         const std::string name = tensor_name(run.model.config(), layer, names[i]);
-        const std::vector<uint8_t> bytes = blr::pack(tune::to_factors(*lins[i]->blr));
+        const std::vector<uint8_t> bytes = std::move(packed[i]);
         install_payload(run, layer, names[i], bytes);
         if (rec)
             for (auto& [n, b] : rec->payloads)

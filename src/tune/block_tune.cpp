@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "blr/layout.hpp"
 #include "core/error.hpp"
 #include "tune/adam.hpp"
 #include "tune/epochs.hpp"
@@ -40,6 +41,31 @@ blr::Factors to_factors(const BlrWeightsT<float>& w) {
         f.paths.push_back(std::move(p));
     }
     return f;
+}
+
+std::vector<uint8_t> pack_weights(const BlrWeightsT<float>& w) {
+    blr::Factors f{w.m, w.n, w.r, {}};
+    for (const auto& q : w.paths) {
+        CORTIQ_CHECK(static_cast<int64_t>(q.h.size()) == w.m &&
+                         static_cast<int64_t>(q.l.size()) == w.r &&
+                         static_cast<int64_t>(q.g.size()) == w.n &&
+                         static_cast<int64_t>(q.su.size()) == w.m * w.r &&
+                         static_cast<int64_t>(q.sv.size()) == w.n * w.r,
+                     "packing a {} × {} layer of rank {} from {}, {}, {} scales and {}, {} signs",
+                     w.m, w.n, w.r, q.h.size(), q.l.size(), q.g.size(), q.su.size(), q.sv.size());
+        f.paths.push_back({VecD(w.m), VecD(w.r), VecD(w.n), MatD(), MatD()});
+        blr::Path& p = f.paths.back();
+        for (int64_t i = 0; i < w.m; ++i) p.h[i] = q.h[i];
+        for (int64_t i = 0; i < w.r; ++i) p.l[i] = q.l[i];
+        for (int64_t i = 0; i < w.n; ++i) p.g[i] = q.g[i];
+    }
+    std::vector<uint8_t> out = blr::pack_scales(f);
+    const auto m = static_cast<uint64_t>(w.m), n = static_cast<uint64_t>(w.n),
+               r = static_cast<uint64_t>(w.r), np = w.paths.size();
+    uint8_t* stream = out.data() + blr::off_signs(m, n, r, np);
+    for (uint64_t p = 0; p < np; ++p)
+        blr::write_signs(w.paths[p].su.data(), w.paths[p].sv.data(), m, n, r, p, stream);
+    return out;
 }
 
 namespace {

@@ -136,5 +136,8 @@ int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b)
 // float64 copy of the signs), and back to float64 factors for packing.
 BlrWeightsT<float> to_weights(const blr::PackedWeight& p);
 blr::Factors to_factors(const BlrWeightsT<float>& w);
+// The payload of a tuned layer, blr::pack(to_factors(w)) byte for byte
+// without the float64 copy of its signs (1.6 GB for a 7B layer's).
+std::vector<uint8_t> pack_weights(const BlrWeightsT<float>& w);
 
 }  // namespace cortiq::tune

@@ -45,6 +45,16 @@ void download_into(const DBlockParams& d, BlockParamsT<float>& p, cudaStream_t s
 // The reverse for a block of upload_packed: p's scales and norm weights into
 // d (p's signs are not read, and may be empty).
 void upload_tuned(const BlockParamsT<float>& p, DBlockParams& d, cudaStream_t stream);
+// Block tuning's kept epoch held on the device (block_snapshot.cu): d's
+// BLR scales and norm weights copied into `snap`, its signs packed one bit
+// each (snap's paths are packed()); a later call reuses snap's memory.
+void snapshot_into(const Gpu& g, const DBlockParams& d, DBlockParams& snap);
+// The reverse: snap's values into d, float signs expanded to ±1 (0 in the
+// padding columns), exactly the values snapshot_into read.
+void restore_from(const Gpu& g, const DBlockParams& snap, DBlockParams& d);
+// The signs that differ between two snapshots of one block (tune::sign_changes
+// on the device); waits for the stream.
+int64_t sign_changes(const Gpu& g, const DBlockParams& a, const DBlockParams& b);
 
 struct DBlockGrads {
     std::vector<std::optional<DBlrGrad>> blr;  // order of linears(); unset for dense ones

@@ -1,8 +1,8 @@
 // tune_block on the GPU: tune/block_tune.cpp step for step (the same loss,
 // batches, shuffling with the same seed, Adam updates and choice of the epoch
 // kept), with the block's forward and backward, the loss and Adam on the
-// device. The windows are uploaded once; the host sees the losses and, when
-// the held-out loss improves, a copy of the tuned values.
+// device. The windows are uploaded once; the epoch kept stays on the device
+// (signs packed, cuda::snapshot_into) and reaches the host once, at the end.
 #include "tune/block_tune.hpp"
 
 #include <algorithm>
@@ -142,13 +142,16 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
     eval_stage.reset();
     res.fit_after = res.fit_before;
     res.sel_after = res.sel_before;
-    const BlockParamsT<float> start = p;
-    BlockParamsT<float> best = p;
 
     DBlockGrads gr = cuda::zero_grads(dp, st, o.lr_signs > 0);
     cuda::AdamSlots slots;
     slots.add_block(dp, gr, d, o, st);
     if (slots.empty()) return res;
+    // The start and the epoch kept stay on the device, signs packed; the
+    // host's p changes once, at the end, when an epoch was kept.
+    DBlockParams start, best;
+    cuda::snapshot_into(g, dp, start);
+    cuda::snapshot_into(g, dp, best);
 
     DVec x, y, dout;
     DBlockActs a;
@@ -180,16 +183,22 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
             return dsel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);
         },
         [&] {
-            const Stage stage(g, o.profile, "download", true);
-            cuda::download_into(dp, best, st);
+            const Stage stage(g, o.profile, "keep", true);
+            cuda::snapshot_into(g, dp, best);
         },
         o.on_progress);
-    p = std::move(best);
+    slots = cuda::AdamSlots();  // the moments go before the kept epoch comes back
+    gr = DBlockGrads();
+    cuda::restore_from(g, best, dp);
     {
         const Stage stage(g, o.profile, "evaluate", true);
-        res.fit_after = ev.relative(cuda::upload(p, st), dfit);
+        res.fit_after = ev.relative(dp, dfit);
     }
-    res.flips = sign_changes(start, p);
+    if (res.best_epoch > 0) {
+        const Stage stage(g, o.profile, "download", true);
+        cuda::download_into(dp, p, st);
+        res.flips = cuda::sign_changes(g, start, best);
+    }
     g.sync();
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;
