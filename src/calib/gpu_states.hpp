@@ -71,6 +71,9 @@ class GpuStates {
     // The head's logits (rows × vocab) of rows of such inputs, on the device
     // in a workspace valid until the next call.
     const float* head_logits(const float* normed, int64_t rows);
+    // Seconds spent putting decoder layers on the device (read from the host
+    // model, formed, uploaded), over this object's life.
+    double load_seconds() const;
 
   private:
     struct Impl;

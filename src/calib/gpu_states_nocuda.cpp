@@ -13,6 +13,9 @@ GpuStates::GpuStates(const model::Model&, const CalibSet&) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }
 GpuStates::~GpuStates() = default;
+double GpuStates::load_seconds() const {
+    return 0.0;
+}
 MatD GpuStates::gram(int, int64_t, std::string_view) {
     CORTIQ_FAIL("--device gpu: {}", gpu_unavailable_reason());
 }

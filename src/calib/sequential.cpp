@@ -74,8 +74,16 @@ void SequentialCalib::release_gpu() {
     check_live();
     if (!gpu_) return;
     released_ = true;
+    load_seconds_ = layer_load_seconds();
     gpu_.reset();  // the compressed model's copy and its states
     gpu_original_.reset();
+}
+
+double SequentialCalib::layer_load_seconds() const {
+    double s = load_seconds_;
+    for (const auto* g : {gpu_.get(), gpu_original_.get()})
+        if (g) s += g->load_seconds();
+    return s;
 }
 
 std::pair<MatD, MatD> SequentialCalib::grams(int64_t layer, std::string_view input) {

@@ -82,6 +82,9 @@ class SequentialCalib {
     // (distillation needs the memory); nothing on the CPU. Later on the GPU,
     // weight_changed does nothing, and the other calls but window_share throw.
     void release_gpu();
+    // GPU: seconds spent putting decoder layers of both models on the device
+    // so far (GpuStates::load_seconds); 0 on the CPU.
+    double layer_load_seconds() const;
 
   private:
     void check_live() const;
@@ -96,6 +99,7 @@ class SequentialCalib {
     std::unique_ptr<GpuStates> gpu_;           // GPU: the model and the states on the device
     std::unique_ptr<GpuStates> gpu_original_;  // GPU: the original model and its states
     bool released_ = false;                    // release_gpu() was called on the GPU
+    double load_seconds_ = 0;                  // layer_load_seconds() at release_gpu()
 };
 
 }  // namespace cortiq::calib

@@ -43,6 +43,7 @@ bool drift_on_gpu(const QuantizeOptions& o) {
 InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vector<GroupJob>& jobs,
                            const std::string& what, const std::vector<int>* owners) {
     const auto t0 = std::chrono::steady_clock::now();
+    const double loads0 = run.states.layer_load_seconds();
     InputGrams g{{}, {}, std::vector<double>(jobs.size(), -1.0)};
     MatD cross_fit, cross_sel;
     if (run.o.match_original) {
@@ -55,7 +56,9 @@ InputGrams calibrate_input(Run& run, int64_t layer, const char* input, std::vect
         std::tie(g.h_fit, g.h_sel) = run.states.grams(layer, input);
     }
     Profile& parts = run.report.calib_parts;
-    parts.add("grams", seconds_since(t0));
+    const double loads = run.states.layer_load_seconds() - loads0;  // GPU: the layer's first input
+    parts.add("grams", seconds_since(t0) - loads);
+    if (loads > 0) parts.add("layer loads", loads);
     if (run.o.match_original) {
         ScopedStage drift_stage(&parts, "drift");
         // the encoder's damping c = ρ · mean diag(H_fit) (SPEC §2)

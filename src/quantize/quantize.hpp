@@ -237,7 +237,9 @@ struct QuantizeReport {
     // Where calib_seconds went, always recorded (seconds, not synchronising
     // anything more): "start" (loading the original model, the first hidden
     // states), "grams" (each input's Grams, with --match original its cross
-    // Grams too, on the host),
+    // Grams too, on the host), "layer loads" (--device gpu: the decoder
+    // layers of both models put on the device as a layer's Grams first need
+    // them; the rest of "grams" is the passes themselves),
     // "drift" (--match original: the corrected targets, float64, on the GPU
     // with --device gpu),
     // "advance" (each compressed layer's outputs), "head" (lm_head's Grams).

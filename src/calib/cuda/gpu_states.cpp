@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <optional>
 
 #include "calib/cuda/gram.hpp"
@@ -39,8 +40,13 @@ struct GpuStates::Impl {
     // Layer `layer` on the device, read from the host model (as it is now:
     // the layers compressed so far formed dense) when it is not there.
     void ensure_layer(int64_t layer) {
-        if (!model.layer_loaded(layer)) model.load_layer(layer, *host);
+        if (model.layer_loaded(layer)) return;
+        const auto t0 = std::chrono::steady_clock::now();
+        model.load_layer(layer, *host);  // returns once the upload is complete
+        load_seconds +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
+    double load_seconds = 0;
     cudaStream_t stream() { return model.gpu().stream(); }
     Set& set(int s) {
         CORTIQ_CHECK(s == 0 || s == 1, "calibration set {} (0: fit, 1: held out)", s);
@@ -130,6 +136,10 @@ GpuStates::GpuStates(const model::Model& m, const CalibSet& cs) : impl_(std::mak
 }
 
 GpuStates::~GpuStates() = default;
+
+double GpuStates::load_seconds() const {
+    return impl_ ? impl_->load_seconds : 0.0;
+}
 
 MatD GpuStates::gram(int set, int64_t layer, std::string_view input) {
     Impl& g = live(impl_);
