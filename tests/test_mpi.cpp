@@ -231,3 +231,26 @@ TEST(Mpi, ARankThatFailsEndsEveryRankWithOneMessage) {
     EXPECT_FALSE(fs::exists(dir / "missing")) << said;
     fs::remove_all(dir);
 }
+
+// GPU ranks are not built: `--device gpu` under mpirun is refused by every
+// rank before any work (before the GPU is even looked for), with one message
+// that says what runs instead, and leaves no output.
+TEST(Mpi, GpuRanksAreRefusedBeforeAnyWork) {
+    REQUIRE_MPI();
+    REQUIRE_DATA_AT(kData + "/models/stories260K");
+    const fs::path dir = cortiq::test::scratch_dir("cortiq_mpi_", "gpu");
+    const fs::path log = dir / "gpu.log", out = dir / "out.safetensors";
+    std::string args = stories_args(out);
+    const size_t at = args.find("--device cpu");
+    ASSERT_NE(at, std::string::npos) << args;
+    args.replace(at, 12, "--device gpu");
+    const int rc = shell(mpirun(2) + cortiq::test::cli_binary() + " quantize " + args, log);
+    const std::string said = slurp(log);
+    EXPECT_NE(rc, 0) << said;
+    EXPECT_NE(said.find("runs with --device cpu only"), std::string::npos) << said;
+    EXPECT_EQ(said.find("--device gpu:"), std::string::npos)
+        << "the GPU was looked for first: " << said;
+    EXPECT_FALSE(fs::exists(out)) << said;
+    EXPECT_FALSE(fs::exists(out.string() + ".journal")) << said;
+    fs::remove_all(dir);
+}

@@ -19,14 +19,14 @@ SequentialCalib::SequentialCalib(model::Model& m, const CalibSet& cs, model::Dev
     : m_(m), original_(original) {
     share_ = {std::pair<int64_t, int64_t>{0, static_cast<int64_t>(cs.fit.size())},
               std::pair<int64_t, int64_t>{0, static_cast<int64_t>(cs.sel.size())}};
+    CORTIQ_CHECK(!dist::distributed() || device == model::Device::cpu,
+                 "calibration over several ranks runs on the CPU only");
     if (device == model::Device::gpu) {
         gpu_ = std::make_unique<GpuStates>(m, cs);
         if (original_) gpu_original_ = std::make_unique<GpuStates>(*original_, cs);
         return;
     }
     // Under mpirun each rank holds its contiguous share of each set's windows.
-    CORTIQ_CHECK(!dist::distributed() || device == model::Device::cpu,
-                 "quantize over several ranks runs with --device cpu only (for now)");
     for (size_t set = 0; set < 2; ++set) {
         const auto& windows = set == 0 ? cs.fit : cs.sel;
         const auto [lo, hi] =

@@ -64,6 +64,12 @@ QuantizeReport quantize(const QuantizeOptions& options) {
     QuantizeOptions o = options_of_this_rank(options);  // defaults resolved on load
     QuantizeReport rep;
     rep.out_path = o.out_path;
+    // GPU ranks would each calibrate on every window and tune alone: not
+    // built or tested, so refused before any work rather than run untested
+    CORTIQ_CHECK(!dist::distributed() || o.device == encode::Device::cpu,
+                 "quantize over {} ranks runs with --device cpu only; for one host's GPUs run one "
+                 "process with --device gpu --gpus LIST",
+                 dist::size());
     if (dist::is_root()) check_output(o);
     if (!o.gpus.empty()) {
         CORTIQ_CHECK(o.device == encode::Device::gpu, "--gpus needs --device gpu");
