@@ -52,6 +52,19 @@ void expand_into(const Gpu& g, const DeviceBuffer<uint32_t>& bits, int64_t rows,
     expand_signs(g, bits.get(), rows, b.r, b.rp, out.get());
 }
 
+// What both directions copy as it is: the norm weights, and a path's scales.
+void copy_norms(const DBlockParams& from, DBlockParams& to, cudaStream_t st) {
+    copy_into(from.in_norm, to.in_norm, st);
+    copy_into(from.post_norm, to.post_norm, st);
+    copy_into(from.q_norm, to.q_norm, st);
+    copy_into(from.k_norm, to.k_norm, st);
+}
+void copy_scales(const DBlrPath& from, DBlrPath& to, cudaStream_t st) {
+    copy_into(from.h, to.h, st);
+    copy_into(from.l, to.l, st);
+    copy_into(from.g, to.g, st);
+}
+
 DBlr& same_shape(const DBlr& from, std::optional<DBlr>& to) {
     if (!to || to->m != from.m || to->n != from.n || to->rp != from.rp ||
         to->paths.size() != from.paths.size())
@@ -64,10 +77,7 @@ DBlr& same_shape(const DBlr& from, std::optional<DBlr>& to) {
 void snapshot_into(const Gpu& g, const DBlockParams& d, DBlockParams& snap) {
     const cudaStream_t st = g.stream();
     snap.delta = d.delta;
-    copy_into(d.in_norm, snap.in_norm, st);
-    copy_into(d.post_norm, snap.post_norm, st);
-    copy_into(d.q_norm, snap.q_norm, st);
-    copy_into(d.k_norm, snap.k_norm, st);
+    copy_norms(d, snap, st);
     const auto src = d.linears();
     auto dst = snap.linears();
     for (size_t i = 0; i < src.size(); ++i) {
@@ -80,9 +90,7 @@ void snapshot_into(const Gpu& g, const DBlockParams& d, DBlockParams& snap) {
         for (size_t k = 0; k < b.paths.size(); ++k) {
             const DBlrPath& p = b.paths[k];
             DBlrPath& q = s.paths[k];
-            copy_into(p.h, q.h, st);
-            copy_into(p.l, q.l, st);
-            copy_into(p.g, q.g, st);
+            copy_scales(p, q, st);
             if (p.packed()) {
                 copy_bits(p.su_bits, q.su_bits, st);
                 copy_bits(p.sv_bits, q.sv_bits, st);
@@ -99,10 +107,7 @@ void snapshot_into(const Gpu& g, const DBlockParams& d, DBlockParams& snap) {
 
 void restore_from(const Gpu& g, const DBlockParams& snap, DBlockParams& d) {
     const cudaStream_t st = g.stream();
-    copy_into(snap.in_norm, d.in_norm, st);
-    copy_into(snap.post_norm, d.post_norm, st);
-    copy_into(snap.q_norm, d.q_norm, st);
-    copy_into(snap.k_norm, d.k_norm, st);
+    copy_norms(snap, d, st);
     const auto src = snap.linears();
     auto dst = d.linears();
     for (size_t i = 0; i < src.size(); ++i) {
@@ -114,9 +119,7 @@ void restore_from(const Gpu& g, const DBlockParams& snap, DBlockParams& d) {
         for (size_t k = 0; k < b.paths.size(); ++k) {
             const DBlrPath& q = s.paths[k];
             DBlrPath& p = b.paths[k];
-            copy_into(q.h, p.h, st);
-            copy_into(q.l, p.l, st);
-            copy_into(q.g, p.g, st);
+            copy_scales(q, p, st);
             if (p.packed()) {
                 copy_bits(q.su_bits, p.su_bits, st);
                 copy_bits(q.sv_bits, p.sv_bits, st);
