@@ -419,7 +419,6 @@ TEST(CalibGpu, QuantizeOnTheGpuMatchesTheCpuTensorByTensor) {
         write_rtn_budget_plan(o.model_dir, o.plan_path);
         o.device = encode::Device::gpu;
         o.enc.gptq_group = 1;  // the exact search on both devices: SPEC §3's parity
-        o.enc.itq_iters = encode::Options{}.itq_iters;  // and the same ITQ
         o.calib.samples = 16;
         o.calib.seqlen = 128;
         o.progress = false;

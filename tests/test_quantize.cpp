@@ -92,27 +92,20 @@ class Quantize : public ::testing::Test {
     void SetUp() override { REQUIRE_DATA_AT(kModel); }
 };
 
-// The search's defaults follow the device: the exact search and 50 ITQ
-// iterations (the CPU reference) on the CPU, `auto` groups and
-// kItqItersGpu iterations on the GPU; a value asked for is kept.
+// The column search's default follows the device: the exact search (the
+// CPU reference) on the CPU, `auto` groups on the GPU; a group asked for is kept.
 TEST(QuantizeOptions, ColumnSearchDefaultFollowsTheDevice) {
     quant::QuantizeOptions o;
     EXPECT_EQ(o.enc.gptq_group, quant::kGptqGroupByDevice);
-    EXPECT_EQ(o.enc.itq_iters, quant::kItqItersByDevice);
     quant::QuantizeOptions cpu = o, gpu = o, asked = o;
     gpu.device = asked.device = encode::Device::gpu;
     asked.enc.gptq_group = 16;
-    asked.enc.itq_iters = 50;
-    quant::resolve_search_by_device(cpu);
-    quant::resolve_search_by_device(gpu);
-    quant::resolve_search_by_device(asked);
+    quant::resolve_gptq_group(cpu);
+    quant::resolve_gptq_group(gpu);
+    quant::resolve_gptq_group(asked);
     EXPECT_EQ(cpu.enc.gptq_group, 1);
     EXPECT_EQ(gpu.enc.gptq_group, 0);
     EXPECT_EQ(asked.enc.gptq_group, 16);
-    EXPECT_EQ(cpu.enc.itq_iters, encode::Options{}.itq_iters);
-    EXPECT_EQ(gpu.enc.itq_iters, quant::kItqItersGpu);
-    EXPECT_LT(quant::kItqItersGpu, encode::Options{}.itq_iters);
-    EXPECT_EQ(asked.enc.itq_iters, 50);
     EXPECT_EQ(encode::gptq_group_for(gpu.enc.gptq_group, 2966), 64);
     EXPECT_EQ(encode::gptq_group_for(gpu.enc.gptq_group, 100), 4);
 }

@@ -170,9 +170,7 @@ const std::map<std::string, Setter>& setters() {
          }},
         {"itq_iters",
          [](QuantizeOptions& o, const py::handle& v) {
-             o.enc.itq_iters = py::isinstance<py::str>(v) && v.cast<std::string>() == "auto"
-                                   ? quant::kItqItersByDevice
-                                   : in_range<int>("itq_iters", v, 0, 1000);
+             o.enc.itq_iters = in_range<int>("itq_iters", v, 0, 1000);
          }},
         {"match",
          [](QuantizeOptions& o, const py::handle& v) {

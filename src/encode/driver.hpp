@@ -35,7 +35,6 @@
 #include <utility>
 #include <vector>
 
-#include "core/error.hpp"
 #include "encode/options.hpp"
 
 namespace cortiq::encode::driver {
@@ -70,8 +69,6 @@ struct Candidate {
 template <class B>
 auto latent_path(const typename B::Context& c, const typename B::Mat& target,
                  const typename B::Mat* target_h, int64_t r, const Options& o, bool of_weight) {
-    // a default left unresolved (quant::kItqItersByDevice) would skip ITQ
-    CORTIQ_CHECK(o.itq_iters >= 0, "ITQ iterations: {} (must be at least 0)", o.itq_iters);
     typename B::Mat up, vp;
     {
         typename B::Stage st(c, "latents");

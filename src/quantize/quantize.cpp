@@ -39,11 +39,9 @@ void resolve_tune_mode(QuantizeOptions& o) {
     o.tune_mode = resolve_tune_mode(o.tune_mode, o.device);
 }
 
-void resolve_search_by_device(QuantizeOptions& o) {
-    const bool gpu = o.device == encode::Device::gpu;
-    if (o.enc.gptq_group == kGptqGroupByDevice) o.enc.gptq_group = gpu ? 0 : 1;
-    if (o.enc.itq_iters == kItqItersByDevice)
-        o.enc.itq_iters = gpu ? kItqItersGpu : encode::Options{}.itq_iters;
+void resolve_gptq_group(QuantizeOptions& o) {
+    if (o.enc.gptq_group == kGptqGroupByDevice)
+        o.enc.gptq_group = o.device == encode::Device::gpu ? 0 : 1;
 }
 
 namespace {
@@ -51,7 +49,7 @@ namespace {
 // Under mpirun rank 0 reports and writes; the other ranks work silently.
 QuantizeOptions options_of_this_rank(const QuantizeOptions& o) {
     QuantizeOptions local = o;
-    resolve_search_by_device(local);
+    resolve_gptq_group(local);
     if (dist::is_root()) return local;
     local.progress = false;
     local.verbose = false;

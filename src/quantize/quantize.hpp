@@ -22,17 +22,9 @@ namespace cortiq::quant {
 // moves the perplexities less than the calibration text does, and the GPU
 // encodes a 4096×11008 tensor in 4.85 s instead of 32.3 (docs/encoder_speed.md).
 inline constexpr int kGptqGroupByDevice = -1;
-// enc.itq_iters until resolved: kItqItersGpu with --device gpu, 50 (the CPU
-// reference) on the CPU. Thirty iterations raise the per-tensor held-out
-// error by 0.12 % over both 6M models' tensors and, with `auto` groups, the
-// search's whole change stays within the 0.3 % rule (docs/encoder_speed.md,
-// "ITQ iterations").
-inline constexpr int kItqItersByDevice = -1;
-inline constexpr int kItqItersGpu = 30;
-inline encode::Options with_search_by_device() {
+inline encode::Options with_gptq_group_by_device() {
     encode::Options e;
     e.gptq_group = kGptqGroupByDevice;
-    e.itq_iters = kItqItersByDevice;
     return e;
 }
 
@@ -55,10 +47,9 @@ struct QuantizeOptions {
     double file_bpw = 0;
     // The held-out windows the sensitivity pass measures on (at most).
     int64_t sensitivity_windows = 8;
-    // method, paths, rho, ...; the column search's group and ITQ's
-    // iterations start at kGptqGroupByDevice and kItqItersByDevice, which
-    // resolve_search_by_device sets from the device
-    encode::Options enc = with_search_by_device();
+    // method, paths, rho, ...; the column search's group starts at
+    // kGptqGroupByDevice, which resolve_gptq_group sets from the device
+    encode::Options enc = with_gptq_group_by_device();
     encode::Device device = encode::Device::cpu;
     // The decoder layers' float weights left in the mapped checkpoint and
     // read when used (model::LoadOptions::map_linears), so that the host
@@ -283,9 +274,8 @@ QuantizeReport quantize(const QuantizeOptions& o);
 std::string resolve_tune_mode(const std::string& mode, encode::Device device);
 // Sets o.tune_mode from "auto" (resolve_tune_mode).
 void resolve_tune_mode(QuantizeOptions& o);
-// Sets o.enc.gptq_group from kGptqGroupByDevice and o.enc.itq_iters from
-// kItqItersByDevice (quantize() does it too).
-void resolve_search_by_device(QuantizeOptions& o);
+// Sets o.enc.gptq_group from kGptqGroupByDevice (quantize() does it too).
+void resolve_gptq_group(QuantizeOptions& o);
 
 // The least-squares target of --match original. With C = (1/T) Σ x_o x_cᵀ
 // (original and compressed inputs), H the Gram of the compressed inputs and

@@ -163,11 +163,8 @@ void add_quantize(CLI::App& app) {
         ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
         ->check(CLI::Range(0, 1 << 20));
     cmd->add_option("--itq-iters", a->o.enc.itq_iters,
-                    "iterations of the sign-gauge rotation (ITQ, SPEC §3.3; auto, the default: "
-                    "50 on the CPU, the reference, 30 with --device gpu)")
-        ->transform(
-            CLI::Transformer(std::map<std::string, int>{{"auto", quant::kItqItersByDevice}}))
-        ->check(CLI::Range(quant::kItqItersByDevice, 1000));  // auto is read as -1
+                    "iterations of the sign-gauge rotation (ITQ, SPEC §3.3; 50, the default)")
+        ->check(CLI::Range(0, 1000));
     cmd->add_option("--match", a->match,
                     "each layer's target: 'original' (default: the original model's outputs, "
                     "which corrects the drift of the compressed layers before it) or 'layer' (its "
