@@ -2,6 +2,7 @@
 // the callback throws reaches the caller.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -59,4 +60,15 @@ TEST(ProgressCallback, WhatItThrowsPropagates) {
         std::runtime_error);
     // the lock was released: the bar goes on
     EXPECT_THROW(bar.advance(1), std::runtime_error);
+}
+
+// The ETA counts from the first unit done: the time before it (start-up work)
+// does not enter the rate, and with no unit since the first it is unknown.
+TEST(Progress, RemainingTimeCountsFromTheFirstUnit) {
+    EXPECT_DOUBLE_EQ(cortiq::remaining_seconds(100, 11, 1, 10.0), 89.0);  // 1 unit/s since
+    EXPECT_DOUBLE_EQ(cortiq::remaining_seconds(100, 100, 1, 10.0), 0.0);
+    EXPECT_TRUE(std::isnan(cortiq::remaining_seconds(100, 1, 1, 10.0)));
+    EXPECT_TRUE(std::isnan(cortiq::remaining_seconds(100, 5, -1, 10.0)));
+    EXPECT_TRUE(std::isnan(cortiq::remaining_seconds(100, 5, 1, 0.0)));
+    EXPECT_EQ(cortiq::format_duration(cortiq::remaining_seconds(100, 1, 1, 3.0)), "?");
 }

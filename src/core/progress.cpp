@@ -17,6 +17,14 @@ std::string format_duration(double s) {
     return fmt::format("{}:{:02}:{:02}", t / 3600, (t / 60) % 60, t % 60);
 }
 
+double remaining_seconds(int64_t total, int64_t done, int64_t done_at_first,
+                         double seconds_since_first) {
+    if (done_at_first < 0 || done <= done_at_first || !(seconds_since_first > 0))
+        return std::nan("");
+    const double rate = static_cast<double>(done - done_at_first) / seconds_since_first;
+    return static_cast<double>(std::max<int64_t>(total - done, 0)) / rate;
+}
+
 Progress::Progress(std::string label, int64_t total, std::string unit, bool enabled,
                    ProgressCallback callback)
     : label_(std::move(label)),
@@ -47,6 +55,10 @@ void Progress::advance(int64_t n, const std::string& note) {
     if (!enabled_) return;
     if (!note.empty()) note_ = note;
     const auto now = std::chrono::steady_clock::now();
+    if (done_at_first_ < 0) {
+        done_at_first_ = done_;
+        first_ = now;
+    }
     if (tty_) {
         if (now - last_draw_ >= std::chrono::milliseconds(100) || done_ >= total_) {
             last_draw_ = now;
@@ -85,10 +97,17 @@ void Progress::draw(bool final_line) {
     const int fill = static_cast<int>(frac * kWidth);
     std::string bar(static_cast<size_t>(fill), '#');
     bar.append(static_cast<size_t>(kWidth - fill), '.');
-    const double rate = el > 0 ? done_ / el : 0;
-    std::string eta = final_line  ? fmt::format("done in {}", format_duration(el))
-                      : done_ > 0 ? fmt::format("ETA {}", format_duration((total_ - done_) / rate))
-                                  : "ETA ?";
+    const double since_first =
+        done_at_first_ < 0
+            ? 0.0
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - first_).count();
+    const double left = remaining_seconds(total_, done_, done_at_first_, since_first);
+    // the rate since the first unit once there is one, else over the whole time
+    const double rate = std::isfinite(left) ? (done_ - done_at_first_) / since_first
+                        : el > 0            ? done_ / el
+                                            : 0;
+    std::string eta = final_line ? fmt::format("done in {}", format_duration(el))
+                                 : fmt::format("ETA {}", format_duration(left));
     std::string line = fmt::format("{} [{}] {}/{} {} {:.1f}/s {}{}{}", label_, bar, done_, total_,
                                    unit_, rate, eta, note_.empty() ? "" : " | ", note_);
     if (tty_)

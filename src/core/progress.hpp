@@ -43,11 +43,20 @@ class Progress {
     int64_t total_, done_ = 0;
     bool enabled_, tty_, finished_ = false;
     int last_decile_ = -1;
-    std::chrono::steady_clock::time_point t0_, last_draw_;
+    // the first advance: the rate and ETA count from there, so that start-up
+    // work before the first unit (a teacher's pass, a first kernel's
+    // set-up) does not stretch the estimate
+    int64_t done_at_first_ = -1;
+    std::chrono::steady_clock::time_point t0_, last_draw_, first_;
     std::mutex mu_;
 };
 
 // "1:02:03", "4:05", "12s"
 std::string format_duration(double seconds);
+// Seconds left for `total` units at the rate since the first advance
+// (`done_at_first` units then, `seconds_since_first` ago); NaN while no unit
+// has been done since (format_duration shows it as "?").
+double remaining_seconds(int64_t total, int64_t done, int64_t done_at_first,
+                         double seconds_since_first);
 
 }  // namespace cortiq
