@@ -182,21 +182,16 @@ std::vector<uint8_t> pack(const Factors& model, Factors* stored) {
     return out;
 }
 
+namespace {
+
 // The sign matrices are read row by row (in memory order) and their bits
 // set across the stream's rows: the stream (r (m + n) bits) stays in cache,
-// while reading the float64 matrices by column missed it at every entry.
-void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, uint8_t* stream) {
-    const uint64_t first_v = bit_svt(m, n, r, p), first_u = bit_sut(m, n, r, p);
-    for (uint64_t j = 0; j < n; ++j)
-        for (uint64_t k = 0; k < r; ++k)
-            if (q.sv(j, k) < 0) set_bit(stream, first_v + k * n + j);
-    for (uint64_t i = 0; i < m; ++i)
-        for (uint64_t k = 0; k < r; ++k)
-            if (q.su(i, k) < 0) set_bit(stream, first_u + k * m + i);
-}
-
-void write_signs(const float* su, const float* sv, uint64_t m, uint64_t n, uint64_t r, uint64_t p,
-                 uint8_t* stream) {
+// while reading the matrices by column missed it at every entry. su is
+// m × r and sv n × r, row-major, float64 (an encoder's factors) or float32
+// (tuning's layers).
+template <class T>
+void write_sign_bits(const T* su, const T* sv, uint64_t m, uint64_t n, uint64_t r, uint64_t p,
+                     uint8_t* stream) {
     const uint64_t first_v = bit_svt(m, n, r, p), first_u = bit_sut(m, n, r, p);
     for (uint64_t j = 0; j < n; ++j)
         for (uint64_t k = 0; k < r; ++k)
@@ -204,6 +199,19 @@ void write_signs(const float* su, const float* sv, uint64_t m, uint64_t n, uint6
     for (uint64_t i = 0; i < m; ++i)
         for (uint64_t k = 0; k < r; ++k)
             if (su[i * r + k] < 0) set_bit(stream, first_u + k * m + i);
+}
+
+}  // namespace
+
+void write_signs(const Path& q, uint64_t m, uint64_t n, uint64_t r, uint64_t p, uint8_t* stream) {
+    CORTIQ_ASSERT(q.su.cols() == static_cast<int64_t>(r) && q.sv.cols() == static_cast<int64_t>(r),
+                  "sign matrices of {} and {} columns for rank {}", q.su.cols(), q.sv.cols(), r);
+    write_sign_bits(q.su.data(), q.sv.data(), m, n, r, p, stream);
+}
+
+void write_signs(const float* su, const float* sv, uint64_t m, uint64_t n, uint64_t r, uint64_t p,
+                 uint8_t* stream) {
+    write_sign_bits(su, sv, m, n, r, p, stream);
 }
 
 namespace {

@@ -17,7 +17,7 @@
 namespace cortiq::model {
 class Model;
 class LinearWeights;
-}
+}  // namespace cortiq::model
 
 namespace cortiq::model::cuda {
 
