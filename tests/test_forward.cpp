@@ -420,11 +420,25 @@ TEST(Forward, MappedLayersReadTheSameWeightsAndHoldNoneUntilUsed) {
         EXPECT_EQ(l.w->resident_bytes(), 0) << dir;
         EXPECT_EQ(l.w->dense().vec(), eager.linear(last, "mlp.down_proj").w->dense().vec()) << dir;
         EXPECT_EQ(l.w->resident_bytes(), 0) << dir << ": dense() keeps no copy";
-        EXPECT_GT(mapped.lm_head().w->resident_bytes(), 0) << dir << ": the head is read whole";
-        const model::Model shared = mapped.share();
+        // the embedding and the head stay in the file too, tied or not
+        const model::Embedding& e = mapped.embedding();
+        EXPECT_TRUE(e.mapped()) << dir;
+        EXPECT_EQ(e.resident_bytes(), 0) << dir;
+        EXPECT_EQ(mapped.lm_head().w->resident_bytes(), 0) << dir;
+        EXPECT_EQ(mapped.head_shares_embedding(), eager.head_shares_embedding()) << dir;
+        EXPECT_EQ(e.dense().vec(), eager.embedding().table().vec()) << dir;
+        EXPECT_EQ(mapped.lm_head().w->dense().vec(), eager.lm_head().w->dense().vec()) << dir;
         const std::vector<int32_t> tokens{1, 42, 7, 300, 5, 9, 11, 2};
+        EXPECT_EQ(e.rows(tokens).vec(), eager.embedding().rows(tokens).vec()) << dir;
+        EXPECT_EQ(e.resident_bytes() + mapped.lm_head().w->resident_bytes(), 0)
+            << dir << ": reading the tables keeps no copy";
+        EXPECT_THROW(e.rows(std::vector<int32_t>{1, static_cast<int32_t>(e.vocab())}), Error)
+            << dir;
+        const model::Model shared = mapped.share();
+        EXPECT_EQ(shared.head_shares_embedding(), eager.head_shares_embedding()) << dir;
         EXPECT_EQ(mapped.forward(tokens).vec(), eager.forward(tokens).vec()) << dir;
         EXPECT_GT(l.w->resident_bytes(), 0) << dir << ": a host product keeps the weight";
+        EXPECT_EQ(e.resident_bytes(), 0) << dir << ": lookups read rows, not the table";
         EXPECT_GT(shared.linear(last, "mlp.down_proj").w->resident_bytes(), 0)
             << dir << ": shared holders share the kept weight";
         EXPECT_EQ(shared.forward(tokens).vec(), eager.forward(tokens).vec()) << dir;

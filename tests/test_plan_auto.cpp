@@ -5,6 +5,7 @@
 // resumed run reading the journal's plan, and a whole-file budget kept.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -231,6 +232,25 @@ TEST(PlanAuto, FileBudgetCountsEveryByte) {
         // stories260K's tied table is a third of its parameters: at 2.5 bits
         // per parameter it cannot stay in bf16
         if (f == 2.5) EXPECT_TRUE(m.embedding().packed());
+    }
+    {  // the embedding left in the mapped checkpoint compresses to the same bytes
+        auto a = options(d / "eager.safetensors");
+        a.file_bpw = 2.5;
+        a.plan_auto = true;
+        auto b = a;
+        a.map_weights = false;
+        b.map_weights = true;
+        b.out_path = (d / "mapped.safetensors").string();
+        quant::quantize(a);
+        quant::quantize(b);
+        const auto fa = io::SafetensorsFile::open(a.out_path);
+        const auto fb = io::SafetensorsFile::open(b.out_path);
+        ASSERT_EQ(fa.tensors().size(), fb.tensors().size());
+        for (const auto& t : fa.tensors()) {
+            const auto x = fa.bytes(t), y = fb.bytes(fb.info(t.name));
+            EXPECT_TRUE(std::equal(x.begin(), x.end(), y.begin(), y.end())) << t.name;
+        }
+        EXPECT_TRUE(model::Model::load(b.out_path).embedding().packed());
     }
     // a budget the norms and the metadata already exceed: one error, and
     // neither an output nor a journal left behind

@@ -1,5 +1,7 @@
 #include "model/embedding.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "blr/sign_kernels.hpp"
@@ -20,22 +22,55 @@ Embedding::Embedding(std::shared_ptr<const blr::PackedWeight> packed) : packed_(
     for (size_t i = 0; i < w.g.size(); ++i) g_.push_back(half_to_float(w.g[i]));
 }
 
+Embedding::Embedding(std::shared_ptr<const io::Checkpoint> ckpt, std::string name)
+    : ckpt_(std::move(ckpt)), name_(std::move(name)) {
+    CORTIQ_ASSERT(ckpt_ != nullptr);
+    const io::TensorInfo& t = ckpt_->info(name_);
+    CORTIQ_CHECK(t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] > 0 && io::is_float(t.dtype),
+                 "{}: tensor '{}' ({} {}) is not a 2-D float table", ckpt_->file_of(name_).path(),
+                 name_, io::dtype_name(t.dtype), t.shape_str());
+    rows_ = t.shape[0];
+    cols_ = t.shape[1];
+}
+
 int64_t Embedding::vocab() const {
-    return packed_ ? packed_->m : table_->rows();
+    return packed_ ? packed_->m : table_ ? table_->rows() : rows_;
 }
 
 int64_t Embedding::dim() const {
-    return packed_ ? packed_->n : table_->cols();
+    return packed_ ? packed_->n : table_ ? table_->cols() : cols_;
 }
 
 const MatF& Embedding::table() const {
-    CORTIQ_ASSERT(table_, "a compressed embedding has no float table");
+    CORTIQ_ASSERT(table_, "a compressed or mapped embedding holds no float table");
     return *table_;
+}
+
+std::shared_ptr<const MatF> Embedding::float_table() const {
+    if (table_) return table_;
+    return std::make_shared<const MatF>(dense());
+}
+
+// Row t of a mapped table, converted (and checked finite) as a load would.
+static void mapped_row(const io::Checkpoint& ckpt, const std::string& name, int64_t cols, int32_t t,
+                       float* out) {
+    io::TensorInfo row = ckpt.info(name);
+    const size_t esize = io::dtype_size(row.dtype);
+    row.shape = {1, cols};
+    row.name = fmt::format("{} (row {})", name, t);
+    const auto bytes = ckpt.bytes(name).subspan(static_cast<size_t>(t) * cols * esize,
+                                                static_cast<size_t>(cols) * esize);
+    const auto v = io::to_floats(row, bytes, ckpt.file_of(name).path());
+    std::copy(v.begin(), v.end(), out);
 }
 
 void Embedding::row(int32_t t, float* out) const {
     if (table_) {
         std::copy_n(table_->row(t), table_->cols(), out);
+        return;
+    }
+    if (ckpt_) {
+        mapped_row(*ckpt_, name_, cols_, t, out);
         return;
     }
     const auto& w = *packed_;
@@ -79,6 +114,11 @@ MatF Embedding::rows(std::span<const int32_t> tokens) const {
 
 MatF Embedding::dense() const {
     if (table_) return *table_;
+    if (ckpt_) {
+        MatF w = ckpt_->load_matf(name_);
+        ckpt_->drop_pages(name_);
+        return w;
+    }
     MatF out(vocab(), dim());
     if (packed_->sign) {
         for (int64_t t = 0; t < vocab(); ++t) row(static_cast<int32_t>(t), out.row(t));
@@ -89,6 +129,7 @@ MatF Embedding::dense() const {
 
 int64_t Embedding::resident_bytes() const {
     if (table_) return 4 * table_->size();
+    if (ckpt_) return 0;
     return packed_->resident_bytes() + 4 * static_cast<int64_t>(l_.size() + g_.size());
 }
 

@@ -5,15 +5,23 @@
 //   Ŵ[t, :] = Σ_p g_p ∘ (S_V,p c_p),  c_p[k] = h_p[t] · ℓ_p[k] · S_U,p[t, k],
 // one axpy over the r sign rows of S_Vᵀ per path: r·n adds per token. A sign
 // payload's row is h[t] · S[t, :] ∘ g. A tied head shares the same storage.
+//
+// A float table may also stay in its memory-mapped checkpoint (mapped()):
+// rows are read and converted per token, dense() reads the whole table and
+// gives its pages back, so a model whose embedding goes to the GPU never
+// holds it in host memory (a 128k-word vocabulary at hidden 4096 is 2.1 GB
+// in float32).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "blr/packed.hpp"
 #include "core/matrix.hpp"
+#include "io/safetensors.hpp"
 
 namespace cortiq::model {
 
@@ -22,13 +30,22 @@ class Embedding {
     Embedding() = default;
     explicit Embedding(std::shared_ptr<const MatF> table);
     explicit Embedding(std::shared_ptr<const blr::PackedWeight> packed);
+    // The float tensor `name` (vocab × dim) of `ckpt`, left in the file.
+    Embedding(std::shared_ptr<const io::Checkpoint> ckpt, std::string name);
 
     int64_t vocab() const;
     int64_t dim() const;
     bool packed() const { return packed_ != nullptr; }
-    // The float table (a float embedding only).
+    bool mapped() const { return ckpt_ != nullptr; }
+    // The float table held in memory (a float embedding that is not mapped).
     const MatF& table() const;
     const std::shared_ptr<const MatF>& table_ptr() const { return table_; }
+    // The float table: the one held, or a copy read from the file (mapped)
+    // or dequantised (compressed).
+    std::shared_ptr<const MatF> float_table() const;
+    // A mapped embedding's checkpoint and tensor name (null and empty else).
+    const std::shared_ptr<const io::Checkpoint>& checkpoint() const { return ckpt_; }
+    const std::string& tensor_name() const { return name_; }
     // The payload (a compressed embedding only).
     const std::shared_ptr<const blr::PackedWeight>& packed_ptr() const { return packed_; }
 
@@ -40,13 +57,16 @@ class Embedding {
     // (float64 products rounded once, as blr::dequant_any).
     MatF dense() const;
     // Bytes held in memory: the float table, or the payload's scales and bits
-    // plus the float copies of ℓ and g kept for the lookups.
+    // plus the float copies of ℓ and g kept for the lookups (0 if mapped).
     int64_t resident_bytes() const;
 
   private:
     std::shared_ptr<const MatF> table_;
     std::shared_ptr<const blr::PackedWeight> packed_;
-    std::vector<float> l_, g_;  // per path: ℓ (r values), g (n values), float32
+    std::vector<float> l_, g_;                    // per path: ℓ (r values), g (n values), float32
+    std::shared_ptr<const io::Checkpoint> ckpt_;  // mapped: the file and tensor
+    std::string name_;
+    int64_t rows_ = 0, cols_ = 0;
 };
 
 }  // namespace cortiq::model

@@ -72,15 +72,26 @@ Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_
     return lin;
 }
 
-// The embedding (vocab × hidden, load_weight).
+// The embedding (vocab × hidden, load_weight; with lo.map_linears a float
+// table left in the mapped file, as the layers are).
 Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, int64_t vocab,
                          int64_t hidden, const LoadOptions& lo) {
+    if (lo.map_linears && ckpt.info(name).dtype != io::DType::U8) {
+        Embedding e(lo.mapped_from, name);
+        CORTIQ_CHECK(e.vocab() == vocab && e.dim() == hidden,
+                     "{}: tensor '{}' has shape {}, expected [{}, {}]", ckpt.file_of(name).path(),
+                     name, ckpt.info(name).shape_str(), vocab, hidden);
+        return e;
+    }
     const LoadedWeight w = load_weight(ckpt, name, vocab, hidden, lo);
     return w.packed ? Embedding(w.packed) : Embedding(w.dense);
 }
 
-// A tied head: the embedding's own storage, packed or dense.
+// A tied head: the embedding's own storage, packed, dense, or the same
+// tensor of the mapped file.
 std::unique_ptr<LinearWeights> tied_head(const Embedding& e) {
+    if (e.mapped())
+        return std::make_unique<MappedLinear>(e.checkpoint(), e.tensor_name(), e.vocab(), e.dim());
     return linear_of({e.table_ptr(), e.packed_ptr()});
 }
 
@@ -161,8 +172,6 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     CORTIQ_CHECK(!lo.map_linears || lo.mapped_from.get() == &ckpt,
                  "{}: mapped linear layers need the checkpoint in LoadOptions::mapped_from",
                  ckpt.path());
-    LoadOptions in_memory = lo;  // the head is read whole: every stage uses it
-    in_memory.map_linears = false;
     m.embed_ = load_embedding(ckpt, c.prefix + "embed_tokens.weight", c.vocab_size, H, lo);
     m.layers_.resize(static_cast<size_t>(c.num_layers));
     for (int64_t i = 0; i < c.num_layers; ++i) {
@@ -194,7 +203,7 @@ Model Model::from_checkpoint(const io::ModelConfig& cfg, const io::Checkpoint& c
     if (c.tie_word_embeddings && !ckpt.has("lm_head.weight"))
         m.lm_head_.w = tied_head(m.embed_);
     else
-        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, in_memory);
+        m.lm_head_ = load_linear(ckpt, "lm_head", c.vocab_size, H, false, lo);
     m.inv_freq_ = rope_inv_freq(c);
     return m;
 }
@@ -267,6 +276,9 @@ Model Model::share() const {
 }
 
 bool Model::head_shares_embedding() const {
+    if (const auto* f = dynamic_cast<const MappedLinear*>(lm_head_.w.get()))
+        return embed_.mapped() && f->checkpoint() == embed_.checkpoint() &&
+               f->tensor_name() == embed_.tensor_name();
     if (const auto* d = dynamic_cast<const DenseLinear*>(lm_head_.w.get()))
         return embed_.table_ptr() && &d->weight() == embed_.table_ptr().get();
     if (const auto* b = dynamic_cast<const BlrLinear*>(lm_head_.w.get()))

@@ -30,6 +30,9 @@ class MappedLinear final : public LinearWeights {
     MatF dense() const override;
     std::string kind() const override { return "dense"; }
     int64_t resident_bytes() const override;
+    // The file and tensor the weight is read from.
+    const std::shared_ptr<const io::Checkpoint>& checkpoint() const { return s_->ckpt; }
+    const std::string& tensor_name() const { return s_->name; }
     // Another holder of the same weight (and of the copy apply() keeps).
     std::unique_ptr<LinearWeights> share() const override {
         return std::unique_ptr<MappedLinear>(new MappedLinear(s_));

@@ -36,7 +36,9 @@ tune::Student make_student(Run& run, StudentTables& tables, bool signs_from_payl
     tune::Student s;
     s.d = dims_of(cfg);
     s.inv_freq = model::rope_inv_freq(cfg);
-    if (run.model.embedding().packed()) tables.embed_rows.emplace(run.model.embedding().dense());
+    // compressed or mapped: read once for the whole distillation
+    if (!run.model.embedding().table_ptr())
+        tables.embed_rows.emplace(run.model.embedding().dense());
     s.embed = tables.embed_rows ? &*tables.embed_rows : &run.model.embed_table();
     s.final_norm = run.model.final_norm();
     tables.head = run.model.lm_head().w->dense();

@@ -63,7 +63,7 @@ EncodedTensor encode_rows_weighted(const QuantizeOptions& o, const model::Model&
                  "{}: --method rtn-sign cannot compress the embedding (plan names '{}')",
                  o.model_dir, name);
     const std::vector<double> s = embedding_row_weights(cs, vocab);
-    GroupJob job{name, rows_weighted(m.embedding().table(), s), bpw};
+    GroupJob job{name, rows_weighted(*m.embedding().float_table(), s), bpw};
     const MatD identity = MatD::identity(hidden);
     auto enc = encode_group({job}, identity, identity, o.enc, o.device, o.jobs, o.gpus, false,
                             fmt::format("{} (embedding)", o.model_dir),

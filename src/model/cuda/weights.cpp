@@ -191,10 +191,16 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
     DeviceWeights d;
     const Target to{format, d.scratch.get(), d.half_scratch.get(), blas};
     const Embedding& e = m.embedding();
+    // a mapped table is read from its file once, for every copy made here
+    std::shared_ptr<const MatF> table;
+    auto float_table = [&]() -> const MatF& {
+        if (!table) table = e.float_table();
+        return *table;
+    };
     if (format == WeightFormat::f16) {
-        d.embed16 = upload_half(e.packed() ? e.dense() : e.table(), stream, d.bytes);
+        d.embed16 = upload_half(float_table(), stream, d.bytes);
     } else if (!e.packed()) {
-        d.embed = upload(e.table().vec(), stream, d.bytes);
+        d.embed = upload(float_table().vec(), stream, d.bytes);
     } else if (!m.head_shares_embedding()) {
         d.embed_own = std::make_unique<DevicePacked>(upload_packed(*e.packed_ptr(), stream));
         d.bytes += d.embed_own->bytes();
@@ -224,7 +230,7 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
     } else if (m.head_shares_embedding() && !e.packed() && head_f16) {
         // an fp16 copy for the head; the lookups keep the float32 table, so
         // that the head is the one thing that changes
-        d.lm_head.own16 = upload_half(e.table(), stream, d.bytes);
+        d.lm_head.own16 = upload_half(float_table(), stream, d.bytes);
         tied_head(nullptr, d.lm_head.own16.get());
     } else if (m.head_shares_embedding() && !e.packed()) {
         tied_head(d.embed.get(), nullptr);
