@@ -278,6 +278,19 @@ TEST(CalibSet, HybridPlanAndEpochsFollowTuningAndModelSize) {
     EXPECT_EQ(quant::resolve_tune_epochs(o, 6'000'000, false), plain);
     EXPECT_FALSE(quant::resolve_plan_auto(o, 800'000'000, true));
     EXPECT_EQ(quant::resolve_tune_epochs(o, 800'000'000, true), plain);
+    // the steps on the log-scales: set by hand, or auto (the command line's)
+    const double tune_lr = tune::TuneOptions{}.lr_scales,
+                 kd_lr = quant::QuantizeOptions{}.kd.lr_scales;
+    EXPECT_EQ(quant::resolve_tune_lr(o, 6'000'000, true), tune_lr);
+    EXPECT_EQ(quant::resolve_kd_lr(o, 6'000'000, true), kd_lr);
+    o.tune.lr_scales = quant::kLrAuto;
+    o.kd.lr_scales = quant::kLrAuto;
+    EXPECT_EQ(quant::resolve_tune_lr(o, 6'000'000, true), quant::kTuneLrHybrid);
+    EXPECT_EQ(quant::resolve_kd_lr(o, 6'000'000, true), quant::kKdLrHybrid);
+    EXPECT_EQ(quant::resolve_tune_lr(o, 6'000'000, false), tune_lr);
+    EXPECT_EQ(quant::resolve_kd_lr(o, 6'000'000, false), kd_lr);
+    EXPECT_EQ(quant::resolve_tune_lr(o, 800'000'000, true), tune_lr);
+    EXPECT_EQ(quant::resolve_kd_lr(o, 800'000'000, true), kd_lr);
     o.tune_mode = "none";
     EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
     o.tune_mode = "block";

@@ -135,7 +135,9 @@ const std::map<std::string, Setter>& setters() {
              o.calib_generated = per_window("calib_generated", v, quant::kCalibGeneratedAuto);
          }},
         {"kd_lr",
-         [](QuantizeOptions& o, const py::handle& v) { o.kd.lr_scales = v.cast<double>(); }},
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.kd.lr_scales = per_window("kd_lr", v, quant::kLrAuto);
+         }},
         {"kd_lr_signs",
          [](QuantizeOptions& o, const py::handle& v) {
              o.kd.lr_signs = per_window("kd_lr_signs", v, quant::kKdLrSignsAuto);
@@ -149,7 +151,9 @@ const std::map<std::string, Setter>& setters() {
              o.tune.batch_windows = in_range<int64_t>("tune_batch", v, 1, 1 << 20);
          }},
         {"tune_lr",
-         [](QuantizeOptions& o, const py::handle& v) { o.tune.lr_scales = v.cast<double>(); }},
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.tune.lr_scales = per_window("tune_lr", v, quant::kLrAuto);
+         }},
         {"tune_lr_signs",
          [](QuantizeOptions& o, const py::handle& v) { o.tune.lr_signs = v.cast<double>(); }},
         {"tune_latent",
@@ -198,6 +202,8 @@ QuantizeOptions cli_defaults() {
     o.kd_random = quant::kKdRandomAuto;
     o.calib.samples = quant::kSamplesAuto;
     o.tune.epochs = quant::kTuneEpochsAuto;
+    o.tune.lr_scales = quant::kLrAuto;
+    o.kd.lr_scales = quant::kLrAuto;
     o.plan_auto_default = true;
     return o;
 }

@@ -8,14 +8,14 @@
 # seconds are printed per run. tiny-llama-6m's tokenizer (ids below 32,000)
 # tokenizes the calibration text.
 #   bash scripts/device/llama7b_quantize_gpu.sh
-# Environment: LAYERS (2), SHAPE (llama2-7b, or llama3-8b), QUANT_S (each run's time limit, 280), RUNS: runs
+# Environment: BIN (the binaries, .carry/gpu/bin), LAYERS (2), SHAPE (llama2-7b, or llama3-8b), QUANT_S (each run's time limit, 280), RUNS: runs
 # separated by ';', each "name:flags" or "name:flags:VAR=value ..." (an
 # environment for that run, e.g. "drift-host::CORTIQ_DRIFT_HOST=1").
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 source .carry/gpu/env.sh
 [ -d .carry/models ] || [ ! -f .carry/models.tar.xz ] || tar -xJf .carry/models.tar.xz -C .carry
-BIN=.carry/gpu/bin
+BIN=${BIN:-.carry/gpu/bin}
 CALIB=.carry/text/tinystories-calib.txt
 LOG=${OUT:-/tmp}
 W=/tmp/llama7b

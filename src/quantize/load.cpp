@@ -71,6 +71,16 @@ int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid) {
     return hybrid && tuned_small_model(o, params) ? kTuneEpochsHybrid : tune::TuneOptions{}.epochs;
 }
 
+double resolve_tune_lr(const QuantizeOptions& o, int64_t params, bool hybrid) {
+    if (o.tune.lr_scales != kLrAuto) return o.tune.lr_scales;
+    return hybrid && tuned_small_model(o, params) ? kTuneLrHybrid : tune::TuneOptions{}.lr_scales;
+}
+
+double resolve_kd_lr(const QuantizeOptions& o, int64_t params, bool hybrid) {
+    if (o.kd.lr_scales != kLrAuto) return o.kd.lr_scales;
+    return hybrid && tuned_small_model(o, params) ? kKdLrHybrid : QuantizeOptions{}.kd.lr_scales;
+}
+
 double resolve_kd_random(const QuantizeOptions& o, double generated) {
     if (o.kd_random >= 0) return o.kd_random;
     return generated > 0 ? 0.0 : 1.0;
@@ -102,6 +112,8 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     const auto& cfg = in.model.config();
     o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
     o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());
+    o.tune.lr_scales = resolve_tune_lr(o, in.model.num_params(), cfg.hybrid());
+    o.kd.lr_scales = resolve_kd_lr(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_signs = resolve_kd_lr_signs(o, in.model.num_params());
     if (o.device == encode::Device::gpu && o.tune_kd()) {
         // the decoder layers' weights: all but the embedding and an untied head

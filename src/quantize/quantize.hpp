@@ -190,7 +190,17 @@ inline constexpr double kCalibGeneratedHybrid = 1.0;
 // plan and 4 epochs gave 34.59 / 61.48 / 65.50; 8 epochs 35.89 / 61.68 /
 // 64.86; --plan auto 35.04 / 57.75 / 60.58; both 34.27 / 56.31 / 58.79.
 inline constexpr int kTuneEpochsAuto = -1;
-inline constexpr int kTuneEpochsHybrid = 8;
+inline constexpr int kTuneEpochsHybrid = 16;
+// tune.lr_scales and kd.lr_scales = kLrAuto (the command line's defaults):
+// such a hybrid model's block tuning and distillation take larger steps on
+// the log-scales, kTuneLrHybrid and kKdLrHybrid, with kTuneEpochsHybrid
+// epochs; other models tune::TuneOptions' 3e-3 and QuantizeOptions' 1e-3.
+// Measured on the CPU (docs/tuning.md, "Steps and epochs for the hybrid
+// blocks"): 8 epochs, 3e-3 and 1e-3 gave tiny-qwen35-6m at 0.898 bpw 34.92 /
+// 58.05 / 60.28; 16 epochs, 1e-2 and 3e-3 gave 33.52 / 56.17 / 57.57.
+inline constexpr double kLrAuto = -1.0;
+inline constexpr double kTuneLrHybrid = 1e-2;
+inline constexpr double kKdLrHybrid = 3e-3;
 
 struct TensorReport {
     std::string name, method, line;

@@ -80,6 +80,10 @@ int64_t resolve_samples(const QuantizeOptions& o, int64_t params, bool hybrid = 
 bool resolve_plan_auto(const QuantizeOptions& o, int64_t params, bool hybrid);
 // Block tuning's epochs with kTuneEpochsAuto resolved.
 int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid);
+// Block tuning's and distillation's steps on the log-scales with kLrAuto
+// resolved (kTuneLrHybrid, kKdLrHybrid).
+double resolve_tune_lr(const QuantizeOptions& o, int64_t params, bool hybrid);
+double resolve_kd_lr(const QuantizeOptions& o, int64_t params, bool hybrid);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);

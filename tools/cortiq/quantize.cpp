@@ -61,7 +61,9 @@ void add_quantize(CLI::App& app) {
     a->o.calib.seqlen = 0;  // model default
     a->o.tune_mode = "auto";
     a->o.tune.epochs = quant::kTuneEpochsAuto;  // a number replaces it (checked below)
-    a->o.plan_auto_default = true;              // --plan or --file-bpw turns it off
+    a->o.tune.lr_scales = quant::kLrAuto;       // as do these (by the model, load_and_check)
+    a->o.kd.lr_scales = quant::kLrAuto;
+    a->o.plan_auto_default = true;  // --plan or --file-bpw turns it off
     auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
     cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
     cmd->add_option("--bpw", a->o.bpw,
@@ -96,7 +98,7 @@ void add_quantize(CLI::App& app) {
                   "(a tied model keeps its float embedding)");
     cmd->add_option("--samples", a->samples,
                     "calibration windows (fit + held out); auto: 192 when tuning a model of at "
-                    "most 100 M parameters, else 128");
+                    "most 100 M parameters (256 for a hybrid one), else 128");
     cmd->add_option("--seqlen", a->o.calib.seqlen,
                     "tokens per window (default: min(512, context))");
     cmd->add_option("--holdout", a->o.calib.holdout, "fraction of windows for the held-out Grams");
@@ -129,19 +131,26 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--calib-generated", a->calib_generated,
                     "windows sampled from the original model (temperature 1) added per "
                     "calibration window, fit and held out, for every stage: auto (default: "
-                    "0.5 when tuning a model of at most 100 M parameters, else 0) or 0 to 64");
-    cmd->add_option("--kd-lr", a->o.kd.lr_scales, "distillation: Adam step on the log-scales");
+                    "0.5 when tuning a model of at most 100 M parameters, 1 for a hybrid one, else "
+                    "0) or 0 to 64");
+    cmd->add_option("--kd-lr", a->o.kd.lr_scales,
+                    "distillation: Adam step on the log-scales (default: 3e-3 for a hybrid "
+                    "model of at most 100 M parameters, else 1e-3)")
+        ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--kd-lr-signs", a->kd_lr_signs,
                     "distillation: Adam step on the sign latents: auto (default: 1e-4 for a "
                     "model of at most 100 M parameters, else 0) or a step (0: signs fixed, held "
                     "packed on the GPU)");
     cmd->add_option("--tune-epochs", a->o.tune.epochs,
-                    "block tuning: passes over the fit windows (default: 8 for a hybrid model of "
+                    "block tuning: passes over the fit windows (default: 16 for a hybrid model of "
                     "at most 100 M parameters, else 4)")
         ->check(CLI::Range(1, 1000));
     cmd->add_option("--tune-batch", a->o.tune.batch_windows, "block tuning: windows per step")
         ->check(CLI::Range(1, 1 << 20));
-    cmd->add_option("--tune-lr", a->o.tune.lr_scales, "block tuning: Adam step on the log-scales");
+    cmd->add_option("--tune-lr", a->o.tune.lr_scales,
+                    "block tuning: Adam step on the log-scales (default: 1e-2 for a hybrid "
+                    "model of at most 100 M parameters, else 3e-3)")
+        ->check(CLI::Range(0.0, 1.0));
     cmd->add_option("--tune-lr-signs", a->o.tune.lr_signs,
                     "block tuning: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-latent", a->o.tune.latent_init,
