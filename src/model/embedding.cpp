@@ -22,23 +22,16 @@ Embedding::Embedding(std::shared_ptr<const blr::PackedWeight> packed) : packed_(
     for (size_t i = 0; i < w.g.size(); ++i) g_.push_back(half_to_float(w.g[i]));
 }
 
-Embedding::Embedding(std::shared_ptr<const io::Checkpoint> ckpt, std::string name)
-    : ckpt_(std::move(ckpt)), name_(std::move(name)) {
-    CORTIQ_ASSERT(ckpt_ != nullptr);
-    const io::TensorInfo& t = ckpt_->info(name_);
-    CORTIQ_CHECK(t.shape.size() == 2 && t.shape[0] > 0 && t.shape[1] > 0 && io::is_float(t.dtype),
-                 "{}: tensor '{}' ({} {}) is not a 2-D float table", ckpt_->file_of(name_).path(),
-                 name_, io::dtype_name(t.dtype), t.shape_str());
-    rows_ = t.shape[0];
-    cols_ = t.shape[1];
+Embedding::Embedding(std::shared_ptr<const MappedLinear> mapped) : mapped_(std::move(mapped)) {
+    CORTIQ_ASSERT(mapped_ && mapped_->out_features() > 0 && mapped_->in_features() > 0);
 }
 
 int64_t Embedding::vocab() const {
-    return packed_ ? packed_->m : table_ ? table_->rows() : rows_;
+    return packed_ ? packed_->m : table_ ? table_->rows() : mapped_->out_features();
 }
 
 int64_t Embedding::dim() const {
-    return packed_ ? packed_->n : table_ ? table_->cols() : cols_;
+    return packed_ ? packed_->n : table_ ? table_->cols() : mapped_->in_features();
 }
 
 const MatF& Embedding::table() const {
@@ -69,8 +62,8 @@ void Embedding::row(int32_t t, float* out) const {
         std::copy_n(table_->row(t), table_->cols(), out);
         return;
     }
-    if (ckpt_) {
-        mapped_row(*ckpt_, name_, cols_, t, out);
+    if (mapped_) {
+        mapped_row(*mapped_->checkpoint(), mapped_->tensor_name(), dim(), t, out);
         return;
     }
     const auto& w = *packed_;
@@ -114,11 +107,7 @@ MatF Embedding::rows(std::span<const int32_t> tokens) const {
 
 MatF Embedding::dense() const {
     if (table_) return *table_;
-    if (ckpt_) {
-        MatF w = ckpt_->load_matf(name_);
-        ckpt_->drop_pages(name_);
-        return w;
-    }
+    if (mapped_) return mapped_->dense();
     MatF out(vocab(), dim());
     if (packed_->sign) {
         for (int64_t t = 0; t < vocab(); ++t) row(static_cast<int32_t>(t), out.row(t));
@@ -129,7 +118,7 @@ MatF Embedding::dense() const {
 
 int64_t Embedding::resident_bytes() const {
     if (table_) return 4 * table_->size();
-    if (ckpt_) return 0;
+    if (mapped_) return 0;  // its lookups read rows; dense() keeps nothing
     return packed_->resident_bytes() + 4 * static_cast<int64_t>(l_.size() + g_.size());
 }
 

@@ -16,12 +16,11 @@
 #include <cstdint>
 #include <memory>
 #include <span>
-#include <string>
 #include <vector>
 
 #include "blr/packed.hpp"
 #include "core/matrix.hpp"
-#include "io/safetensors.hpp"
+#include "model/mapped_linear.hpp"
 
 namespace cortiq::model {
 
@@ -30,22 +29,21 @@ class Embedding {
     Embedding() = default;
     explicit Embedding(std::shared_ptr<const MatF> table);
     explicit Embedding(std::shared_ptr<const blr::PackedWeight> packed);
-    // The float tensor `name` (vocab × dim) of `ckpt`, left in the file.
-    Embedding(std::shared_ptr<const io::Checkpoint> ckpt, std::string name);
+    // A float table left in its mapped file (read as `mapped` reads it).
+    explicit Embedding(std::shared_ptr<const MappedLinear> mapped);
 
     int64_t vocab() const;
     int64_t dim() const;
     bool packed() const { return packed_ != nullptr; }
-    bool mapped() const { return ckpt_ != nullptr; }
+    bool mapped() const { return mapped_ != nullptr; }
     // The float table held in memory (a float embedding that is not mapped).
     const MatF& table() const;
     const std::shared_ptr<const MatF>& table_ptr() const { return table_; }
     // The float table: the one held, or a copy read from the file (mapped)
     // or dequantised (compressed).
     std::shared_ptr<const MatF> float_table() const;
-    // A mapped embedding's checkpoint and tensor name (null and empty else).
-    const std::shared_ptr<const io::Checkpoint>& checkpoint() const { return ckpt_; }
-    const std::string& tensor_name() const { return name_; }
+    // A mapped embedding's weight in the file (null else).
+    const std::shared_ptr<const MappedLinear>& mapped_ptr() const { return mapped_; }
     // The payload (a compressed embedding only).
     const std::shared_ptr<const blr::PackedWeight>& packed_ptr() const { return packed_; }
 
@@ -63,10 +61,8 @@ class Embedding {
   private:
     std::shared_ptr<const MatF> table_;
     std::shared_ptr<const blr::PackedWeight> packed_;
-    std::vector<float> l_, g_;                    // per path: ℓ (r values), g (n values), float32
-    std::shared_ptr<const io::Checkpoint> ckpt_;  // mapped: the file and tensor
-    std::string name_;
-    int64_t rows_ = 0, cols_ = 0;
+    std::vector<float> l_, g_;  // per path: ℓ (r values), g (n values), float32
+    std::shared_ptr<const MappedLinear> mapped_;
 };
 
 }  // namespace cortiq::model

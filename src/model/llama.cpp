@@ -76,13 +76,8 @@ Linear load_linear(const io::Checkpoint& ckpt, const std::string& prefix, int64_
 // table left in the mapped file, as the layers are).
 Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, int64_t vocab,
                          int64_t hidden, const LoadOptions& lo) {
-    if (lo.map_linears && ckpt.info(name).dtype != io::DType::U8) {
-        Embedding e(lo.mapped_from, name);
-        CORTIQ_CHECK(e.vocab() == vocab && e.dim() == hidden,
-                     "{}: tensor '{}' has shape {}, expected [{}, {}]", ckpt.file_of(name).path(),
-                     name, ckpt.info(name).shape_str(), vocab, hidden);
-        return e;
-    }
+    if (lo.map_linears && ckpt.info(name).dtype != io::DType::U8)
+        return Embedding(std::make_shared<const MappedLinear>(lo.mapped_from, name, vocab, hidden));
     const LoadedWeight w = load_weight(ckpt, name, vocab, hidden, lo);
     return w.packed ? Embedding(w.packed) : Embedding(w.dense);
 }
@@ -90,8 +85,9 @@ Embedding load_embedding(const io::Checkpoint& ckpt, const std::string& name, in
 // A tied head: the embedding's own storage, packed, dense, or the same
 // tensor of the mapped file.
 std::unique_ptr<LinearWeights> tied_head(const Embedding& e) {
-    if (e.mapped())
-        return std::make_unique<MappedLinear>(e.checkpoint(), e.tensor_name(), e.vocab(), e.dim());
+    if (const auto& w = e.mapped_ptr())  // its own state: what its products keep is its own
+        return std::make_unique<MappedLinear>(w->checkpoint(), w->tensor_name(), e.vocab(),
+                                              e.dim());
     return linear_of({e.table_ptr(), e.packed_ptr()});
 }
 
@@ -276,9 +272,10 @@ Model Model::share() const {
 }
 
 bool Model::head_shares_embedding() const {
-    if (const auto* f = dynamic_cast<const MappedLinear*>(lm_head_.w.get()))
-        return embed_.mapped() && f->checkpoint() == embed_.checkpoint() &&
-               f->tensor_name() == embed_.tensor_name();
+    if (const auto* f = dynamic_cast<const MappedLinear*>(lm_head_.w.get())) {
+        const auto& e = embed_.mapped_ptr();
+        return e && f->checkpoint() == e->checkpoint() && f->tensor_name() == e->tensor_name();
+    }
     if (const auto* d = dynamic_cast<const DenseLinear*>(lm_head_.w.get()))
         return embed_.table_ptr() && &d->weight() == embed_.table_ptr().get();
     if (const auto* b = dynamic_cast<const BlrLinear*>(lm_head_.w.get()))
@@ -413,7 +410,8 @@ int64_t Model::weight_bytes() const {
         b += 4 * small_values(w);
         for (const Linear* l : w.linears()) b += lin(*l);
     }
-    if (!head_shares_embedding()) b += lin(lm_head_);
+    // a mapped tied head keeps its own float copy once a host product used it
+    if (!head_shares_embedding() || embed_.mapped()) b += lin(lm_head_);
     return b;
 }
 

@@ -232,8 +232,8 @@ struct Pass {
         const int64_t V = c.vocab_size, H = c.hidden_size;
         const std::string name = embedding_name(c);
         const std::vector<double> s = embedding_row_weights(rq.calib, V);
-        Proxies p = proxies(name, rows_weighted(*m.embedding().float_table(), s), MatD::identity(H), rq.b0,
-                            rq.o, out.encode_seconds);
+        Proxies p = proxies(name, rows_weighted(*m.embedding().float_table(), s), MatD::identity(H),
+                            rq.b0, rq.o, out.encode_seconds);
         const model::Embedding keep = m.embedding();
         std::array<double, 3> kl{};
         for (size_t k = 0; k < 3; ++k) {
