@@ -29,12 +29,22 @@ T in_range(const char* name, const py::handle& v, double lo, double hi) {
     return x;
 }
 
-// "auto" (or None) → `automatic`, else a number (the command line's
-// --calib-generated / --kd-random).
-double per_window(const char* name, const py::handle& v, double automatic) {
+// "auto" (or None) → `automatic`, else a number within [0, hi].
+double auto_or(const char* name, const py::handle& v, double automatic, double hi) {
     if (v.is_none() || (py::isinstance<py::str>(v) && v.cast<std::string>() == "auto"))
         return automatic;
-    return in_range<double>(name, v, 0.0, 64.0);
+    return in_range<double>(name, v, 0.0, hi);
+}
+
+// Windows per calibration window (the command line's --calib-generated /
+// --kd-random): "auto" or 0 to 64.
+double per_window(const char* name, const py::handle& v, double automatic) {
+    return auto_or(name, v, automatic, 64.0);
+}
+
+// An Adam step on the log-scales (--tune-lr / --kd-lr): "auto" or 0 to 1.
+double log_scale_step(const char* name, const py::handle& v) {
+    return auto_or(name, v, quant::kLrAuto, 1.0);
 }
 
 using Setter = std::function<void(QuantizeOptions&, const py::handle&)>;
@@ -134,10 +144,8 @@ const std::map<std::string, Setter>& setters() {
          [](QuantizeOptions& o, const py::handle& v) {
              o.calib_generated = per_window("calib_generated", v, quant::kCalibGeneratedAuto);
          }},
-        {"kd_lr",
-         [](QuantizeOptions& o, const py::handle& v) {
-             o.kd.lr_scales = per_window("kd_lr", v, quant::kLrAuto);
-         }},
+        {"kd_lr", [](QuantizeOptions& o,
+                     const py::handle& v) { o.kd.lr_scales = log_scale_step("kd_lr", v); }},
         {"kd_lr_signs",
          [](QuantizeOptions& o, const py::handle& v) {
              o.kd.lr_signs = per_window("kd_lr_signs", v, quant::kKdLrSignsAuto);
@@ -150,10 +158,8 @@ const std::map<std::string, Setter>& setters() {
          [](QuantizeOptions& o, const py::handle& v) {
              o.tune.batch_windows = in_range<int64_t>("tune_batch", v, 1, 1 << 20);
          }},
-        {"tune_lr",
-         [](QuantizeOptions& o, const py::handle& v) {
-             o.tune.lr_scales = per_window("tune_lr", v, quant::kLrAuto);
-         }},
+        {"tune_lr", [](QuantizeOptions& o,
+                       const py::handle& v) { o.tune.lr_scales = log_scale_step("tune_lr", v); }},
         {"tune_lr_signs",
          [](QuantizeOptions& o, const py::handle& v) { o.tune.lr_signs = v.cast<double>(); }},
         {"tune_latent",
