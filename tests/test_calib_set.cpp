@@ -1,7 +1,7 @@
 // The calibration set (several texts, random and sampled windows) and the
 // defaults quantize resolves from the model and the device: --samples,
-// --calib-generated, --kd-random, --kd-lr-signs, the hybrid plan and epochs,
-// and the check that a distillation's sign state fits the GPU.
+// --calib-generated, --kd-random, --kd-lr-signs, --kd-min-gain, the hybrid
+// plan and epochs, and the check that a distillation's sign state fits the GPU.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -224,6 +224,23 @@ TEST(CalibSet, KdLrSignsAutoFollowsTheModelSize) {
     EXPECT_EQ(quant::resolve_kd_lr_signs(o, int64_t{7'000'000'000}), 3e-4);
     o.kd.lr_signs = 0.0;
     EXPECT_EQ(quant::resolve_kd_lr_signs(o, 1000), 0.0);
+}
+
+// --kd-min-gain auto: every gain resets the patience for a model of at most
+// 100 M parameters (the schedule its measurements were made with), a gain
+// above kKdMinGainLarge does above; a fraction given is kept either way.
+TEST(CalibSet, KdMinGainAutoFollowsTheModelSize) {
+    quant::QuantizeOptions o;
+    EXPECT_EQ(o.kd.min_gain, quant::kKdMinGainAuto);
+    EXPECT_EQ(o.tune.min_gain, 0.0);  // block tuning: every gain counts
+    EXPECT_EQ(quant::resolve_kd_min_gain(o, quant::kCalibGeneratedAutoParams), 0.0);
+    EXPECT_EQ(quant::resolve_kd_min_gain(o, quant::kCalibGeneratedAutoParams + 1),
+              quant::kKdMinGainLarge);
+    EXPECT_GT(quant::kKdMinGainLarge, 0.0);
+    o.kd.min_gain = 0.0;
+    EXPECT_EQ(quant::resolve_kd_min_gain(o, int64_t{7'000'000'000}), 0.0);
+    o.kd.min_gain = 0.02;
+    EXPECT_EQ(quant::resolve_kd_min_gain(o, 1000), 0.02);
 }
 
 // Moving signs in a GPU distillation hold 20 bytes a sign (about bpw signs

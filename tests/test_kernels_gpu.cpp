@@ -3,12 +3,15 @@
 // against a long key cache, with grouped heads, a sliding window, head sizes
 // that are not multiples of 32, several sequences), RMSNorm on a few wide
 // rows (the block-per-row kernel) and on many, and RoPE on q and k in one
-// launch. Every test skips without a GPU.
+// launch; the 3xTF32 product with an operand exact in TF32 (a BF16 weight),
+// which skips that operand's split. Every test skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -18,6 +21,7 @@
 
 #ifdef CORTIQ_HAVE_CUDA
 #include "core/cuda/device.hpp"
+#include "core/cuda/gemm_tf32.hpp"
 #include "model/cuda/kernels.hpp"
 #endif
 
@@ -44,6 +48,15 @@ constexpr double kKernelTol = 1e-5;
         scale = std::max(scale, std::abs(static_cast<double>(b[i])));
     }
     return scale > 0 ? worst / scale : worst;
+}
+
+// x rounded to BF16 (to nearest even), held as float: exact in TF32
+[[maybe_unused]] float round_bf16(float x) {
+    uint32_t u = 0;
+    std::memcpy(&u, &x, sizeof u);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, sizeof u);
+    return x;
 }
 
 struct AttentionCase {
@@ -154,5 +167,55 @@ TEST(KernelsGpu, RopeOnQueriesAndKeysInOneLaunchMatchesTheCpu) {
         EXPECT_LT(rel_err(cu::download_f(dq.get(), rows * qh * hd, s), want_q), kKernelTol);
         EXPECT_LT(rel_err(cu::download_f(dk.get(), rows * kh * hd, s), want_k), kKernelTol);
     }
+#endif
+}
+
+// A BF16 weight is exact in TF32, so the 3xTF32 product that marks it exact
+// (two passes) gives the bits of the one that splits it (three passes, the
+// third adding lo = 0); both within float32 accuracy of the float64 product.
+TEST(KernelsGpu, ProductsWithAWeightExactInTf32SkipItsSplitWithTheSameBits) {
+    REQUIRE_GPU();
+#ifdef CORTIQ_HAVE_CUDA
+    cu::Gpu gpu;
+    const cudaStream_t s = gpu.stream();
+    Rng rng(10);
+    const int64_t rows = 300, m = 517, n = 260;  // y (rows × m) = x (rows × n) · Wᵀ
+    const auto x = randn(rows * n, 1.0, rng);
+    auto w = randn(m * n, 0.05, rng);
+    for (auto& v : w) v = round_bf16(v);
+    const cu::DVec dx = cu::upload_f(x, s), dw = cu::upload_f(w, s);
+    EXPECT_TRUE(cu::exact_in_tf32(s, dw.get(), m * n));
+    EXPECT_FALSE(cu::exact_in_tf32(s, dx.get(), rows * n));
+    EXPECT_TRUE(cu::exact_in_tf32(s, dx.get(), 0));
+    for (const float bad : {std::nextafter(w[77], 1.0f), std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN()}) {
+        auto w_bad = w;
+        w_bad[m * n - 1] = bad;  // the last value: the grid-stride loop's tail
+        EXPECT_FALSE(cu::exact_in_tf32(s, cu::upload_f(w_bad, s).get(), m * n)) << bad;
+    }
+    // forward (x Wᵀ) and backward (dy W) with W marked exact and not
+    cu::DVec y3(rows * m, s), y2(rows * m, s), d3(rows * n, s), d2(rows * n, s);
+    cu::gemm_tf32x3(gpu, false, true, rows, m, n, 1.0f, dx.get(), n, dw.get(), n, 0.0f, y3.get(), m,
+                    cu::kNone);
+    cu::gemm_tf32x3(gpu, false, true, rows, m, n, 1.0f, dx.get(), n, dw.get(), n, 0.0f, y2.get(), m,
+                    cu::kExactB);
+    cu::gemm_tf32x3(gpu, false, false, rows, n, m, 1.0f, y3.get(), m, dw.get(), n, 0.0f, d3.get(),
+                    n, cu::kNone);
+    cu::gemm_tf32x3(gpu, false, false, rows, n, m, 1.0f, y3.get(), m, dw.get(), n, 0.0f, d2.get(),
+                    n, cu::kExactB);
+    const auto h3 = cu::download_f(y3.get(), rows * m, s),
+               h2 = cu::download_f(y2.get(), rows * m, s);
+    const auto e3 = cu::download_f(d3.get(), rows * n, s),
+               e2 = cu::download_f(d2.get(), rows * n, s);
+    EXPECT_EQ(0, std::memcmp(h3.data(), h2.data(), h3.size() * sizeof(float)));
+    EXPECT_EQ(0, std::memcmp(e3.data(), e2.data(), e3.size() * sizeof(float)));
+    std::vector<float> want(static_cast<size_t>(rows * m));
+    for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < m; ++j) {
+            double acc = 0;
+            for (int64_t k = 0; k < n; ++k) acc += static_cast<double>(x[i * n + k]) * w[j * n + k];
+            want[i * m + j] = static_cast<float>(acc);
+        }
+    EXPECT_LT(rel_err(h2, want), kKernelTol);
 #endif
 }

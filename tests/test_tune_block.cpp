@@ -446,7 +446,7 @@ TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoc
         int ran = 0, pass = 0;
         std::vector<int> kept_at;
         const int kept = tune::run_epochs(
-            7, 3, static_cast<int>(curve.size()), patience, 42, best, ran,
+            7, 3, static_cast<int>(curve.size()), patience, 0.0, 42, best, ran,
             [&](const std::vector<size_t>& order, size_t first, size_t) {
                 if (firsts && first == 0) firsts->push_back(order[0]);
             },
@@ -476,9 +476,42 @@ TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoc
     double best = 0.1;
     int ran = 0;
     EXPECT_EQ(tune::run_epochs(
-                  4, 2, 20, 2, 7, best, ran, [](const auto&, size_t, size_t) {}, [] { return 0.5; },
-                  [] { FAIL() << "nothing beats the start"; }),
+                  4, 2, 20, 2, 0.0, 7, best, ran, [](const auto&, size_t, size_t) {},
+                  [] { return 0.5; }, [] { FAIL() << "nothing beats the start"; }),
               0);
     EXPECT_EQ(ran, 2);
     EXPECT_DOUBLE_EQ(best, 0.1);
+}
+
+// A minimum gain: passes that lower the loss by less than that fraction of
+// the best are kept but do not reset the patience, so a creeping curve stops
+// `patience` passes after its last real gain, its lowest pass so far kept;
+// with no minimum the same curve runs on to its later drop.
+TEST(TuneEpochs, MinimumGainStopsACreepingCurveAndStillKeepsItsLowestPass) {
+    const std::vector<double> curve = {0.9, 0.8, 0.799, 0.798, 0.797, 0.5};
+    const auto run = [&](double min_gain) {
+        double best = 1.0;
+        int ran = 0, pass = 0;
+        const int kept = tune::run_epochs(
+            5, 2, static_cast<int>(curve.size()), 3, min_gain, 9, best, ran,
+            [](const auto&, size_t, size_t) {}, [&] { return curve[static_cast<size_t>(pass++)]; },
+            [] {});
+        return std::tuple{kept, ran, best};
+    };
+    // gains of 11 % and 11 %, then three of about 0.1 %: below 1 %, so
+    // patience 3 stops at pass 5, which is kept (the lowest so far)
+    const auto [k1, r1, b1] = run(0.01);
+    EXPECT_EQ(r1, 5);
+    EXPECT_EQ(k1, 5);
+    EXPECT_DOUBLE_EQ(b1, 0.797);
+    // every gain counts: all six passes, the drop at 6 kept
+    const auto [k0, r0, b0] = run(0.0);
+    EXPECT_EQ(r0, 6);
+    EXPECT_EQ(k0, 6);
+    EXPECT_DOUBLE_EQ(b0, 0.5);
+    // a minimum that even the first gains miss: stops at pass 3, the lowest kept
+    const auto [k2, r2, b2] = run(0.2);
+    EXPECT_EQ(r2, 3);
+    EXPECT_EQ(k2, 3);
+    EXPECT_DOUBLE_EQ(b2, 0.799);
 }

@@ -128,6 +128,12 @@ const std::map<std::string, Setter>& setters() {
          [](QuantizeOptions& o, const py::handle& v) {
              o.kd.patience = in_range<int>("kd_patience", v, 0, 1000);
          }},
+        {"kd_min_gain",
+         [](QuantizeOptions& o, const py::handle& v) {
+             o.kd.min_gain = auto_or("kd_min_gain", v, quant::kKdMinGainAuto, 1.0);
+             CORTIQ_CHECK(o.kd.min_gain < 1, "quantize: kd_min_gain must be below 1, got {}",
+                          o.kd.min_gain);
+         }},
         {"kd_batch",
          [](QuantizeOptions& o, const py::handle& v) {
              o.kd.batch_windows = in_range<int64_t>("kd_batch", v, 1, 1 << 20);

@@ -91,6 +91,11 @@ double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params) {
     return params <= kCalibGeneratedAutoParams ? kKdLrSignsSmall : 0.0;
 }
 
+double resolve_kd_min_gain(const QuantizeOptions& o, int64_t params) {
+    if (o.kd.min_gain != kKdMinGainAuto) return o.kd.min_gain;
+    return params <= kCalibGeneratedAutoParams ? 0.0 : kKdMinGainLarge;
+}
+
 void check_kd_sign_memory(double lr_signs, int64_t weights, double bpw, int64_t device_bytes) {
     if (lr_signs <= 0 || device_bytes <= 0) return;
     const double need = 20.0 * bpw * static_cast<double>(weights);
@@ -115,6 +120,7 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     o.tune.lr_scales = resolve_tune_lr(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_scales = resolve_kd_lr(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_signs = resolve_kd_lr_signs(o, in.model.num_params());
+    o.kd.min_gain = resolve_kd_min_gain(o, in.model.num_params());
     if (o.device == encode::Device::gpu && o.tune_kd()) {
         // the decoder layers' weights: all but the embedding and an untied head
         const int64_t tables = cfg.vocab_size * cfg.hidden_size;
@@ -216,7 +222,7 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
             {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
             {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
             {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", in.kd_random},
-            {"patience", o.kd.patience}};
+            {"patience", o.kd.patience},       {"min_gain", o.kd.min_gain}};
     return in;
 }
 

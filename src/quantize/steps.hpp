@@ -88,6 +88,7 @@ double resolve_kd_lr(const QuantizeOptions& o, int64_t params, bool hybrid);
 // (`generated` per window), else 1.
 double resolve_kd_random(const QuantizeOptions& o, double generated);
 double resolve_kd_lr_signs(const QuantizeOptions& o, int64_t params);
+double resolve_kd_min_gain(const QuantizeOptions& o, int64_t params);
 // Distillation with moving signs (kd.lr_signs > 0) on the GPU holds, for
 // every sign of the model, the sign as a float, its gradient, its latent and
 // two Adam moments: 20 bytes a sign, about bpw signs a weight. Throws one

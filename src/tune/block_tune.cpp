@@ -205,7 +205,8 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
         adam.step();
     };
     res.best_epoch = run_epochs(
-        fit_total, batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
+        fit_total, batch, o.epochs, o.patience, o.min_gain, 0x5eed, res.sel_after, res.epochs_run,
+        step,
         [&] {
             const ScopedStage stage(o.profile, "evaluate");
             return has_sel ? ev.relative(p, sel) : ev.relative(p, fit);

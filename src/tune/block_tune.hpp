@@ -58,6 +58,9 @@ struct TuneOptions {
     double lr_norms = 0.0;      // Adam step on the RMSNorm weights (0: fixed)
     double beta1 = 0.9, beta2 = 0.999;
     int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
+    // a pass counts as a gain for the patience only when it lowers the best
+    // held-out loss by more than this fraction of it (0: any gain; epochs.hpp)
+    double min_gain = 0;
     EpochCallback on_progress;  // every step and evaluation (epochs.hpp); may be empty
     // null: one process computes every window (read by tune_block and
     // distill; the GPU tuners run in one process only)

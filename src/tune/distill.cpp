@@ -155,7 +155,8 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
         adam.step();
     };
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
+        fit.size(), batch, o.epochs, o.patience, o.min_gain, 0xd15711, r.kl_sel_after, r.epochs_run,
+        step,
         [&] { return sel.empty() ? mean_kl(fit, fit_lo, fit_hi) : mean_kl(sel, sel_lo, sel_hi); },
         [&] { best = s.blocks; }, o.on_progress);
     s.blocks = std::move(best);

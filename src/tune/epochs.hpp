@@ -6,7 +6,10 @@
 // above where it started. With patience P > 0 the passes stop once P in a row
 // have not lowered it: the passes run are the first ones of the full
 // schedule, so the state kept is the full schedule's whenever no later pass
-// would have beaten it.
+// would have beaten it. With a minimum gain G > 0 a pass counts as a gain
+// for the patience only when it lowers the best loss by more than the
+// fraction G of it (a lower loss is still kept): a run whose loss creeps
+// down by less stops after P such passes.
 #pragma once
 
 #include <algorithm>
@@ -37,13 +40,13 @@ using EpochCallback = std::function<void(const EpochProgress&)>;
 // the best reached; `ran` the passes run. Returns the epoch kept (0: the start).
 // `on_progress` (may be empty) hears of every step and every evaluation.
 template <class Step, class HeldOut, class Keep>
-int run_epochs(size_t windows, size_t batch, int epochs, int patience, uint64_t seed, double& best,
-               int& ran, Step&& step, HeldOut&& held_out, Keep&& keep,
+int run_epochs(size_t windows, size_t batch, int epochs, int patience, double min_gain,
+               uint64_t seed, double& best, int& ran, Step&& step, HeldOut&& held_out, Keep&& keep,
                const EpochCallback& on_progress = {}) {
     std::mt19937_64 rng(seed);  // fixed: a run is reproducible
     std::vector<size_t> order(windows);
     std::iota(order.begin(), order.end(), size_t{0});
-    int kept = 0;
+    int kept = 0, gained = 0;  // gained: the last pass that lowered `best` by more than min_gain
     ran = 0;
     for (int e = 1; e <= epochs; ++e) {
         ran = e;
@@ -55,12 +58,13 @@ int run_epochs(size_t windows, size_t batch, int epochs, int patience, uint64_t 
         }
         const double loss = held_out();
         if (loss < best) {
+            if (min_gain <= 0 || loss < best * (1.0 - min_gain)) gained = e;
             best = loss;
             kept = e;
             keep();
         }
         if (on_progress) on_progress({e, epochs, 0, true, loss, best, kept});
-        if (patience > 0 && e - kept >= patience) break;
+        if (patience > 0 && e - gained >= patience) break;
     }
     return kept;
 }

@@ -21,6 +21,7 @@ struct QuantizeArgs {
     std::string method = "nvg", paths = "auto", device = "cpu", match = "original", json;
     std::string calib_generated = "auto", kd_random = "auto", samples = "auto";
     std::string kd_lr_signs = "auto";
+    std::string kd_min_gain = "auto";
     int threads = 0;
     bool quiet = false;
 };
@@ -119,6 +120,10 @@ void add_quantize(CLI::App& app) {
                     "distillation: stop after this many epochs without a held-out gain "
                     "(default 4; 0: all --kd-epochs)")
         ->check(CLI::Range(0, 1000));
+    cmd->add_option("--kd-min-gain", a->kd_min_gain,
+                    "distillation: a pass resets the patience only when it lowers the best "
+                    "held-out KL by more than this fraction: auto (default: 0 for a model of at "
+                    "most 100 M parameters, else 0.005) or a fraction below 1");
     cmd->add_option("--kd-batch", a->o.kd.batch_windows, "distillation: windows per step")
         ->check(CLI::Range(1, 1 << 20));
     cmd->add_option("--kd-random", a->kd_random,
@@ -209,6 +214,10 @@ void add_quantize(CLI::App& app) {
         a->o.kd_random = parse_auto_number("--kd-random", a->kd_random, quant::kKdRandomAuto);
         a->o.kd.lr_signs =
             parse_auto_number("--kd-lr-signs", a->kd_lr_signs, quant::kKdLrSignsAuto);
+        a->o.kd.min_gain =
+            parse_auto_number("--kd-min-gain", a->kd_min_gain, quant::kKdMinGainAuto);
+        CORTIQ_CHECK(a->o.kd.min_gain < 1, "--kd-min-gain: auto or a fraction below 1, not \"{}\"",
+                     a->kd_min_gain);
         a->o.calib.samples = parse_samples(a->samples);
         if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
         if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {

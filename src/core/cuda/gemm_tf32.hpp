@@ -23,6 +23,14 @@ enum Exact : unsigned { kNone = 0, kExactA = 1, kExactB = 2 };
 void split_tf32(cudaStream_t st, const float* x, int64_t rows, int64_t cols, int64_t ld, float* hi,
                 float* lo);
 
+// Whether every one of the n values at x (device) is exact in TF32: finite,
+// its low 13 mantissa bits zero, as every value of a BF16 or FP16 checkpoint
+// is. Such an operand can be marked exact: its split would leave lo = 0, a
+// pass that adds zeros, so the product skips it with the same bits. Waits for
+// the stream. CORTIQ_TF32_SPLIT_ALL=1 in the environment makes it false for
+// every operand (three passes, to compare).
+bool exact_in_tf32(cudaStream_t st, const float* x, int64_t n);
+
 // One TF32 product through cuBLAS (CUBLAS_COMPUTE_32F_FAST_TF32), or a plain
 // FP32 one when `tf32` is false.
 void gemm_cublas(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,

@@ -80,7 +80,7 @@ void set_weight_blr(DeviceLinear& d, const blr::PackedWeight& p, cublasHandle_t 
     }
     to_float_kernel<<<blocks_for(m * n), 256, 0, stream>>>(w.get(), m * n, d.own.get());
     CUDA_LAUNCH_CHECK();
-    CUDA_CHECK(cudaStreamSynchronize(stream));
+    mark_tf32(d, stream);  // waits for the stream
 }
 
 }  // namespace cortiq::model::cuda

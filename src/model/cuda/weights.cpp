@@ -102,6 +102,7 @@ DeviceLinear upload_linear(const Linear& l, cudaStream_t stream, int64_t& bytes,
     CORTIQ_ASSERT(w.rows() == d.m && w.cols() == d.n);
     d.own = upload(w.vec(), stream, bytes);
     d.w = d.own.get();
+    mark_tf32(d, stream);
     if (!l.bias.empty()) d.bias = upload(l.bias, stream, bytes);
     return d;
 }
@@ -224,6 +225,7 @@ DeviceWeights upload_weights(const Model& m, cudaStream_t stream, cublasHandle_t
         if (w16) d.lm_head.half_scratch = d.half_scratch.get();
         d.lm_head.m = c.vocab_size;
         d.lm_head.n = c.hidden_size;
+        mark_tf32(d.lm_head, stream);
     };
     if (m.head_shares_embedding() && format == WeightFormat::f16) {
         tied_head(nullptr, d.embed16.get());
@@ -261,14 +263,17 @@ void set_weight_of(DeviceLinear& d, const LinearWeights& w, cublasHandle_t blas,
     set_weight(d, w.dense(), stream);
 }
 
+void mark_tf32(DeviceLinear& d, cudaStream_t stream) {
+    d.w_tf32 = d.w && cortiq::cuda::exact_in_tf32(stream, d.w, d.m * d.n);
+}
+
 void set_weight(DeviceLinear& d, const MatF& w, cudaStream_t stream) {
     CORTIQ_CHECK(w.rows() == d.m && w.cols() == d.n && d.own.get() == d.w && !d.packed && !d.w16,
                  "set_weight: a {}x{} weight for a {}x{} layer{}", w.rows(), w.cols(), d.m, d.n,
                  d.own.get() == d.w ? "" : " that shares its storage");
     CUDA_CHECK(cudaMemcpyAsync(d.own.get(), w.data(), static_cast<size_t>(w.size()) * sizeof(float),
                                cudaMemcpyHostToDevice, stream));
-    // the host matrix may be freed once this returns
-    CUDA_CHECK(cudaStreamSynchronize(stream));
+    mark_tf32(d, stream);  // waits: the host matrix may be freed once this returns
 }
 
 namespace {
@@ -314,7 +319,8 @@ void linear(cublasHandle_t blas, cudaStream_t stream, const DeviceLinear& l, con
     }
     if (tf32x3_rows(rows, stream)) {  // y = x Wᵀ, row-major, at float32 accuracy
         cortiq::cuda::gemm_tf32x3(blas, stream, false, true, rows, l.m, l.n, 1.0f, x, l.n, l.w, l.n,
-                                  beta, y, l.m, cortiq::cuda::kNone);
+                                  beta, y, l.m,
+                                  l.w_tf32 ? cortiq::cuda::kExactB : cortiq::cuda::kNone);
         if (!l.bias.empty()) add_bias(y, l.bias.get(), rows, l.m, stream);
         return;
     }

@@ -32,6 +32,10 @@ struct HalfScratch {
 struct DeviceLinear {
     DVec own;                  // m × n row-major (empty when w points into another buffer)
     const float* w = nullptr;  // the weight: own.get(), or a shared buffer (tied lm_head)
+    // Every value of w exact in TF32 (a BF16 or FP16 checkpoint's weight): its
+    // 3xTF32 products skip w's split, two passes instead of three, the same
+    // bits (core/cuda/gemm_tf32.hpp, exact_in_tf32). Set where w is written.
+    bool w_tf32 = false;
     // The dense fp16 runtime: the weight in fp16 (own16, or a shared table),
     // w null; its input goes through half_scratch.
     cortiq::cuda::DeviceBuffer<__half> own16;
@@ -102,6 +106,9 @@ void release_layers(DeviceWeights& d, cudaStream_t stream);
 // host), from the float table or the compressed embedding's bits.
 void embed_rows(const DeviceWeights& w, const int32_t* tokens, int64_t rows, int64_t hidden,
                 float* out, cudaStream_t stream);
+
+// Sets d.w_tf32 from d.w's values (false when w is null); waits for the stream.
+void mark_tf32(DeviceLinear& d, cudaStream_t stream);
 
 // Replaces d's weight (same shape; its bias stays) by w, e.g. a linear layer
 // just compressed (dense: dequantised).

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "tune/cuda/block_detail.hpp"
+#include "tune/cuda/parts.hpp"
 
 namespace cortiq::tune::cuda {
 
@@ -70,6 +71,7 @@ float* opt(DVec& v) {
 
 void lin_forward(const Gpu& g, const DLinear& l, const float* x, int64_t rows, DVec& y,
                  DBlrCache& cache, DBlrScratch& s) {
+    const PartTimer part(g, l.blr ? "part/blr_forward" : "part/dense_forward");
     ensure(y, rows * l.m, g.stream());
     if (l.blr) {
         blr_forward(g, *l.blr, x, rows, y.get(), cache, s);
@@ -85,6 +87,7 @@ void lin_forward(const Gpu& g, const DLinear& l, const float* x, int64_t rows, D
 void lin_backward(const Gpu& g, const DLinear& l, const float* x, int64_t rows,
                   const DBlrCache& cache, const float* dy, DVec& dx, bool add,
                   std::optional<DBlrGrad>& gr, DBlrScratch& s) {
+    const PartTimer part(g, l.blr ? "part/blr_backward" : "part/dense_backward");
     ensure(dx, rows * l.n, g.stream());
     if (l.blr)
         blr_backward(g, *l.blr, x, rows, cache, dy, dx.get(), add, *gr, s);
@@ -270,8 +273,11 @@ void attention_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDim
     ensure(a.probs, windows * d.heads * L * L, st);
     DVec& core = d.attn_gate ? a.core : a.attn;
     ensure(core, N * qw, st);
-    attention_forward(g, a.q.get(), a.k.get(), a.v.get(), windows, L, d.heads, d.kv_heads, hd,
-                      core.get(), a.probs.get());
+    {
+        const PartTimer part(g, "part/attention_forward");
+        attention_forward(g, a.q.get(), a.k.get(), a.v.get(), windows, L, d.heads, d.kv_heads, hd,
+                          core.get(), a.probs.get());
+    }
     if (d.attn_gate) sigmoid_gate_forward(g, a.core.get(), a.gate_lin.get(), N * qw, a.attn.get());
     lin_forward(g, p.o, a.attn.get(), N, a.h, a.cache[kO], a.blr);
 }
@@ -297,8 +303,11 @@ void attention_mixer_backward(const Gpu& g, const DBlockParams& p, const BlockDi
     ensure(a.dk, N * kw, st);
     ensure(a.dv, N * kw, st);
     ensure(a.ds, windows * d.heads * L * L, st);
-    attention_backward(g, dcore, a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
-                       d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
+    {
+        const PartTimer part(g, "part/attention_backward");
+        attention_backward(g, dcore, a.q.get(), a.k.get(), a.v.get(), a.probs.get(), windows, L,
+                           d.heads, d.kv_heads, hd, a.dq.get(), a.dk.get(), a.dv.get(), a.ds.get());
+    }
     rope_backward(g, a.dq.get(), N, qw, d.heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
     rope_backward(g, a.dk.get(), N, kw, d.kv_heads, hd, d.rot(), L, rope.cos.get(), rope.sin.get());
     if (d.qk_norm) {

@@ -177,7 +177,8 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(
-        dfit.x.size(), batch, o.epochs, o.patience, 0x5eed, res.sel_after, res.epochs_run, step,
+        dfit.x.size(), batch, o.epochs, o.patience, o.min_gain, 0x5eed, res.sel_after,
+        res.epochs_run, step,
         [&] {
             const Stage stage(g, o.profile, "evaluate", true);
             return dsel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);

@@ -2,6 +2,7 @@
 // stage the twin of tune/delta_block.cpp.
 #include "core/error.hpp"
 #include "tune/cuda/block_detail.hpp"
+#include "tune/cuda/parts.hpp"
 
 namespace cortiq::tune::cuda {
 
@@ -18,8 +19,11 @@ void delta_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d
     lin_forward(g, p.a, a.n1.get(), N, a.a_lin, a.cache[kA], a.blr);
     ensure(a.conv_pre, N * C, st);
     ensure(a.qkv, N * C, st);
-    conv_silu_forward(g, a.qkv_lin.get(), a.windows, a.L, C, p.conv.get(), dd.conv_kernel,
-                      a.conv_pre.get(), a.qkv.get());
+    {
+        const PartTimer part(g, "part/delta_conv_forward");
+        conv_silu_forward(g, a.qkv_lin.get(), a.windows, a.L, C, p.conv.get(), dd.conv_kernel,
+                          a.conv_pre.get(), a.qkv.get());
+    }
     // v passes; q and k (side by side) normalised per head
     ensure(a.qkv_n, N * C, st);
     CUDA_CHECK(cudaMemcpyAsync(a.qkv_n.get(), a.qkv.get(), sizeof(float) * N * C,
@@ -32,9 +36,12 @@ void delta_mixer_forward(const Gpu& g, const DBlockParams& p, const BlockDims& d
     delta_gates_forward(g, a.a_lin.get(), a.b_lin.get(), N, H, p.a_log.get(), p.dt_bias.get(),
                         a.g.get(), a.beta.get());
     ensure(a.delta, N * V, st);
-    delta_rule_forward(
-        g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
-        kTuneDeltaChunk, a.delta.get(), V, a.states);
+    {
+        const PartTimer part(g, "part/delta_rule_forward");
+        delta_rule_forward(
+            g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
+            kTuneDeltaChunk, a.delta.get(), V, a.states);
+    }
     ensure(a.attn, N * V, st);
     ensure(a.rstd_g, N * H, st);
     rmsnorm_gated_forward(g, a.delta.get(), a.z.get(), N * H, dd.dv, p.gnorm.get(),
@@ -57,10 +64,13 @@ void delta_mixer_backward(const Gpu& g, const DBlockParams& p, const BlockDims& 
     ensure(a.dqkv, N * C, st);
     ensure(a.dg, N * H, st);
     ensure(a.dbeta, N * H, st);
-    delta_rule_backward(
-        g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
-        kTuneDeltaChunk, a.states, a.ddelta.get(), V, a.dqkv.get(), a.dqkv.get() + dd.key_dim(),
-        a.dqkv.get() + 2 * dd.key_dim(), a.dg.get(), a.dbeta.get(), a.rule);
+    {
+        const PartTimer part(g, "part/delta_rule_backward");
+        delta_rule_backward(
+            g, delta_rule_of(d.delta, a.windows, a.L, a.qkv_n.get(), a.g.get(), a.beta.get()),
+            kTuneDeltaChunk, a.states, a.ddelta.get(), V, a.dqkv.get(), a.dqkv.get() + dd.key_dim(),
+            a.dqkv.get() + 2 * dd.key_dim(), a.dg.get(), a.dbeta.get(), a.rule);
+    }
     ensure(a.da, N * H, st);
     ensure(a.db, N * H, st);
     delta_gates_backward(g, a.dg.get(), a.dbeta.get(), a.a_lin.get(), a.beta.get(), N, H,
@@ -68,8 +78,11 @@ void delta_mixer_backward(const Gpu& g, const DBlockParams& p, const BlockDims& 
     l2norm_backward(g, a.dqkv.get(), a.qkv_n.get(), a.inv_qk.get(), N, C, 2 * dd.k_heads, dd.dk,
                     a.dqkv.get());
     ensure(a.dqkv_lin, N * C, st);
-    conv_silu_backward(g, a.dqkv.get(), a.qkv_lin.get(), a.conv_pre.get(), a.windows, a.L, C,
-                       p.conv.get(), dd.conv_kernel, a.dqkv_lin.get(), nullptr);
+    {
+        const PartTimer part(g, "part/delta_conv_backward");
+        conv_silu_backward(g, a.dqkv.get(), a.qkv_lin.get(), a.conv_pre.get(), a.windows, a.L, C,
+                           p.conv.get(), dd.conv_kernel, a.dqkv_lin.get(), nullptr);
+    }
     lin_backward(g, p.qkv, a.n1.get(), N, a.cache[kQkv], a.dqkv_lin.get(), a.dn1, false,
                  gr.blr[kQkv], a.blr);
     lin_backward(g, p.z, a.n1.get(), N, a.cache[kZ], a.dz.get(), a.dn1, true, gr.blr[kZ], a.blr);

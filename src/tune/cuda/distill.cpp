@@ -11,9 +11,11 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/cuda/gemm_tf32.hpp"
 #include "core/error.hpp"
 #include "tune/cuda/adam_slots.hpp"
 #include "tune/cuda/block.hpp"
+#include "tune/cuda/parts.hpp"
 #include "tune/epochs.hpp"
 
 namespace cortiq::tune {
@@ -135,6 +137,7 @@ class Trainer {
         ds.embed = up(s.embed->data(), s.embed->size());
         ds.head = up(s.head->data(), s.head->size());
         ds.final_norm = up(s.final_norm.data(), s.final_norm.size());
+        head_tf32 = cortiq::cuda::exact_in_tf32(st, ds.head.get(), ds.head.size());
         ds.rope = cuda::upload(rope_for<float>(s.inv_freq, L), st);
         CORTIQ_CHECK(!s.full_block || packed,
                      "distillation: a student without its signs needs them fixed and packed");
@@ -200,9 +203,14 @@ class Trainer {
             cuda::rmsnorm_forward(g, in, N, H, ds.final_norm.get(), static_cast<float>(s.d.eps),
                                   normed.get(), rstd.get());
             cuda::ensure(logits, N * V, st);
-            cuda::linear_forward(g, normed.get(), N, H, ds.head.get(), V, nullptr, logits.get());
+            {
+                const cuda::PartTimer part(g, "part/head_forward");
+                cuda::linear_forward(g, normed.get(), N, H, ds.head.get(), V, nullptr, logits.get(),
+                                     head_tf32);
+            }
             if (scale > 0) cuda::ensure(dlogits, N * V, st);
             CUDA_CHECK(cudaMemsetAsync(sum.get(), 0, sizeof(double), st));
+            const cuda::PartTimer part(g, "part/kl");
             cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
                           scale > 0 ? dlogits.get() : nullptr);
         }
@@ -216,7 +224,11 @@ class Trainer {
         const cudaStream_t st = g.stream();
         const int64_t N = rstd.size();
         cuda::ensure(dnormed, N * H, st);
-        cuda::linear_backward_dx(g, dlogits.get(), N, H, ds.head.get(), V, dnormed.get(), false);
+        {
+            const cuda::PartTimer part(g, "part/head_backward");
+            cuda::linear_backward_dx(g, dlogits.get(), N, H, ds.head.get(), V, dnormed.get(), false,
+                                     head_tf32);
+        }
         cuda::ensure(dx, N * H, st);
         cuda::ensure(dprev, N * H, st);
         cuda::rmsnorm_backward(g, dnormed.get(), ds.acts.back().out.get(), ds.final_norm.get(),
@@ -244,7 +256,8 @@ class Trainer {
     bool packed;    // fixed signs held packed (TuneOptions::pack_fixed_signs)
     int64_t L, H, V;
     DStudent ds;
-    DVec signs;  // the packed signs of one linear expanded (DBlrScratch::shared_signs)
+    bool head_tf32 = false;  // the head's values exact in TF32: two passes a product
+    DVec signs;              // the packed signs of one linear expanded (DBlrScratch::shared_signs)
     DVec x, normed, rstd, logits, dlogits, tlogp, dnormed, dx, dprev;
     cortiq::cuda::DeviceBuffer<int32_t> dtoks;
     cortiq::cuda::DeviceBuffer<double> sum;
@@ -260,6 +273,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const Gpu g;
     const cudaStream_t st = g.stream();
+    const cuda::PartProfileScope parts(o.profile);
     TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows(), o.teacher_keep);
     Trainer tr(g, s, tc, L, o);
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
@@ -289,7 +303,8 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     };
     // the CPU's seed: the same batches in the same order
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, o.patience, 0xd15711, r.kl_sel_after, r.epochs_run, step,
+        fit.size(), batch, o.epochs, o.patience, o.min_gain, 0xd15711, r.kl_sel_after, r.epochs_run,
+        step,
         [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
         [&] {
             for (size_t l = 0; l < best.size(); ++l)

@@ -87,11 +87,13 @@ void swiglu_backward(const Gpu& g, const float* dy, const float* gate, const flo
                      float* dgate, float* dup);
 
 // ── linear layers (linear.cpp) ─────────────────────────────────────────────────
-// y = x Wᵀ (+ b); backward dx = dy W (added into dx when accumulate).
+// y = x Wᵀ (+ b); backward dx = dy W (added into dx when accumulate). w_tf32:
+// W's values are exact in TF32 (cortiq::cuda::exact_in_tf32), so its products
+// skip W's split (two passes, the same bits).
 void linear_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, const float* w,
-                    int64_t m, const float* bias, float* y);
+                    int64_t m, const float* bias, float* y, bool w_tf32 = false);
 void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, const float* w,
-                        int64_t m, float* dx, bool accumulate);
+                        int64_t m, float* dx, bool accumulate, bool w_tf32 = false);
 
 // The BLR layer on the device: ±1 signs held as float so the products are GEMMs.
 // The rank is padded to rp, a multiple of 4 (cuBLAS's tensor-core kernels run

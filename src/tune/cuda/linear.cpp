@@ -31,14 +31,16 @@ std::vector<float> unpad_cols(const std::vector<float>& v, int64_t rows, int64_t
 }
 
 void linear_forward(const Gpu& g, const float* x, int64_t rows, int64_t n, const float* w,
-                    int64_t m, const float* bias, float* y) {
-    gemm(g, false, true, rows, m, n, 1.0f, x, n, w, n, 0.0f, y, m);
+                    int64_t m, const float* bias, float* y, bool w_tf32) {
+    gemm(g, false, true, rows, m, n, 1.0f, x, n, w, n, 0.0f, y, m,
+         w_tf32 ? kExactB : cortiq::cuda::kNone);
     if (bias) add_bias(g, y, bias, rows, m);
 }
 
 void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, const float* w,
-                        int64_t m, float* dx, bool accumulate) {
-    gemm(g, false, false, rows, n, m, 1.0f, dy, m, w, n, accumulate ? 1.0f : 0.0f, dx, n);
+                        int64_t m, float* dx, bool accumulate, bool w_tf32) {
+    gemm(g, false, false, rows, n, m, 1.0f, dy, m, w, n, accumulate ? 1.0f : 0.0f, dx, n,
+         w_tf32 ? kExactB : cortiq::cuda::kNone);
 }
 
 DBlrGrad blr_zero_grad(const DBlr& w, cudaStream_t stream, bool with_signs) {
