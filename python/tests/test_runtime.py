@@ -111,6 +111,8 @@ def test_errors_carry_the_library_message(tmp_path):
     assert issubclass(cortiq.Error, RuntimeError)
     with pytest.raises(cortiq.Error, match="gram_shrink"):
         cortiq.quantize(STORIES, tmp_path / "x.safetensors", calib=CALIB, gram_shrink=2.0)
+    with pytest.raises(cortiq.Error, match="kd_min_gain"):
+        cortiq.quantize(STORIES, tmp_path / "x.safetensors", calib=CALIB, kd_min_gain=1.0)
     with pytest.raises(cortiq.Error, match="unknown option 'nonsense'"):
         cortiq._core._quantize(str(STORIES), str(tmp_path / "x"), {"nonsense": 1})
     with pytest.raises(cortiq.Error, match="my.layer"):
