@@ -16,40 +16,18 @@
 #include <vector>
 
 #ifdef CORTIQ_HAVE_CUDA
+#include "bench_gpu_timing.hpp"
 #include "core/cuda/gemm_tf32.hpp"
 #include "core/error.hpp"
 #include "core/gpu.hpp"
 #include "encode/cuda/ops.hpp"
 
 using namespace cortiq;
+using bench::time_ms;
 using cortiq::cuda::DeviceBuffer;
 using cortiq::cuda::Gpu;
 
 namespace {
-
-// Median milliseconds of `reps` calls of f on g's stream.
-template <class F>
-double time_ms(const Gpu& g, int reps, F&& f) {
-    f();  // warm-up (cuBLAS picks its kernel)
-    g.sync();
-    std::vector<float> ms;
-    cudaEvent_t a, b;
-    CUDA_CHECK(cudaEventCreate(&a));
-    CUDA_CHECK(cudaEventCreate(&b));
-    for (int i = 0; i < reps; ++i) {
-        CUDA_CHECK(cudaEventRecord(a, g.stream()));
-        f();
-        CUDA_CHECK(cudaEventRecord(b, g.stream()));
-        CUDA_CHECK(cudaEventSynchronize(b));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, a, b));
-        ms.push_back(t);
-    }
-    CUDA_CHECK(cudaEventDestroy(a));
-    CUDA_CHECK(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
 
 struct Case {
     const char* what;
@@ -103,8 +81,8 @@ int main(int argc, char** argv) {
                 cortiq::cuda::gemm_tf32x3(g, false, true, c.rows, c.m, c.n, 1.f, x.get(), c.n,
                                           w.get(), c.n, 0.f, out, c.m, exact);
         };
-        const double split = time_ms(g, reps, [&] { run(cortiq::cuda::kNone, y.get()); });
-        const double exact = time_ms(g, reps, [&] { run(cortiq::cuda::kExactB, y2.get()); });
+        const double split = time_ms(st, reps, [&] { run(cortiq::cuda::kNone, y.get()); });
+        const double exact = time_ms(st, reps, [&] { run(cortiq::cuda::kExactB, y2.get()); });
         const auto a = host(y.get(), c.rows * out_w, st), b = host(y2.get(), c.rows * out_w, st);
         const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
         fmt::print("| {} | {} × {} × {} | {:.2f} | {:.2f} | {:.2f} | {} |\n", c.what, c.rows, c.m,
