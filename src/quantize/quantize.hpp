@@ -167,10 +167,11 @@ inline constexpr double kKdRandomAuto = -1.0;
 // kd.min_gain = kKdMinGainAuto (the command line's default): 0 for a model of
 // at most kCalibGeneratedAutoParams parameters (every gain resets the
 // patience, as the small models' measurements were made), kKdMinGainLarge
-// above, where a pass costs seconds to minutes: the 0.8B-shaped Qwen3.5's
-// held-out KL went 0.1458 → 0.1387 → 0.1386 over passes 3, 4 and 7 (30 s a
-// pass on an H100), gains of 0.1 % that patience 4 alone would have chased
-// for 4 passes more after each (docs/tuning.md).
+// above, where a pass costs seconds to minutes (29 s for the 0.8B-shaped
+// Qwen3.5 on an H100): there a gain of 0.07 % (its held-out KL 0.1387 at
+// pass 4, 0.1386 at pass 7) would reset patience 4 for four passes more.
+// In that run a gain of 5 % followed at pass 8, so the rule changed nothing
+// (docs/tuning.md).
 inline constexpr double kKdMinGainAuto = -1.0;
 inline constexpr double kKdMinGainLarge = 0.005;
 inline constexpr int64_t kCalibGeneratedAutoParams = 100'000'000;
