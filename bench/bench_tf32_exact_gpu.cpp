@@ -35,13 +35,6 @@ struct Case {
     int64_t rows, m, n;  // W is m × n
 };
 
-std::vector<float> host(const float* p, int64_t n, cudaStream_t st) {
-    std::vector<float> v(static_cast<size_t>(n));
-    CUDA_CHECK(cudaMemcpyAsync(v.data(), p, sizeof(float) * n, cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    return v;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,7 +76,8 @@ int main(int argc, char** argv) {
         };
         const double split = time_ms(st, reps, [&] { run(cortiq::cuda::kNone, y.get()); });
         const double exact = time_ms(st, reps, [&] { run(cortiq::cuda::kExactB, y2.get()); });
-        const auto a = host(y.get(), c.rows * out_w, st), b = host(y2.get(), c.rows * out_w, st);
+        const auto a = cortiq::cuda::download_f(y.get(), c.rows * out_w, st),
+                   b = cortiq::cuda::download_f(y2.get(), c.rows * out_w, st);
         const bool same = std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
         fmt::print("| {} | {} × {} × {} | {:.2f} | {:.2f} | {:.2f} | {} |\n", c.what, c.rows, c.m,
                    c.n, split, exact, split / exact, same ? "yes" : "NO");
