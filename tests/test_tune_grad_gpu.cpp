@@ -197,14 +197,15 @@ void check_packed_signs_gpu(const Fixture& f, const char* label) {
             if (l->blr) paths += static_cast<int>(l->blr->paths.size());
         EXPECT_GT(paths, 0) << label;
         EXPECT_EQ(packed_paths, packed ? paths : 0) << label;
-        cuda::DVec shared;
+        cuda::DBlrScratch shared;
         cuda::DBlockActs da;
-        if (packed) da.blr.shared_signs = &shared;
+        if (packed) da.blr.shared = &shared;
         cuda::DVec ddx(N * H, st);
         cuda::block_forward(gpu, dp, f.d, rope, x.get(), f.windows, f.L, da);
         cuda::DBlockGrads dg = cuda::zero_grads(dp, st, !packed);
         cuda::block_backward(gpu, dp, f.d, rope, da, c.get(), ddx.get(), dg);
-        if (packed) EXPECT_FALSE(shared.empty()) << label << ": the shared scratch was not used";
+        if (packed)
+            EXPECT_FALSE(shared.signs.empty()) << label << ": the shared scratch was not used";
         return Run{cortiq::cuda::download_f(da.out.get(), N * H, st),
                    cortiq::cuda::download_f(ddx.get(), N * H, st), cuda::download(dg, st)};
     };

@@ -16,6 +16,8 @@ bins=(build/tools/cortiq/cortiq build/tests/test_cuda_encoder build/tests/test_c
       build/bench/bench_blr_cpu build/bench/bench_encode_gpu build/bench/bench_gemm_align_gpu
       build/bench/bench_launch_floor_gpu build/tests/test_kernels_gpu)
 [ -n "${BINS:-}" ] && read -ra bins <<< "$BINS"
+# xz -9e: the binaries share most of their code, which a large dictionary finds
+export XZ_OPT=${XZ_OPT:--9e}
 bash ../shared/tools/device-pack.sh .carry/gpu "${bins[@]}" > /dev/null
 # the binaries travel compressed too (the tree that travels is capped at 64 MiB)
 tar -cJf .carry/gpu/bin.tar.xz -C .carry/gpu bin && rm -rf .carry/gpu/bin

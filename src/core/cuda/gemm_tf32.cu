@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/cuda/gemm_tf32.hpp"
+#include "core/cuda/tf32_round.cuh"
 #include "core/error.hpp"
 
 namespace cortiq::cuda {
@@ -28,10 +29,7 @@ __global__ void split_tf32_kernel(const float* x, int64_t rows, int64_t cols, in
          idx < rows * cols; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t i = idx / cols, j = idx - i * cols;
         const float v = x[i * ld + j];
-        unsigned u = __float_as_uint(v);
-        if ((u & 0x7f800000u) != 0x7f800000u)  // finite: round the low 13 bits away
-            u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu;
-        const float h = __uint_as_float(u);
+        const float h = tf32_high(v);
         hi[idx] = h;
         lo[idx] = v - h;
     }

@@ -153,9 +153,9 @@ class Trainer {
             }
             ds.grads.push_back(cuda::zero_grads(ds.blocks.back(), st, o.lr_signs > 0));
         }
-        // the packed signs of every layer expand into one scratch, in turn
+        // every BLR layer's products use one scratch, in turn
         ds.acts.resize(s.blocks.size());
-        for (auto& a : ds.acts) a.blr.shared_signs = &signs;
+        for (auto& a : ds.acts) a.blr.shared = &blr_scratch;
     }
 
     // The host's tuned values back on the device (the kept epoch's).
@@ -168,8 +168,9 @@ class Trainer {
         }
     }
 
-    // Forward of windows [first, first + count) of `order` in `set`; returns
-    // Σ KL and, when scale > 0, leaves scale · ∂KL/∂logits for backward().
+    // Forward of windows [first, first + count) of `order` in `set`. With
+    // scale 0 it returns Σ KL; with scale > 0 (a step) it returns 0 and leaves
+    // scale · ∂KL/∂logits for backward().
     double forward(const Windows& set, bool is_sel, const std::vector<size_t>& order, size_t first,
                    size_t count, float scale) {
         const cudaStream_t st = g.stream();
@@ -214,6 +215,9 @@ class Trainer {
             cuda::kl_loss(g, logits.get(), tlogp.get(), N, V, scale, sum.get(),
                           scale > 0 ? dlogits.get() : nullptr);
         }
+        // a step's loss is not read: the host goes on queueing its backward
+        // and the next steps without waiting for the device
+        if (scale > 0) return 0.0;
         double h = 0;
         CUDA_CHECK(cudaMemcpyAsync(&h, sum.get(), sizeof h, cudaMemcpyDeviceToHost, st));
         g.sync();
@@ -256,8 +260,8 @@ class Trainer {
     bool packed;    // fixed signs held packed (TuneOptions::pack_fixed_signs)
     int64_t L, H, V;
     DStudent ds;
-    bool head_tf32 = false;  // the head's values exact in TF32: two passes a product
-    DVec signs;              // the packed signs of one linear expanded (DBlrScratch::shared_signs)
+    bool head_tf32 = false;         // the head's values exact in TF32: two passes a product
+    cuda::DBlrScratch blr_scratch;  // every BLR layer's (DBlrScratch::shared)
     DVec x, normed, rstd, logits, dlogits, tlogp, dnormed, dx, dprev;
     cortiq::cuda::DeviceBuffer<int32_t> dtoks;
     cortiq::cuda::DeviceBuffer<double> sum;

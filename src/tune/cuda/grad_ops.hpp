@@ -31,7 +31,7 @@ using cortiq::cuda::Gpu;
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc, unsigned exact = cortiq::cuda::kNone);
-// `count` such products, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
+// `count` such products in plain FP32, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
 // may be 0: one operand shared by every product).
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb,
@@ -128,19 +128,61 @@ inline int64_t padded_rank(int64_t r) {
 // to rp columns with zeros, and back.
 std::vector<float> pad_cols(const std::vector<float>& v, int64_t rows, int64_t r, int64_t rp);
 std::vector<float> unpad_cols(const std::vector<float>& v, int64_t rows, int64_t r, int64_t rp);
-// Per path: t = (g ∘ x) S_V (rows × rp), u = (ℓ ∘ t) S_Uᵀ (rows × m).
+// Per path p: t_p = (g_p ∘ x) S_V,p (rows × rp), u_p = (ℓ_p ∘ t_p) S_U,pᵀ (rows × m),
+// the paths one after the other (t: paths × rows × rp, u: paths × rows × m).
 struct DBlrCache {
-    std::vector<DVec> t, u;
+    DVec t, u;
 };
-// Scratch the BLR backward reuses between calls. `signs` receives packed
-// signs as floats, one matrix at a time; the layers of a model may share one
-// (`shared_signs`, owned by the caller) so that it is sized once for the
-// largest layer.
+// Scratch the BLR forward and backward reuse between calls; it only grows.
+// The layers of a model may share one (`shared`, owned by the caller: its
+// buffers are then sized once, for the largest layer).
 struct DBlrScratch {
-    DVec du, tl, dtl, xg, dxg;
-    DVec signs;
-    DVec* shared_signs = nullptr;
+    DVec a;               // the split activations of every path: paths × rows × 2k
+    DVec signs;           // a sign matrix of every path, stacked twice
+    DVec dtl, dxg;        // the backward's products, every path
+    DVec du, tl, xg, dt;  // the signs' gradients (tuners that move the signs)
+    DBlrScratch* shared = nullptr;
 };
+
+// ── BLR steps over the paths (blr_paths.cu) ────────────────────────────────────
+// A BLR layer has at most kMaxBlrPaths paths; the per-path vectors of a step
+// travel to its kernel by value.
+constexpr int kMaxBlrPaths = 4;
+struct PathVecs {
+    const float* v[kMaxBlrPaths] = {};
+};
+struct PathOut {
+    float* v[kMaxBlrPaths] = {};
+};
+// Each path's signs: floats (rows × rp) or, where f[p] is null, packed bits.
+struct PathSigns {
+    const float* f[kMaxBlrPaths] = {};
+    const uint32_t* bits[kMaxBlrPaths] = {};
+};
+// out_p = [lo | hi] of in_p ∘ s_p (rows × 2·cols; in_p = in + p·in_stride,
+// in_stride 0: one input for every path; out_p = out + p·rows·2·cols):
+// the 3xTF32 split (hi = tf32_high, lo = v − hi) of the scaled values.
+void split_scaled_paths(const Gpu& g, const float* in, int64_t in_stride, const PathVecs& s,
+                        int paths, int64_t rows, int64_t cols, float* out);
+// Each path's ±1 signs (0 in the padding columns) stacked twice into
+// out + p·2·rows·rp: one above the other (2·rows × rp), or side by side
+// (rows × 2·rp) when side_by_side.
+void stack_signs_paths(const Gpu& g, const PathSigns& s, int paths, int64_t rows, int64_t r,
+                       int64_t rp, bool side_by_side, float* out);
+// acc_p[j] += Σ_i a_p[i, j] b_p[i, j] (a_p = a + p·sa, b_p = b + p·sb; a
+// stride may be 0), summed in float64 as col_dots.
+void col_dots_paths(const Gpu& g, const float* a, int64_t sa, const float* b, int64_t sb,
+                    const PathOut& acc, int paths, int64_t rows, int64_t cols);
+// out (+)= Σ_p in_p ∘ s_p (rows × cols; in_p = in + p·in_stride), summed in
+// path order.
+void sum_scaled_paths(const Gpu& g, const float* in, int64_t in_stride, const PathVecs& s,
+                      int paths, int64_t rows, int64_t cols, float* out, bool accumulate);
+// C_p = A_p B_p (B_p transposed when tb) for `count` products in TF32 on the
+// tensor cores (plain FP32 under CORTIQ_TUNE_FP32=1): the products of
+// split_scaled_paths' halves with the stacked signs.
+void gemm_batched_tf32(const Gpu& g, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
+                       int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb, float* c,
+                       int64_t ldc, int64_t sc, int64_t count);
 
 // with_signs false: the gradients of the scales alone (su, sv empty); the
 // backward then skips the two products of dS_U and dS_V.
