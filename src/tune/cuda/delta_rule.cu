@@ -6,12 +6,15 @@
 // so one block runs one tile of kCols columns of one (window, value head),
 // its tile of S in registers for the whole window.
 //
-// Threads: lane = 4·c + rg of warp w holds column j = tile·kCols + 8w + c and
-// the rows a = 4i + rg (i < kRows) of it. A sum over the rows of a column
-// (Sᵀk, Sᵀq̂, dSᵀk) is a sum over the 4 lanes of a group (two shuffles, no
+// Threads: lane = 8·c + rg of warp w holds column j = tile·kCols + 4w + c and
+// the rows a = 8i + rg (i < kRows) of it. A sum over the rows of a column
+// (Sᵀk, Sᵀq̂, dSᵀk) is a sum over the 8 lanes of a group (three shuffles, no
 // barrier); a sum over the columns (dq̂ = S do, dk, dβ, dg) is folded over the
-// 8 columns of a warp by shuffles, over the warps in shared memory, and over
-// the tiles by a second kernel (delta_reduce_*), in a fixed order.
+// 4 columns of a warp by shuffles, over the warps in shared memory, and over
+// the tiles by a second kernel (delta_reduce_*), in a fixed order. Eight lanes
+// a column (16 rows each for dk = 128) rather than four halve the serial work
+// of a step and double the blocks: one window of Qwen3.5-0.8B's 16 heads of
+// 128 fills 128 blocks, not 64.
 //
 // The tokens' k, q̂, v (and do) are staged in shared memory kStage steps at a
 // time. The backward walks the chunks last to first: it recomputes the
@@ -32,13 +35,13 @@ using model::cuda::warp_sum;
 
 namespace {
 
-constexpr int kGroup = 4;                     // lanes (row groups) per column
-constexpr int kColsPerWarp = 32 / kGroup;     // 8
+constexpr int kGroup = 8;                     // lanes (row groups) per column
+constexpr int kColsPerWarp = 32 / kGroup;     // 4
 constexpr int kWarps = 4;                     //
 constexpr int kCols = kColsPerWarp * kWarps;  // state columns per block
 constexpr int kThreads = 32 * kWarps;
 constexpr int kStage = 16;   // steps staged in shared memory at a time
-constexpr int kMaxDk = 128;  // key head dimension at most (kRows = 32)
+constexpr int kMaxDk = 128;  // key head dimension at most (kRows = 16)
 
 // kStage steps of the block's inputs: k and q̂ = q/√dk of the key head (zero
 // past dk), v and do of the block's columns (zero past dv), g, β.
@@ -71,10 +74,11 @@ __device__ Place place(const DeltaRule& r) {
     return p;
 }
 
-// Σ over the 4 lanes of a column's group; every lane of it gets the same sum.
+// Σ over the kGroup lanes of a column's group; every lane of it gets the same sum.
 __device__ __forceinline__ float group_sum(float x) {
-    x += __shfl_xor_sync(kFullMask, x, 1);
-    return x + __shfl_xor_sync(kFullMask, x, 2);
+#pragma unroll
+    for (int mask = 1; mask < kGroup; mask *= 2) x += __shfl_xor_sync(kFullMask, x, mask);
+    return x;
 }
 
 // Loads steps t .. t + m − 1 of the block's window (rows b·L + t …) into st;
@@ -182,13 +186,14 @@ __device__ __forceinline__ void fold(float (&v)[kRows], int mask, bool upper) {
     }
 }
 
-// Sums v over the 8 columns of the warp (lanes differing in bits 2..4): after
-// it, v[m] for m < kRows/8 holds the sum for i = c·kRows/8 + m, c = lane / 4.
+// Sums v over the kColsPerWarp columns of the warp (lanes differing in the
+// bits above the row group's): after it, v[m] for m < kRows / kColsPerWarp
+// holds the sum for i = c·kRows/kColsPerWarp + m, c = lane / kGroup.
 template <int kRows>
 __device__ __forceinline__ void fold_columns(float (&v)[kRows], int lane) {
+    static_assert(kGroup == 8, "the folds below are those of 4 columns a warp");
     fold<kRows / 2>(v, 16, lane & 16);
     fold<kRows / 4>(v, 8, lane & 8);
-    fold<kRows / 8>(v, 4, lane & 4);
 }
 
 // Shared memory of the backward's column sums, two copies (odd and even
@@ -208,7 +213,7 @@ __device__ void sum_columns(ColumnSums& cs, int par, const Place& p, int64_t dk,
                             float dg, float* part) {
     dbeta = warp_sum(dbeta);
     dg = warp_sum(dg);
-    constexpr int kKept = kRows / 8;
+    constexpr int kKept = kRows / kColsPerWarp;
 #pragma unroll
     for (int m = 0; m < kKept; ++m) {
         const int a = ((p.lane / kGroup) * kKept + m) * kGroup + p.rg;
@@ -387,9 +392,9 @@ unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
 }
 
-// Rows of S per thread for the key head dimension: dk ≤ 4 · kRows.
+// Rows of S per thread for the key head dimension: dk ≤ kGroup · kRows.
 int rows_per_thread(int64_t dk) {
-    return dk <= 32 ? 8 : dk <= 64 ? 16 : 32;
+    return dk <= 32 ? 4 : dk <= 64 ? 8 : 16;
 }
 
 void check(const DeltaRule& r, int64_t chunk) {
@@ -427,16 +432,16 @@ void delta_rule_forward(const Gpu& g, const DeltaRule& r, int64_t chunk, float* 
     const float scale = scale_of(r);
     const dim3 grid = grid_of(r);
     switch (rows_per_thread(r.dk)) {
+        case 4:
+            delta_forward_kernel<4>
+                <<<grid, kThreads, 0, g.stream()>>>(r, chunk, nch, scale, out, ld_o, states.get());
+            break;
         case 8:
             delta_forward_kernel<8>
                 <<<grid, kThreads, 0, g.stream()>>>(r, chunk, nch, scale, out, ld_o, states.get());
             break;
-        case 16:
-            delta_forward_kernel<16>
-                <<<grid, kThreads, 0, g.stream()>>>(r, chunk, nch, scale, out, ld_o, states.get());
-            break;
         default:
-            delta_forward_kernel<32>
+            delta_forward_kernel<16>
                 <<<grid, kThreads, 0, g.stream()>>>(r, chunk, nch, scale, out, ld_o, states.get());
     }
     CUDA_LAUNCH_CHECK();
@@ -459,16 +464,16 @@ void delta_rule_backward(const Gpu& g, const DeltaRule& r, int64_t chunk, const 
     const float scale = scale_of(r);
     float *steps = scratch.steps.get(), *part = scratch.partials.get();
     switch (kRows) {
+        case 4:
+            delta_backward_kernel<4><<<grid, kThreads, 0, st>>>(r, chunk, nch, scale, states.get(),
+                                                                dout, ld_o, dv, steps, part);
+            break;
         case 8:
             delta_backward_kernel<8><<<grid, kThreads, 0, st>>>(r, chunk, nch, scale, states.get(),
                                                                 dout, ld_o, dv, steps, part);
             break;
-        case 16:
-            delta_backward_kernel<16><<<grid, kThreads, 0, st>>>(r, chunk, nch, scale, states.get(),
-                                                                 dout, ld_o, dv, steps, part);
-            break;
         default:
-            delta_backward_kernel<32><<<grid, kThreads, 0, st>>>(r, chunk, nch, scale, states.get(),
+            delta_backward_kernel<16><<<grid, kThreads, 0, st>>>(r, chunk, nch, scale, states.get(),
                                                                  dout, ld_o, dv, steps, part);
     }
     CUDA_LAUNCH_CHECK();
