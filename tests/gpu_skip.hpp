@@ -13,3 +13,5 @@
     REQUIRE_GPU_OF(::cortiq::model::gpu_available(), ::cortiq::model::gpu_unavailable_reason())
 
 #define REQUIRE_DATA() REQUIRE_DATA_AT(::cortiq::test::kData / "models")
+// The test reads the shared model `name` (a GPU machine may hold only some).
+#define REQUIRE_MODEL(name) REQUIRE_DATA_AT(::cortiq::test::kData / "models" / (name))

@@ -111,7 +111,7 @@ class DecodeGpu : public ::testing::TestWithParam<std::string> {};
 // bits, at contexts that cross several size classes (every 128 positions).
 TEST_P(DecodeGpu, GraphStepEqualsKernelsLaunchedOneByOne) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_DATA_AT(model_path(GetParam()));
     const auto m = model::Model::load(model_path(GetParam()).string());
     for (const model::KvFormat kv : {model::KvFormat::f32, model::KvFormat::f16}) {
         model::GpuOptions with, without;
@@ -135,7 +135,7 @@ TEST_P(DecodeGpu, GraphStepEqualsKernelsLaunchedOneByOne) {
 // largest logit change (where it cannot flip).
 TEST_P(DecodeGpu, F16CacheStaysWithinTheRoundingBoundOfF32) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_DATA_AT(model_path(GetParam()));
     const auto m = model::Model::load(model_path(GetParam()).string());
     model::GpuOptions o32, o16;
     o32.kv = model::KvFormat::f32;
@@ -174,7 +174,7 @@ TEST_P(DecodeGpu, F16CacheStaysWithinTheRoundingBoundOfF32) {
 // within the bound of the kernels' row counts, greedy tokens fed alike.
 TEST_P(DecodeGpu, SequencesDecodedTogetherMatchEachAlone) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_DATA_AT(model_path(GetParam()));
     const auto m = model::Model::load(model_path(GetParam()).string());
     const int64_t vocab = m.config().vocab_size, steps = 40;
     for (const int64_t B : {2, 4}) {
@@ -214,7 +214,7 @@ TEST_P(DecodeGpu, SequencesDecodedTogetherMatchEachAlone) {
 // weights: logits within fp16 rounding; its weights take half the bytes.
 TEST_P(DecodeGpu, DenseF16WeightsAgreeWithF32) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_DATA_AT(model_path(GetParam()));
     const auto m = model::Model::load(model_path(GetParam()).string());
     model::GpuOptions o16;
     o16.weights = model::WeightFormat::f16;
@@ -237,7 +237,7 @@ TEST_P(DecodeGpu, DenseF16WeightsAgreeWithF32) {
 // from the wrong rows or a wrong table is off by O(1) per logit.
 TEST_P(DecodeGpu, F16HeadStaysWithinItsRoundingBound) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_DATA_AT(model_path(GetParam()));
     const auto m = model::Model::load(model_path(GetParam()).string());
     const int64_t n = m.config().hidden_size, vocab = m.config().vocab_size;
     const MatF head = m.head_shares_embedding() ? m.embedding().dense() : m.lm_head().w->dense();

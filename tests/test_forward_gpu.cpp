@@ -66,7 +66,7 @@ class GpuGolden : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuGolden, LogitsMatchTransformers) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_MODEL(GetParam());
     const auto name = GetParam();
     const auto g = load_golden(name);
     const auto m = model::Model::load((kData / "models" / name).string());
@@ -91,7 +91,7 @@ TEST_P(GpuGolden, LogitsMatchTransformers) {
 
 TEST_P(GpuGolden, KvCacheMatchesFullSequence) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_MODEL(GetParam());
     const auto name = GetParam();
     const auto g = load_golden(name);
     const auto m = model::Model::load((kData / "models" / name).string());
@@ -132,7 +132,7 @@ class GpuPpl : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuPpl, MatchesCpu) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_MODEL(GetParam());
     const auto dir = (kData / "models" / GetParam()).string();
     const auto m = model::Model::load(dir);
     const auto tok = io::Tokenizer::load(dir);
@@ -271,7 +271,7 @@ TEST(GpuCli, WithoutGpuSaysSoAndFails) {
 
 TEST(GpuCli, PplAndGenerateMatchCpu) {
     REQUIRE_GPU();
-    REQUIRE_DATA();
+    REQUIRE_MODEL("tiny-llama-6m");
     if (!fs::exists(cli_binary())) {
         CORTIQ_UNAVAILABLE_("CORTIQ_REQUIRE_GPU", "no cortiq binary at " << cli_binary());
     }
