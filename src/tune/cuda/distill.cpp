@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "core/cuda/gemm_tf32.hpp"
 #include "core/error.hpp"
@@ -278,17 +279,24 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const Gpu g;
     const cudaStream_t st = g.stream();
     const cuda::PartProfileScope parts(o.profile);
+    // the fixed costs of a run (kd_setup: the teacher's kept values, the
+    // student and Adam's moments on the device; kd_keep: the best pass's
+    // values back on the host; kd_restore: those values on the device again)
+    std::optional<Stage> setup(std::in_place, g, o.profile, "kd_setup", true);
     TeacherCache tc(g, teacher, device_teacher, fit, sel, L, s.embed->rows(), o.teacher_keep);
     Trainer tr(g, s, tc, L, o);
+    setup.reset();
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const bool has_sel = !sel.empty();
     DistillResult r;
     r.kl_fit_before = r.kl_fit_after = tr.mean_kl(fit, false, batch);
     r.kl_sel_before = r.kl_sel_after = has_sel ? tr.mean_kl(sel, true, batch) : r.kl_fit_before;
 
+    setup.emplace(g, o.profile, "kd_setup", true);
     cuda::AdamSlots adam;
     for (size_t l = 0; l < s.blocks.size(); ++l)
         adam.add_block(tr.ds.blocks[l], tr.ds.grads[l], s.d, o, st);
+    setup.reset();
     if (adam.empty()) return r;
     // the start's signs, for the flips (none when the signs are fixed)
     const std::vector<BlockParamsT<float>> start =
@@ -311,12 +319,16 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
         step,
         [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
         [&] {
+            const Stage stage(g, o.profile, "kd_keep", true);
             for (size_t l = 0; l < best.size(); ++l)
                 cuda::download_into(tr.ds.blocks[l], best[l], st);
         },
         o.on_progress);
     s.blocks = std::move(best);
-    tr.upload_tuned();
+    {
+        const Stage stage(g, o.profile, "kd_restore", true);
+        tr.upload_tuned();
+    }
     r.kl_fit_after = tr.mean_kl(fit, false, batch);
     for (size_t l = 0; l < start.size(); ++l) r.flips += sign_changes(start[l], s.blocks[l]);
     g.sync();
