@@ -265,7 +265,8 @@ TEST_F(Quantize, ProfileReportsTuningStagesAndChangesNoByte) {
     ASSERT_TRUE(j.contains("tune_stages"));
     double staged = 0;
     for (const char* stage :
-         {"forward", "backward", "adam", "evaluate", "kd_forward", "kd_backward", "kd_adam"}) {
+         {"forward", "backward", "adam", "evaluate", "kd_student", "kd_teacher_start", "kd_forward",
+          "kd_backward", "kd_adam", "kd_install"}) {
         ASSERT_TRUE(j["tune_stages"].contains(stage)) << stage;
         staged += j["tune_stages"][stage].get<double>();
     }

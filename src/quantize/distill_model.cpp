@@ -140,8 +140,12 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
     const auto t0 = std::chrono::steady_clock::now();
     const bool gpu = run.o.device == encode::Device::gpu;
     const bool signs_from_payloads = gpu && run.o.kd.lr_signs == 0 && run.o.kd.pack_fixed_signs;
+    // the host's parts of the run, under --profile beside the tuner's own
+    Profile* prof = run.o.profile ? &run.report.tune_stages : nullptr;
     StudentTables tables;
+    std::optional<ScopedStage> stage(std::in_place, prof, "kd_student");
     tune::Student s = make_student(run, tables, signs_from_payloads);
+    stage.reset();
     // the teacher's share of the time, for the report
     double teacher_seconds = 0;
     const tune::TeacherFn teacher = [&](const std::vector<int32_t>& toks) {
@@ -156,7 +160,9 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         calib::append_random_windows(fit, kd_random, run.model.config().vocab_size,
                                      0x7a2d0);  // fixed: reproducible
     GpuTeacher gpu_teacher;
+    stage.emplace(prof, "kd_teacher_start");
     if (gpu) start_gpu_teacher(run, original, fit, cs.sel, teacher_seconds, gpu_teacher);
+    stage.reset();
     tune::TuneOptions kd = run.o.kd;
     if (run.o.profile) kd.profile = &run.report.tune_stages;
     tune::TuneRanks ranks;
@@ -177,7 +183,9 @@ void distill_model(Run& run, const calib::CalibSet& cs, const model::Model& orig
         gpu ? tune::distill_gpu(s, teacher, fit, cs.sel, kd, gpu_teacher.device)
             : tune::distill(s, teacher, fit, cs.sel, kd);
     bar.finish(fmt::format("{} of at most {} passes run", r.epochs_run, kd.epochs));
+    stage.emplace(prof, "kd_install");
     if (r.best_epoch > 0) install_distilled(run, s, signs_from_payloads);
+    stage.reset();
     const double secs = seconds_since(t0);
     run.report.tune_seconds += secs;
     run.report.distilled = {{"kl_fit_before", r.kl_fit_before},
