@@ -105,9 +105,9 @@ void linear_backward_dx(const Gpu& g, const float* dy, int64_t rows, int64_t n, 
 // Signs that tuning does not move (lr_signs = 0) may be held packed instead,
 // one bit each (su_bits, sv_bits; su, sv then empty): distillation holds every
 // layer of the model at once, and float signs with their gradients and Adam
-// moments are 20 bytes a weight, 130 GB for a 7B model. Each product expands
-// the packed signs into a float scratch first (expand_signs), so the products
-// and their bits are the same either way.
+// moments are 20 bytes a weight, 130 GB for a 7B model. Each product writes
+// the signs, packed or not, into a float scratch first (stack_signs_paths),
+// so the products and their bits are the same either way.
 struct DBlrPath {
     DVec h, l, g;                             // m, rp, n scales
     DVec su, sv;                              // m × rp and n × rp, entries ±1 (0 in the padding)
