@@ -7,6 +7,10 @@
 #   (default: the three shared models, which the GPU tests read)
 # BINS="build/tools/cortiq/cortiq" packs only the binaries named (a smaller
 # carry, for runs of the command-line tool alone).
+# What travels to the GPU machine is capped at 64 MiB with the tracked tree
+# (about 37 MB): every binary (7 MB at xz -9e), the libraries (17 MB) and
+# stories260K fit; tiny-llama-6m or tiny-qwen3-6m (14 MB each) do not beside
+# the libraries, so their GPU tests skip there (CORTIQ_REQUIRE_DATA=0).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data=../shared/data

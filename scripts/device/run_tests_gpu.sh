@@ -14,6 +14,9 @@ export CORTIQ_REQUIRE_GPU=1 CORTIQ_REQUIRE_DATA=${CORTIQ_REQUIRE_DATA:-1}
 export OMP_WAIT_POLICY=passive
 failed=0
 for t in ${TESTS:-test_cuda_encoder test_embedding_gpu test_cuda_knots test_forward_gpu test_kernels_gpu test_calib_gpu test_blr_linear_gpu test_tune_grad_gpu test_tune_delta_grad_gpu test_qwen35_gpu test_decode_gpu}; do
+  # a later call replaces .carry (and drops the extracted binaries) under a
+  # run left going in the background: extract them again
+  [ -d .carry/gpu/bin ] || source .carry/gpu/env.sh
   timeout ${TEST_S:-400} .carry/gpu/bin/$t > $OUT/$t.log 2>&1
   rc=$?
   [ $rc -ne 0 ] && failed=1
