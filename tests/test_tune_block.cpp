@@ -183,6 +183,17 @@ TEST(TuneBlock, SignTuningKeepsRankPathsAndPayloadSize) {
             EXPECT_EQ(via_packed.paths[k].l, via_factors.paths[k].l);
             EXPECT_EQ(via_packed.paths[k].g, via_factors.paths[k].g);
         }
+        // the scales alone (distillation with the signs left in the payloads)
+        const tune::BlrWeightsT<float> scales =
+            tune::to_weights(blr::PackedWeight::from_payload(bytes, "tuned"), false);
+        ASSERT_EQ(scales.paths.size(), a.paths.size());
+        EXPECT_EQ(scales.r, via_packed.r);
+        for (size_t k = 0; k < a.paths.size(); ++k) {
+            EXPECT_TRUE(scales.paths[k].su.empty() && scales.paths[k].sv.empty());
+            EXPECT_EQ(scales.paths[k].h, via_packed.paths[k].h);
+            EXPECT_EQ(scales.paths[k].l, via_packed.paths[k].l);
+            EXPECT_EQ(scales.paths[k].g, via_packed.paths[k].g);
+        }
     }
 }
 

@@ -44,10 +44,9 @@ tune::Student make_student(Run& run, StudentTables& tables, bool signs_from_payl
     tables.head = run.model.lm_head().w->dense();
     CORTIQ_CHECK(run.model.lm_head().bias.empty(), "--tune kd: a biased lm_head is not supported");
     s.head = &tables.head;
-    for (int64_t l = 0; l < run.model.num_layers(); ++l) {
-        s.blocks.push_back(block_params(run, l));
-        if (signs_from_payloads) drop_signs(s.blocks.back());
-    }
+    // (with the signs left in the payloads, not unpacked only to be dropped)
+    for (int64_t l = 0; l < run.model.num_layers(); ++l)
+        s.blocks.push_back(block_params(run, l, !signs_from_payloads));
     if (signs_from_payloads)
         s.full_block = [&run](size_t l) { return block_params(run, static_cast<int64_t>(l)); };
     return s;

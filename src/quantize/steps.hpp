@@ -239,12 +239,11 @@ void tune_layer(Run& run, int64_t layer, LayerRecord& rec);
 // The shapes tuning needs (throws for blocks it has no backward pass for).
 tune::BlockDims dims_of(const io::ModelConfig& c);
 // Block `layer` as tuning holds it: its BLR payloads as factors, every other
-// linear layer dense.
-tune::BlockParamsT<float> block_params(const Run& run, int64_t layer);
+// linear layer dense. with_signs false: the BLR layers' scales alone (their
+// signs are not unpacked; su and sv empty).
+tune::BlockParamsT<float> block_params(const Run& run, int64_t layer, bool with_signs = true);
 // The BLR layers of p packed and put in place (and into rec's payloads).
 void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, LayerRecord* rec);
-// The BLR layers' signs of p freed (its scales, norms and shapes kept).
-void drop_signs(tune::BlockParamsT<float>& p);
 // The BLR scales of `from` into `to`, a block of the same layers.
 void copy_scales(const tune::BlockParamsT<float>& from, tune::BlockParamsT<float>& to);
 

@@ -58,7 +58,7 @@ std::vector<std::string> slot_names(bool delta) {
 
 }  // namespace
 
-tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
+tune::BlockParamsT<float> block_params(const Run& run, int64_t layer, bool with_signs) {
     const model::LayerWeights& lw = run.model.layer(layer);
     tune::BlockParamsT<float> p;
     p.delta = lw.mixer == io::Mixer::gated_delta;
@@ -84,7 +84,8 @@ tune::BlockParamsT<float> block_params(const Run& run, int64_t layer) {
         t.bias = lin.bias;
         const auto it = run.payloads.find(tensor_name(run.model.config(), layer, names[i]));
         if (it != run.payloads.end() && !blr::is_sign_payload(it->second)) {
-            t.blr = tune::to_weights(blr::PackedWeight::from_payload(it->second, it->first));
+            t.blr = tune::to_weights(blr::PackedWeight::from_payload(it->second, it->first),
+                                     with_signs);
         } else {
             const MatF w = lin.w->dense();
             t.w.assign(w.data(), w.data() + w.size());
@@ -112,15 +113,6 @@ void install_block(Run& run, int64_t layer, const tune::BlockParamsT<float>& p, 
             for (auto& [n, b] : rec->payloads)
                 if (n == name) b = bytes;
     }
-}
-
-void drop_signs(tune::BlockParamsT<float>& p) {
-    for (auto* l : p.linears())
-        if (l->blr)
-            for (auto& q : l->blr->paths) {
-                std::vector<float>().swap(q.su);
-                std::vector<float>().swap(q.sv);
-            }
 }
 
 void copy_scales(const tune::BlockParamsT<float>& from, tune::BlockParamsT<float>& to) {

@@ -12,13 +12,17 @@
 
 namespace cortiq::tune {
 
-BlrWeightsT<float> to_weights(const blr::PackedWeight& p) {
+BlrWeightsT<float> to_weights(const blr::PackedWeight& p, bool with_signs) {
     CORTIQ_CHECK(!p.sign, "a sign payload has no BLR factors to tune");
     const int64_t m = p.m, n = p.n, r = p.r;
     BlrWeightsT<float> w{m, n, r, {}};
     for (int path = 0; path < p.paths; ++path) {
         BlrPathT<float> q;
         p.scales(path, q.h, q.l, q.g);
+        if (!with_signs) {
+            w.paths.push_back(std::move(q));
+            continue;
+        }
         q.su.resize(static_cast<size_t>(m * r));
         q.sv.resize(static_cast<size_t>(n * r));
         p.signs_into(path, q.su.data(), q.sv.data());

@@ -136,8 +136,9 @@ int64_t window_length(const WindowPairs& fit, const WindowPairs& sel);
 int64_t sign_changes(const BlockParamsT<float>& a, const BlockParamsT<float>& b);
 
 // A packed weight's factors as the float weights tuning works on (no
-// float64 copy of the signs), and back to float64 factors for packing.
-BlrWeightsT<float> to_weights(const blr::PackedWeight& p);
+// float64 copy of the signs; with_signs false: the scales alone, su and sv
+// empty), and back to float64 factors for packing.
+BlrWeightsT<float> to_weights(const blr::PackedWeight& p, bool with_signs = true);
 blr::Factors to_factors(const BlrWeightsT<float>& w);
 // The payload of a tuned layer, blr::pack(to_factors(w)) byte for byte
 // without the float64 copy of its signs (1.6 GB for a 7B layer's).
