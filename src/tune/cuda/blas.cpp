@@ -3,8 +3,8 @@
 // C = op(A) op(B) is computed as Cᵀ = op(B)ᵀ op(A)ᵀ with the operands swapped.
 // The single products in 3xTF32 (float32 accuracy on the tensor cores,
 // core/cuda/gemm_tf32.hpp); the batched ones of attention (small) in plain
-// FP32, those of the BLR paths in TF32 on operands split beforehand. Tuning's gradients are checked
-// against float64 either way.
+// FP32, those of the BLR paths in TF32 on operands split beforehand.
+// Tuning's gradients are checked against float64 either way.
 #include <climits>
 #include <cstdlib>
 #include <cstring>

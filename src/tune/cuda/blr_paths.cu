@@ -9,6 +9,7 @@
 #include "core/cuda/tf32_round.cuh"
 #include "core/error.hpp"
 #include "tune/cuda/grad_ops.hpp"
+#include "tune/cuda/sign_quad.cuh"
 
 namespace cortiq::tune::cuda {
 
@@ -39,13 +40,7 @@ __global__ void split_scaled_kernel(const float* in, int64_t in_stride, PathVecs
 // Four consecutive columns j of row i of path p's signs (rp is a multiple of 4).
 __device__ float4 signs_at(const PathSigns& s, int p, int64_t i, int64_t j, int64_t r, int64_t rp) {
     if (s.f[p]) return *reinterpret_cast<const float4*>(s.f[p] + i * rp + j);
-    float v[4];
-    for (int k = 0; k < 4; ++k) {
-        const int64_t e = i * rp + j + k;
-        const bool plus = (s.bits[p][e >> 5] >> (e & 31)) & 1u;
-        v[k] = j + k < r ? (plus ? 1.0f : -1.0f) : 0.0f;
-    }
-    return make_float4(v[0], v[1], v[2], v[3]);
+    return sign_quad(s.bits[p], i * rp + j, j, r);
 }
 
 __global__ void stack_signs_kernel(PathSigns s, int paths, int64_t rows, int64_t r, int64_t rp,
@@ -64,28 +59,6 @@ __global__ void stack_signs_kernel(PathSigns s, int paths, int64_t rows, int64_t
             *reinterpret_cast<float4*>(o + e) = v;
             *reinterpret_cast<float4*>(o + rows * rp + e) = v;
         }
-    }
-}
-
-// As col_dots_kernel (grad_ops.cu) for path blockIdx.y: 32 columns a block,
-// 32 row phases summed in float64, then across the phases.
-__global__ void col_dots_paths_kernel(const float* a, int64_t sa, const float* b, int64_t sb,
-                                      PathOut acc, int64_t rows, int64_t cols) {
-    __shared__ double part[32][33];
-    const int p = static_cast<int>(blockIdx.y);
-    const float* ap = a + p * sa;
-    const float* bp = b + p * sb;
-    const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
-    double s = 0;
-    if (j < cols)
-        for (int64_t i = threadIdx.y; i < rows; i += 32)
-            s += static_cast<double>(ap[i * cols + j]) * bp[i * cols + j];
-    part[threadIdx.y][threadIdx.x] = s;
-    __syncthreads();
-    if (threadIdx.y == 0 && j < cols) {
-        double t = 0;
-        for (int q = 0; q < 32; ++q) t += part[q][threadIdx.x];
-        acc.v[p][j] += static_cast<float>(t);
     }
 }
 
@@ -124,15 +97,6 @@ void stack_signs_paths(const Gpu& g, const PathSigns& s, int paths, int64_t rows
     if (rows * rp == 0) return;
     stack_signs_kernel<<<grid_for(paths * rows * rp / 4), kThreads, 0, g.stream()>>>(
         s, paths, rows, r, rp, side_by_side, out);
-    CUDA_LAUNCH_CHECK();
-}
-
-void col_dots_paths(const Gpu& g, const float* a, int64_t sa, const float* b, int64_t sb,
-                    const PathOut& acc, int paths, int64_t rows, int64_t cols) {
-    check_paths(paths);
-    if (rows == 0 || cols == 0) return;
-    const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(paths));
-    col_dots_paths_kernel<<<grid, dim3(32, 32), 0, g.stream()>>>(a, sa, b, sb, acc, rows, cols);
     CUDA_LAUNCH_CHECK();
 }
 

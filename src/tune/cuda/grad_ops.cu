@@ -33,16 +33,20 @@ __global__ void scale_cols_kernel(const float* a, const float* s, int64_t rows, 
     }
 }
 
-// acc[j] += Σ_i a[i, j] b[i, j] (· rs[i] when rs): 32 columns per block,
-// 32 row phases summed in float64, then across the phases in shared memory.
-__global__ void col_dots_kernel(const float* a, const float* b, const float* rs, int64_t rows,
-                                int64_t cols, float* acc) {
+// acc_p[j] += Σ_i a_p[i, j] b_p[i, j] (· rs[i] when rs) for path p =
+// blockIdx.y (a_p = a + p·sa, b_p = b + p·sb): 32 columns per block, 32 row
+// phases summed in float64, then across the phases in shared memory.
+__global__ void col_dots_kernel(const float* a, int64_t sa, const float* b, int64_t sb,
+                                const float* rs, int64_t rows, int64_t cols, PathOut acc) {
     __shared__ double part[32][33];
+    const int path = static_cast<int>(blockIdx.y);
+    const float* ap = a + path * sa;
+    const float* bp = b + path * sb;
     const int64_t j = static_cast<int64_t>(blockIdx.x) * 32 + threadIdx.x;
     double s = 0;
     if (j < cols)
         for (int64_t i = threadIdx.y; i < rows; i += 32) {
-            const double v = static_cast<double>(a[i * cols + j]) * b[i * cols + j];
+            const double v = static_cast<double>(ap[i * cols + j]) * bp[i * cols + j];
             s += rs ? v * rs[i] : v;
         }
     part[threadIdx.y][threadIdx.x] = s;
@@ -50,8 +54,16 @@ __global__ void col_dots_kernel(const float* a, const float* b, const float* rs,
     if (threadIdx.y == 0 && j < cols) {
         double t = 0;
         for (int p = 0; p < 32; ++p) t += part[p][threadIdx.x];
-        acc[j] += static_cast<float>(t);
+        acc.v[path][j] += static_cast<float>(t);
     }
+}
+
+void launch_col_dots(const Gpu& g, const float* a, int64_t sa, const float* b, int64_t sb,
+                     const float* rs, const PathOut& acc, int paths, int64_t rows, int64_t cols) {
+    if (rows == 0 || cols == 0) return;
+    const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(paths));
+    col_dots_kernel<<<grid, dim3(32, 32), 0, g.stream()>>>(a, sa, b, sb, rs, rows, cols, acc);
+    CUDA_LAUNCH_CHECK();
 }
 
 __global__ void add_into_kernel(float* y, const float* x, int64_t n) {
@@ -162,11 +174,9 @@ __global__ void swiglu_backward_kernel(const float* dy, const float* gate, const
 
 void col_dots_rs(const Gpu& g, const float* a, const float* b, const float* rs, int64_t rows,
                  int64_t cols, float* acc) {
-    if (rows == 0 || cols == 0) return;
-    const dim3 block(32, 32);
-    col_dots_kernel<<<static_cast<unsigned>((cols + 31) / 32), block, 0, g.stream()>>>(
-        a, b, rs, rows, cols, acc);
-    CUDA_LAUNCH_CHECK();
+    PathOut one;
+    one.v[0] = acc;
+    launch_col_dots(g, a, 0, b, 0, rs, one, 1, rows, cols);
 }
 
 unsigned row_blocks(int64_t rows) {
@@ -190,6 +200,13 @@ void scale_cols(const Gpu& g, const float* a, const float* s, int64_t rows, int6
 void col_dots(const Gpu& g, const float* a, const float* b, int64_t rows, int64_t cols,
               float* acc) {
     col_dots_rs(g, a, b, nullptr, rows, cols, acc);
+}
+
+void col_dots_paths(const Gpu& g, const float* a, int64_t sa, const float* b, int64_t sb,
+                    const PathOut& acc, int paths, int64_t rows, int64_t cols) {
+    CORTIQ_ASSERT(paths >= 1 && paths <= kMaxBlrPaths, "a BLR layer of {} paths (1 to {})", paths,
+                  kMaxBlrPaths);
+    launch_col_dots(g, a, sa, b, sb, nullptr, acc, paths, rows, cols);
 }
 
 void add_into(const Gpu& g, float* y, const float* x, int64_t n) {

@@ -31,8 +31,8 @@ using cortiq::cuda::Gpu;
 void gemm(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
           int64_t ldc, unsigned exact = cortiq::cuda::kNone);
-// `count` such products in plain FP32, the i-th on a + i·sa, b + i·sb, c + i·sc (a stride
-// may be 0: one operand shared by every product).
+// `count` such products in plain FP32, the i-th on a + i·sa, b + i·sb,
+// c + i·sc (a stride may be 0: one operand shared by every product).
 void gemm_batched(const Gpu& g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                   const float* a, int64_t lda, int64_t sa, const float* b, int64_t ldb, int64_t sb,
                   float beta, float* c, int64_t ldc, int64_t sc, int64_t count);
@@ -170,7 +170,7 @@ void split_scaled_paths(const Gpu& g, const float* in, int64_t in_stride, const 
 void stack_signs_paths(const Gpu& g, const PathSigns& s, int paths, int64_t rows, int64_t r,
                        int64_t rp, bool side_by_side, float* out);
 // acc_p[j] += Σ_i a_p[i, j] b_p[i, j] (a_p = a + p·sa, b_p = b + p·sb; a
-// stride may be 0), summed in float64 as col_dots.
+// stride may be 0): col_dots' kernel over the paths (grad_ops.cu).
 void col_dots_paths(const Gpu& g, const float* a, int64_t sa, const float* b, int64_t sb,
                     const PathOut& acc, int paths, int64_t rows, int64_t cols);
 // out (+)= Σ_p in_p ∘ s_p (rows × cols; in_p = in + p·in_stride), summed in

@@ -3,6 +3,7 @@
 // four floats a thread, ±1 for j < r and 0 in the padding columns.
 #include "core/error.hpp"
 #include "tune/cuda/grad_ops.hpp"
+#include "tune/cuda/sign_quad.cuh"
 
 namespace cortiq::tune::cuda {
 
@@ -35,14 +36,7 @@ __global__ void expand_kernel(const uint32_t* bits, int64_t rows, int64_t r, int
     for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < quads;
          q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
         const int64_t i = q * 4;
-        const int64_t j = i % rp;
-        float v[4];
-        for (int k = 0; k < 4; ++k) {
-            const int64_t e = i + k;
-            const bool plus = (bits[e >> 5] >> (e & 31)) & 1u;
-            v[k] = j + k < r ? (plus ? 1.0f : -1.0f) : 0.0f;
-        }
-        out[q] = make_float4(v[0], v[1], v[2], v[3]);
+        out[q] = sign_quad(bits, i, i % rp, r);
     }
 }
 
