@@ -526,3 +526,59 @@ TEST(TuneEpochs, MinimumGainStopsACreepingCurveAndStillKeepsItsLowestPass) {
     EXPECT_EQ(k2, 3);
     EXPECT_DOUBLE_EQ(b2, 0.799);
 }
+
+// The cosine schedule (tune/epochs.hpp): the full rate at the first step,
+// half of it halfway, falling at every step and still above zero at the
+// last; the constant schedule is 1 throughout. A pass of 5 windows at 2 a
+// step is 3 steps.
+TEST(TuneEpochs, CosineRatesFallFromTheFullRateTowardsZero) {
+    EXPECT_EQ(tune::schedule_steps(5, 2, 3), 9);
+    EXPECT_EQ(tune::schedule_steps(4, 2, 3), 6);
+    EXPECT_EQ(tune::schedule_steps(4, 0, 1), 4);  // a batch of 0 counts as 1
+    const int64_t n = 64;
+    EXPECT_EQ(tune::lr_factor(tune::LrSchedule::cosine, 0, n), 1.0);
+    EXPECT_NEAR(tune::lr_factor(tune::LrSchedule::cosine, n / 2, n), 0.5, 1e-15);
+    double last = 2;
+    for (int64_t k = 0; k < n; ++k) {
+        const double f = tune::lr_factor(tune::LrSchedule::cosine, k, n);
+        EXPECT_LT(f, last) << "step " << k;
+        EXPECT_GT(f, 0.0) << "step " << k;
+        // symmetric about the middle: f(k) + f(n − k) = 1
+        EXPECT_NEAR(f + tune::lr_factor(tune::LrSchedule::cosine, n - k, n), 1.0, 1e-15);
+        EXPECT_EQ(tune::lr_factor(tune::LrSchedule::constant, k, n), 1.0);
+        last = f;
+    }
+}
+
+// Block tuning under the cosine schedule still recovers perturbed scales
+// and never ends above its start held out; its steps are not the constant
+// schedule's (the tuned scales differ), yet its first pass starts with the
+// same step, so one pass of one step each gives the same bits.
+TEST(TuneBlock, CosineScheduleRecoversPerturbedScales) {
+    Problem s = make_setup();
+    auto start = s.truth;
+    perturb_scales(start, 0.3);
+    tune::TuneOptions o;
+    o.epochs = 30;
+    o.batch_windows = 2;
+    o.lr_scales = 1e-2;
+    o.lr_signs = 0;
+    auto pc = start, pk = start;
+    const auto rc = tune::tune_block(pc, s.d, s.inv_freq, s.fit, s.sel, o);
+    o.lr_schedule = tune::LrSchedule::cosine;
+    const auto rk = tune::tune_block(pk, s.d, s.inv_freq, s.fit, s.sel, o);
+    EXPECT_LE(rk.sel_after, rk.sel_before);
+    EXPECT_LT(rk.fit_after, 0.25 * rk.fit_before) << rk.fit_before << " → " << rk.fit_after;
+    EXPECT_LT(rk.sel_after, 0.25 * rk.sel_before) << rk.sel_before << " → " << rk.sel_after;
+    EXPECT_NE(rk.fit_after, rc.fit_after) << "the schedule changed no step";
+
+    // one step in all: the cosine's first factor is 1, the same bits
+    o.epochs = 1;
+    o.batch_windows = static_cast<int64_t>(s.fit.x.size());
+    auto p1 = start, p2 = start;
+    const auto r1 = tune::tune_block(p1, s.d, s.inv_freq, s.fit, s.sel, o);
+    o.lr_schedule = tune::LrSchedule::constant;
+    const auto r2 = tune::tune_block(p2, s.d, s.inv_freq, s.fit, s.sel, o);
+    EXPECT_EQ(r1.fit_after, r2.fit_after);
+    EXPECT_EQ(r1.sel_after, r2.sel_after);
+}

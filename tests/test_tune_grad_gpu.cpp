@@ -393,6 +393,9 @@ TEST(TuneBlockGpu, ScalesAndNormsFollowTheCpuTuning) {
     o.lr_signs = 0;  // the scales and norms alone: no sign may flip
     compare_tuning(false, o, 0.03, "llama, scales + norms");
     compare_tuning(true, o, 0.03, "qwen3, scales + norms");
+    // the cosine schedule: the same factor on both devices' steps
+    o.lr_schedule = LrSchedule::cosine;
+    compare_tuning(false, o, 0.03, "llama, scales + norms, cosine");
 }
 
 // Every value a tuning run ends with, bit for bit.
@@ -672,6 +675,13 @@ TEST(DistillGpu, ScalesFollowTheCpuDistillation) {
     REQUIRE_GPU();
     compare_distill(false, distill_scales(), 0.03, "distill, llama, scales");
     compare_distill(true, distill_scales(), 0.03, "distill, qwen3, scales");
+}
+
+TEST(DistillGpu, CosineScheduleFollowsTheCpuDistillation) {
+    REQUIRE_GPU();
+    TuneOptions o = distill_scales();
+    o.lr_schedule = LrSchedule::cosine;
+    compare_distill(false, o, 0.03, "distill, llama, scales, cosine");
 }
 
 TEST(DistillGpu, TeacherOnTheDeviceFollowsTheCpuDistillation) {

@@ -217,12 +217,17 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
                                {"lr_signs", o.tune.lr_signs},
                                {"latent_init", o.tune.latent_init},
                                {"lr_norms", o.tune.lr_norms}};
+    // recorded when not the default (files of the default keep their settings)
+    if (o.tune_mode != "none" && o.tune.lr_schedule != tune::LrSchedule::constant)
+        in.settings["tune"]["lr_schedule"] = "cosine";
     if (o.tune_kd())
         in.settings["kd"] = {
             {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
             {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
             {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", in.kd_random},
             {"patience", o.kd.patience},       {"min_gain", o.kd.min_gain}};
+    if (o.tune_kd() && o.kd.lr_schedule != tune::LrSchedule::constant)
+        in.settings["kd"]["lr_schedule"] = "cosine";
     return in;
 }
 

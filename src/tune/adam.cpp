@@ -18,7 +18,7 @@ void Adam::add(std::vector<float>& p, const std::vector<float>& g, Kind k, doubl
     slots_.push_back(std::move(s));
 }
 
-int64_t Adam::step() {
+int64_t Adam::step(double lr_factor) {
     ++t_;
     const double c1 = 1 - std::pow(b1_, static_cast<double>(t_));
     const double c2 = 1 - std::pow(b2_, static_cast<double>(t_));
@@ -27,7 +27,8 @@ int64_t Adam::step() {
     for (auto& s : slots_) {
         auto& p = *s.p;
         const auto& g = *s.g;
-        const float step = static_cast<float>(s.lr / c1), isc2 = static_cast<float>(1 / c2);
+        const float step = static_cast<float>(s.lr * lr_factor / c1),
+                    isc2 = static_cast<float>(1 / c2);
 #pragma omp parallel for reduction(+ : flips)
         for (size_t i = 0; i < p.size(); ++i) {
             // the gradient in the coordinate Adam moves: log|s| for a scale

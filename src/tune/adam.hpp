@@ -25,8 +25,9 @@ class Adam {
     void add(std::vector<float>& p, const std::vector<float>& g, Kind k, double lr,
              double latent_init = 0);
     bool empty() const { return slots_.empty(); }
-    // One step on every slot; returns the signs flipped.
-    int64_t step();
+    // One step on every slot, each slot's rate times lr_factor (a schedule's,
+    // epochs.hpp); returns the signs flipped.
+    int64_t step(double lr_factor = 1.0);
 
   private:
     struct Slot {

@@ -57,6 +57,7 @@ struct TuneOptions {
     double latent_init = 1e-2;  // |z| at the start (a flip needs ~latent_init / lr_signs steps)
     double lr_norms = 0.0;      // Adam step on the RMSNorm weights (0: fixed)
     double beta1 = 0.9, beta2 = 0.999;
+    LrSchedule lr_schedule = LrSchedule::constant;  // every rate above over the steps (epochs.hpp)
     int patience = 0;  // stop after this many epochs without a held-out gain (0: all epochs)
     // a pass counts as a gain for the patience only when it lowers the best
     // held-out loss by more than this fraction of it (0: any gain; epochs.hpp)

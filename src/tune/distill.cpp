@@ -139,6 +139,8 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     std::vector<BlockGradsT<float>*> gp;
     for (auto& gl : g) gp.push_back(&gl);
     std::vector<std::vector<BlockGradsT<float>>> held;
+    const int64_t steps = schedule_steps(fit.size(), batch, o.epochs);
+    int64_t stepped = 0;
     // One step: each window's gradient on its own, summed in window order
     // (ranks.hpp; in place: the Adam slots point at g's vectors), then Adam,
     // the same on every process.
@@ -152,7 +154,7 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
                              backward(s, rope, ps, out);
                          });
         const ScopedStage stage(o.profile, "kd_adam");
-        adam.step();
+        adam.step(lr_factor(o.lr_schedule, stepped++, steps));
     };
     r.best_epoch = run_epochs(
         fit.size(), batch, o.epochs, o.patience, o.min_gain, 0xd15711, r.kl_sel_after, r.epochs_run,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <numeric>
@@ -33,6 +34,28 @@ struct EpochProgress {
     int kept = 0;
 };
 using EpochCallback = std::function<void(const EpochProgress&)>;
+
+// The learning rates over a schedule: constant, or a half cosine from the
+// given rate at the first step towards zero after the last (the larger steps
+// find the basin, the smaller ones settle in it).
+enum class LrSchedule { constant, cosine };
+
+// Optimiser steps in the full schedule: `epochs` passes of ⌈windows / batch⌉.
+inline int64_t schedule_steps(size_t windows, size_t batch, int epochs) {
+    const size_t b = std::max<size_t>(1, batch);
+    return static_cast<int64_t>((windows + b - 1) / b) * std::max(0, epochs);
+}
+
+// The factor on every learning rate at step k (0-based) of `steps`:
+// 1 (constant) or (1 + cos(π k / steps)) / 2 (cosine). With a patience the
+// passes run are the first ones of the full schedule, so their rates are the
+// full schedule's.
+inline double lr_factor(LrSchedule s, int64_t k, int64_t steps) {
+    if (s == LrSchedule::constant || steps <= 0) return 1.0;
+    const double pi = 3.14159265358979323846;
+    return 0.5 * (1.0 + std::cos(pi * static_cast<double>(std::min(k, steps)) /
+                                 static_cast<double>(steps)));
+}
 
 // step(order, first, count): one optimiser step on windows order[first ..
 // first + count); held_out(): the loss that chooses; keep(): copy the current

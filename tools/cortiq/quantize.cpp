@@ -160,6 +160,16 @@ void add_quantize(CLI::App& app) {
                     "block tuning: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-latent", a->o.tune.latent_init,
                     "block tuning: initial |latent| of each sign");
+    const std::map<std::string, tune::LrSchedule> schedules{
+        {"constant", tune::LrSchedule::constant}, {"cosine", tune::LrSchedule::cosine}};
+    cmd->add_option("--tune-lr-schedule", a->o.tune.lr_schedule,
+                    "block tuning: the steps' rates over the epochs: constant (default) or "
+                    "cosine (a half cosine from the rate towards 0 after the last epoch)")
+        ->transform(CLI::CheckedTransformer(schedules));
+    cmd->add_option("--kd-lr-schedule", a->o.kd.lr_schedule,
+                    "distillation: the steps' rates over --kd-epochs: constant (default) or "
+                    "cosine")
+        ->transform(CLI::CheckedTransformer(schedules));
     cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
                     "greedy passes of each input-side column search (fewer: faster on the GPU, "
                     "slightly less accurate)")

@@ -48,15 +48,15 @@ void AdamSlots::add_block(DBlockParams& p, const DBlockGrads& g, const BlockDims
     }
 }
 
-void AdamSlots::step(const Gpu& g, double beta1, double beta2) {
+void AdamSlots::step(const Gpu& g, double beta1, double beta2, double lr_factor) {
     ++t_;
     const double c1 = 1 - std::pow(beta1, static_cast<double>(t_));
     const double c2 = 1 - std::pow(beta2, static_cast<double>(t_));
     const float fb1 = static_cast<float>(beta1), fb2 = static_cast<float>(beta2);
     for (auto& s : slots_)
         adam_step(g, s.kind, s.p->get(), s.g->get(), s.m.get(), s.v.get(),
-                  s.z.empty() ? nullptr : s.z.get(), s.p->size(), static_cast<float>(s.lr / c1),
-                  static_cast<float>(1 / c2), fb1, fb2);
+                  s.z.empty() ? nullptr : s.z.get(), s.p->size(),
+                  static_cast<float>(s.lr * lr_factor / c1), static_cast<float>(1 / c2), fb1, fb2);
 }
 
 }  // namespace cortiq::tune::cuda

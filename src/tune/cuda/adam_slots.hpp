@@ -19,8 +19,9 @@ class AdamSlots {
     void add_block(DBlockParams& p, const DBlockGrads& g, const BlockDims& d, const TuneOptions& o,
                    cudaStream_t st);
     bool empty() const { return slots_.empty(); }
-    // One Adam step on every slot (bias corrections of step t + 1).
-    void step(const Gpu& g, double beta1, double beta2);
+    // One Adam step on every slot (bias corrections of step t + 1), each
+    // slot's rate times lr_factor (a schedule's, tune/epochs.hpp).
+    void step(const Gpu& g, double beta1, double beta2, double lr_factor = 1.0);
 
   private:
     struct Slot {

@@ -157,6 +157,8 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
+    const int64_t steps = schedule_steps(dfit.x.size(), batch, o.epochs);
+    int64_t stepped = 0;
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
         {
             const Stage stage(g, o.profile, "forward", true);
@@ -173,7 +175,7 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
             cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
         }
         const Stage stage(g, o.profile, "adam", true);
-        slots.step(g, o.beta1, o.beta2);
+        slots.step(g, o.beta1, o.beta2, lr_factor(o.lr_schedule, stepped++, steps));
     };
     // the CPU's seed: the same batches in the same order
     res.best_epoch = run_epochs(

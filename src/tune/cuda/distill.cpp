@@ -302,6 +302,8 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const std::vector<BlockParamsT<float>> start =
         o.lr_signs > 0 ? s.blocks : std::vector<BlockParamsT<float>>{};
     std::vector<BlockParamsT<float>> best = s.blocks;
+    const int64_t steps = schedule_steps(fit.size(), batch, o.epochs);
+    int64_t stepped = 0;
     const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
         tr.forward(fit, false, order, i, c, scale);
@@ -311,7 +313,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
             tr.backward();
         }
         const Stage stage(g, o.profile, "kd_adam", true);
-        adam.step(g, o.beta1, o.beta2);
+        adam.step(g, o.beta1, o.beta2, lr_factor(o.lr_schedule, stepped++, steps));
     };
     // the CPU's seed: the same batches in the same order
     r.best_epoch = run_epochs(
