@@ -308,6 +308,15 @@ TEST(CalibSet, HybridPlanAndEpochsFollowTuningAndModelSize) {
     EXPECT_EQ(quant::resolve_kd_lr(o, 6'000'000, false), kd_lr);
     EXPECT_EQ(quant::resolve_tune_lr(o, 800'000'000, true), tune_lr);
     EXPECT_EQ(quant::resolve_kd_lr(o, 800'000'000, true), kd_lr);
+    // block tuning's schedule: as set, or auto (the command line's)
+    using tune::LrSchedule;
+    EXPECT_EQ(quant::resolve_tune_lr_schedule(o, 6'000'000, true), LrSchedule::constant);
+    o.tune.lr_schedule = LrSchedule::cosine;
+    EXPECT_EQ(quant::resolve_tune_lr_schedule(o, 6'000'000, false), LrSchedule::cosine);
+    o.tune_lr_schedule_auto = true;
+    EXPECT_EQ(quant::resolve_tune_lr_schedule(o, 6'000'000, true), quant::kTuneLrScheduleHybrid);
+    EXPECT_EQ(quant::resolve_tune_lr_schedule(o, 6'000'000, false), LrSchedule::constant);
+    EXPECT_EQ(quant::resolve_tune_lr_schedule(o, 800'000'000, true), LrSchedule::constant);
     o.tune_mode = "none";
     EXPECT_FALSE(quant::resolve_plan_auto(o, 6'000'000, true));
     o.tune_mode = "block";

@@ -677,6 +677,36 @@ TEST_F(Quantize, OneThreadOrTwoGiveTheSameFile) {
     fs::remove_all(d);
 }
 
+// The learning-rate schedules from the command line: a cosine is recorded
+// in the file's settings (so a resume cannot mix schedules) and changes the
+// tuned bytes; a Llama model's auto is the constant schedule, recorded as
+// nothing; an unknown schedule is refused naming its flag.
+TEST_F(Quantize, LearningRateSchedulesAreRecordedAndUnknownOnesRefused) {
+    const fs::path d = tmp_dir("schedule");
+    const std::string args = "quantize " + kModel + " --bpw 1 --samples 8 --seqlen 64 -q --calib " +
+                             kCalib + " --force --tune block+kd --tune-epochs 2 --kd-epochs 2";
+    const std::string a = (d / "a.safetensors").string(), b = (d / "b.safetensors").string();
+    auto r = run_cli(args + " -o " + a);
+    ASSERT_EQ(r.code, 0) << r.out;
+    r = run_cli(args + " --tune-lr-schedule cosine --kd-lr-schedule cosine -o " + b);
+    ASSERT_EQ(r.code, 0) << r.out;
+    const auto meta = [](const std::string& f) {
+        return nlohmann::json::parse(io::SafetensorsFile::open(f).metadata().at("cortiq"));
+    };
+    const auto ma = meta(a), mb = meta(b);
+    EXPECT_FALSE(ma.at("tune").contains("lr_schedule")) << ma.at("tune").dump();
+    EXPECT_FALSE(ma.at("kd").contains("lr_schedule")) << ma.at("kd").dump();
+    EXPECT_EQ(mb.at("tune").at("lr_schedule"), "cosine");
+    EXPECT_EQ(mb.at("kd").at("lr_schedule"), "cosine");
+    EXPECT_NE(slurp(a), slurp(b));
+    for (const char* flag : {"--tune-lr-schedule", "--kd-lr-schedule"}) {
+        r = run_cli(args + " " + flag + " sideways -o " + a);
+        EXPECT_NE(r.code, 0);
+        EXPECT_NE(r.out.find(flag), std::string::npos) << r.out;
+    }
+    fs::remove_all(d);
+}
+
 // The decoder layers left in the mapped checkpoint (what --device gpu does,
 // so that the host never holds the whole model) write the same file as an
 // eager load, tuned or not; and a compressed file loads its payloads packed.

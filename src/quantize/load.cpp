@@ -76,6 +76,12 @@ double resolve_tune_lr(const QuantizeOptions& o, int64_t params, bool hybrid) {
     return hybrid && tuned_small_model(o, params) ? kTuneLrHybrid : tune::TuneOptions{}.lr_scales;
 }
 
+tune::LrSchedule resolve_tune_lr_schedule(const QuantizeOptions& o, int64_t params, bool hybrid) {
+    if (!o.tune_lr_schedule_auto) return o.tune.lr_schedule;
+    return hybrid && tuned_small_model(o, params) ? kTuneLrScheduleHybrid
+                                                  : tune::LrSchedule::constant;
+}
+
 double resolve_kd_lr(const QuantizeOptions& o, int64_t params, bool hybrid) {
     if (o.kd.lr_scales != kLrAuto) return o.kd.lr_scales;
     return hybrid && tuned_small_model(o, params) ? kKdLrHybrid : QuantizeOptions{}.kd.lr_scales;
@@ -118,6 +124,7 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     o.plan_auto = resolve_plan_auto(o, in.model.num_params(), cfg.hybrid());
     o.tune.epochs = resolve_tune_epochs(o, in.model.num_params(), cfg.hybrid());
     o.tune.lr_scales = resolve_tune_lr(o, in.model.num_params(), cfg.hybrid());
+    o.tune.lr_schedule = resolve_tune_lr_schedule(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_scales = resolve_kd_lr(o, in.model.num_params(), cfg.hybrid());
     o.kd.lr_signs = resolve_kd_lr_signs(o, in.model.num_params());
     o.kd.min_gain = resolve_kd_min_gain(o, in.model.num_params());

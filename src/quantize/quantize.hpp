@@ -83,6 +83,8 @@ struct QuantizeOptions {
     // "auto" (the command line's default) is resolved by resolve_tune_mode.
     std::string tune_mode = "none";
     tune::TuneOptions tune;
+    // true: tune.lr_schedule is chosen by the model (resolve_tune_lr_schedule)
+    bool tune_lr_schedule_auto = false;
     // 20 epochs with signs: on the GPU with the default 128 windows the
     // held-out KL of tiny-llama-6m was lowest at epochs 7 to 15, and the
     // held-out windows keep the best epoch anyway; 20 against 10 epochs gave
@@ -212,6 +214,13 @@ inline constexpr int kTuneEpochsHybrid = 16;
 inline constexpr double kLrAuto = -1.0;
 inline constexpr double kTuneLrHybrid = 1e-2;
 inline constexpr double kKdLrHybrid = 3e-3;
+// tune_lr_schedule_auto (the command line's default): such a hybrid model's
+// block tuning takes its steps on a half cosine (tune/epochs.hpp), other
+// models a constant rate. Measured on the CPU (docs/tuning.md, "A cosine
+// schedule for block tuning"): with the constant rate the first layer's
+// block tuning kept its start (no epoch lowered its held-out error), with
+// the cosine every layer's last epoch was kept.
+inline constexpr tune::LrSchedule kTuneLrScheduleHybrid = tune::LrSchedule::cosine;
 
 struct TensorReport {
     std::string name, method, line;

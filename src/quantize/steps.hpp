@@ -83,6 +83,8 @@ int resolve_tune_epochs(const QuantizeOptions& o, int64_t params, bool hybrid);
 // Block tuning's and distillation's steps on the log-scales with kLrAuto
 // resolved (kTuneLrHybrid, kKdLrHybrid).
 double resolve_tune_lr(const QuantizeOptions& o, int64_t params, bool hybrid);
+// Block tuning's schedule with tune_lr_schedule_auto resolved (kTuneLrScheduleHybrid).
+tune::LrSchedule resolve_tune_lr_schedule(const QuantizeOptions& o, int64_t params, bool hybrid);
 double resolve_kd_lr(const QuantizeOptions& o, int64_t params, bool hybrid);
 // --kd-random with kKdRandomAuto resolved: 0 with sampled calibration windows
 // (`generated` per window), else 1.

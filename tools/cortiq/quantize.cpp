@@ -22,6 +22,7 @@ struct QuantizeArgs {
     std::string calib_generated = "auto", kd_random = "auto", samples = "auto";
     std::string kd_lr_signs = "auto";
     std::string kd_min_gain = "auto";
+    std::string tune_lr_schedule = "auto";
     int threads = 0;
     bool quiet = false;
 };
@@ -162,10 +163,11 @@ void add_quantize(CLI::App& app) {
                     "block tuning: initial |latent| of each sign");
     const std::map<std::string, tune::LrSchedule> schedules{
         {"constant", tune::LrSchedule::constant}, {"cosine", tune::LrSchedule::cosine}};
-    cmd->add_option("--tune-lr-schedule", a->o.tune.lr_schedule,
-                    "block tuning: the steps' rates over the epochs: constant (default) or "
-                    "cosine (a half cosine from the rate towards 0 after the last epoch)")
-        ->transform(CLI::CheckedTransformer(schedules));
+    cmd->add_option("--tune-lr-schedule", a->tune_lr_schedule,
+                    "block tuning: the steps' rates over the epochs: auto (default: cosine for a "
+                    "hybrid model of at most 100 M parameters, else constant), constant or cosine "
+                    "(a half cosine from the rate towards 0 after the last epoch)")
+        ->check(CLI::IsMember({"auto", "constant", "cosine"}));
     cmd->add_option("--kd-lr-schedule", a->o.kd.lr_schedule,
                     "distillation: the steps' rates over --kd-epochs: constant (default) or "
                     "cosine")
@@ -212,7 +214,7 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--profile", a->o.profile,
                   "seconds per encoder stage on each tensor's line and in total (with "
                   "--device gpu every stage then waits for the device)");
-    cmd->callback([a, mpi] {
+    cmd->callback([a, mpi, schedules] {
         set_num_threads(a->threads);
         a->o.enc.method = encode::parse_method(a->method);
         a->o.enc.paths = encode::parse_paths(a->paths);
@@ -229,6 +231,8 @@ void add_quantize(CLI::App& app) {
         CORTIQ_CHECK(a->o.kd.min_gain < 1, "--kd-min-gain: auto or a fraction below 1, not \"{}\"",
                      a->kd_min_gain);
         a->o.calib.samples = parse_samples(a->samples);
+        a->o.tune_lr_schedule_auto = a->tune_lr_schedule == "auto";
+        if (!a->o.tune_lr_schedule_auto) a->o.tune.lr_schedule = schedules.at(a->tune_lr_schedule);
         if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
         if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {
             a->o.plan_auto = a->o.plan_path == "auto";
