@@ -35,15 +35,21 @@ using namespace cortiq;
 using namespace cortiq::sign_problem;
 namespace fs = std::filesystem;
 
-TEST(TuneBlock, RecoversPerturbedScalesAndNeverEndsAboveTheStartHeldOut) {
-    Problem s = make_setup();
-    auto p = s.truth;
-    perturb_scales(p, 0.3);
+// 30 epochs of 2 windows a step on the scales alone (the signs fixed).
+tune::TuneOptions scales_alone() {
     tune::TuneOptions o;
     o.epochs = 30;
     o.batch_windows = 2;
     o.lr_scales = 1e-2;
-    o.lr_signs = 0;  // the scales alone
+    o.lr_signs = 0;
+    return o;
+}
+
+TEST(TuneBlock, RecoversPerturbedScalesAndNeverEndsAboveTheStartHeldOut) {
+    Problem s = make_setup();
+    auto p = s.truth;
+    perturb_scales(p, 0.3);
+    const tune::TuneOptions o = scales_alone();
     const auto r = tune::tune_block(p, s.d, s.inv_freq, s.fit, s.sel, o);
     EXPECT_GT(r.fit_before, 0.0);
     EXPECT_LE(r.sel_after, r.sel_before);
@@ -558,11 +564,7 @@ TEST(TuneBlock, CosineScheduleRecoversPerturbedScales) {
     Problem s = make_setup();
     auto start = s.truth;
     perturb_scales(start, 0.3);
-    tune::TuneOptions o;
-    o.epochs = 30;
-    o.batch_windows = 2;
-    o.lr_scales = 1e-2;
-    o.lr_signs = 0;
+    tune::TuneOptions o = scales_alone();
     auto pc = start, pk = start;
     const auto rc = tune::tune_block(pc, s.d, s.inv_freq, s.fit, s.sel, o);
     o.lr_schedule = tune::LrSchedule::cosine;
