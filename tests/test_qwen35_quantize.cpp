@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "cli_run.hpp"
 #include "eval/ppl.hpp"
@@ -241,7 +242,8 @@ TEST(Qwen35Quantize, BenchRecordsTheGramsOfAQwen35Linear) {
 // payloads change (every other tensor byte-identical, every payload the same
 // size: rank and paths kept), each block's held-out error and the
 // distillation's held-out KL never end above where they started, and a run
-// interrupted after a tuned layer resumes into the same bytes.
+// interrupted after a tuned layer resumes into the same bytes (block tuning
+// on its cosine schedule, the default for this model).
 TEST(Qwen35Quantize, TunesHybridBlocksChangingOnlyThePayloads) {
     const fs::path trained = kGolden / "tiny-qwen35-trained";
     REQUIRE_DATA_AT(kCalib);
@@ -254,6 +256,7 @@ TEST(Qwen35Quantize, TunesHybridBlocksChangingOnlyThePayloads) {
         o.tune_mode = "block+kd";
         o.tune.epochs = 2;
         o.kd.epochs = 1;
+        o.tune_lr_schedule_auto = true;  // the command line's: a cosine for this model
         return o;
     };
     auto plain = tuned_options(d / "plain.safetensors");
@@ -277,6 +280,8 @@ TEST(Qwen35Quantize, TunesHybridBlocksChangingOnlyThePayloads) {
         changed += !same;
     }
     EXPECT_GT(changed, 0) << "tuning changed no payload";
+    const auto meta = nlohmann::json::parse(t.metadata().at("cortiq"));
+    EXPECT_EQ(meta.at("tune").at("lr_schedule"), "cosine") << meta.at("tune").dump();
 
     // every block was tuned, DeltaNet and attention alike
     const int64_t layers = model::Model::load(trained.string()).num_layers();
