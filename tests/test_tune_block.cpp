@@ -462,9 +462,10 @@ TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoc
         double best = 1.0;
         int ran = 0, pass = 0;
         std::vector<int> kept_at;
+        const tune::Schedule sched{7, 3, static_cast<int>(curve.size()), patience, 0.0, 42};
         const int kept = tune::run_epochs(
-            7, 3, static_cast<int>(curve.size()), patience, 0.0, 42, best, ran,
-            [&](const std::vector<size_t>& order, size_t first, size_t) {
+            sched, best, ran,
+            [&](const std::vector<size_t>& order, size_t first, size_t, double) {
                 if (firsts && first == 0) firsts->push_back(order[0]);
             },
             [&] { return curve[static_cast<size_t>(pass++)]; }, [&] { kept_at.push_back(pass); });
@@ -493,8 +494,9 @@ TEST(TuneEpochs, PatienceStopsAfterThatManyPassesWithoutAGainAndKeepsTheSameEpoc
     double best = 0.1;
     int ran = 0;
     EXPECT_EQ(tune::run_epochs(
-                  4, 2, 20, 2, 0.0, 7, best, ran, [](const auto&, size_t, size_t) {},
-                  [] { return 0.5; }, [] { FAIL() << "nothing beats the start"; }),
+                  tune::Schedule{4, 2, 20, 2, 0.0, 7}, best, ran,
+                  [](const auto&, size_t, size_t, double) {}, [] { return 0.5; },
+                  [] { FAIL() << "nothing beats the start"; }),
               0);
     EXPECT_EQ(ran, 2);
     EXPECT_DOUBLE_EQ(best, 0.1);
@@ -509,10 +511,10 @@ TEST(TuneEpochs, MinimumGainStopsACreepingCurveAndStillKeepsItsLowestPass) {
     const auto run = [&](double min_gain) {
         double best = 1.0;
         int ran = 0, pass = 0;
+        const tune::Schedule sched{5, 2, static_cast<int>(curve.size()), 3, min_gain, 9};
         const int kept = tune::run_epochs(
-            5, 2, static_cast<int>(curve.size()), 3, min_gain, 9, best, ran,
-            [](const auto&, size_t, size_t) {}, [&] { return curve[static_cast<size_t>(pass++)]; },
-            [] {});
+            sched, best, ran, [](const auto&, size_t, size_t, double) {},
+            [&] { return curve[static_cast<size_t>(pass++)]; }, [] {});
         return std::tuple{kept, ran, best};
     };
     // gains of 11 % and 11 %, then three of about 0.1 %: below 1 %, so
@@ -554,6 +556,26 @@ TEST(TuneEpochs, CosineRatesFallFromTheFullRateTowardsZero) {
         EXPECT_EQ(tune::lr_factor(tune::LrSchedule::constant, k, n), 1.0);
         last = f;
     }
+    // run_epochs hands each step its factor: 5 windows in batches of 2 over
+    // 3 passes is 9 steps, the k-th at lr_factor(k, 9); a patience that stops
+    // after 2 passes runs the full schedule's first 6 rates, not a shorter
+    // cosine of its own
+    const auto rates = [](int patience) {
+        std::vector<double> r;
+        double best = 1.0;
+        int ran = 0;
+        tune::run_epochs(
+            tune::Schedule{5, 2, 3, patience, 0.0, 1, tune::LrSchedule::cosine}, best, ran,
+            [&](const auto&, size_t, size_t, double rate) { r.push_back(rate); },
+            [] { return 2.0; }, [] {});
+        return r;
+    };
+    const std::vector<double> full = rates(0), stopped = rates(2);
+    ASSERT_EQ(full.size(), 9u);
+    for (size_t k = 0; k < full.size(); ++k)
+        EXPECT_EQ(full[k], tune::lr_factor(tune::LrSchedule::cosine, static_cast<int64_t>(k), 9));
+    ASSERT_EQ(stopped.size(), 6u);
+    EXPECT_TRUE(std::equal(stopped.begin(), stopped.end(), full.begin()));
 }
 
 // Block tuning under the cosine schedule still recovers perturbed scales

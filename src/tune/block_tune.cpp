@@ -199,20 +199,19 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
         block_backward(p, d, rope, a, dout.data(), static_cast<float*>(nullptr), out[0]);
     };
     std::vector<std::vector<BlockGradsT<float>>> held;
-    const int64_t steps = schedule_steps(fit_total, batch, o.epochs);
-    int64_t stepped = 0;
     // One step: the windows' gradients summed in window order (ranks.hpp;
     // in place: the Adam slots point at g's vectors), then Adam, the same on
     // every process.
-    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
+    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c, double rate) {
         sum_window_grads(ranks, step_windows(order, s, c, fit_first, fit_first + fit.x.size()),
                          {&g}, held, window_grads);
         const ScopedStage stage(o.profile, "adam");
-        adam.step(lr_factor(o.lr_schedule, stepped++, steps));
+        adam.step(rate);
     };
+    const Schedule schedule{fit_total,  batch,  o.epochs,     o.patience,
+                            o.min_gain, 0x5eed, o.lr_schedule};
     res.best_epoch = run_epochs(
-        fit_total, batch, o.epochs, o.patience, o.min_gain, 0x5eed, res.sel_after, res.epochs_run,
-        step,
+        schedule, res.sel_after, res.epochs_run, step,
         [&] {
             const ScopedStage stage(o.profile, "evaluate");
             return has_sel ? ev.relative(p, sel) : ev.relative(p, fit);

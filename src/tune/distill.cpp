@@ -139,12 +139,10 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     std::vector<BlockGradsT<float>*> gp;
     for (auto& gl : g) gp.push_back(&gl);
     std::vector<std::vector<BlockGradsT<float>>> held;
-    const int64_t steps = schedule_steps(fit.size(), batch, o.epochs);
-    int64_t stepped = 0;
     // One step: each window's gradient on its own, summed in window order
     // (ranks.hpp; in place: the Adam slots point at g's vectors), then Adam,
     // the same on every process.
-    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
+    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c, double rate) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
         sum_window_grads(ranks, step_windows(order, i, c, fit_lo, fit_hi), gp, held,
                          [&](size_t w, std::vector<BlockGradsT<float>>& out) {
@@ -154,11 +152,12 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
                              backward(s, rope, ps, out);
                          });
         const ScopedStage stage(o.profile, "kd_adam");
-        adam.step(lr_factor(o.lr_schedule, stepped++, steps));
+        adam.step(rate);
     };
+    const Schedule schedule{fit.size(), batch,    o.epochs,     o.patience,
+                            o.min_gain, 0xd15711, o.lr_schedule};
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, o.patience, o.min_gain, 0xd15711, r.kl_sel_after, r.epochs_run,
-        step,
+        schedule, r.kl_sel_after, r.epochs_run, step,
         [&] { return sel.empty() ? mean_kl(fit, fit_lo, fit_hi) : mean_kl(sel, sel_lo, sel_hi); },
         [&] { best = s.blocks; }, o.on_progress);
     s.blocks = std::move(best);

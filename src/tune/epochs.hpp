@@ -57,37 +57,53 @@ inline double lr_factor(LrSchedule s, int64_t k, int64_t steps) {
                                  static_cast<double>(steps)));
 }
 
-// step(order, first, count): one optimiser step on windows order[first ..
-// first + count); held_out(): the loss that chooses; keep(): copy the current
-// state as the best. `best` holds the loss to beat (the start's) and ends as
-// the best reached; `ran` the passes run. Returns the epoch kept (0: the start).
-// `on_progress` (may be empty) hears of every step and every evaluation.
+// What a schedule runs: `epochs` passes over `windows` fit windows, `batch`
+// windows a step, shuffled by a generator seeded with `seed`, every step's
+// rate times lr_factor(lr, k, schedule_steps(...)); `patience` and
+// `min_gain` as above (0: off).
+struct Schedule {
+    size_t windows = 0, batch = 1;
+    int epochs = 0, patience = 0;
+    double min_gain = 0;
+    uint64_t seed = 0;
+    LrSchedule lr = LrSchedule::constant;
+};
+
+// step(order, first, count, rate): one optimiser step on windows
+// order[first .. first + count), every learning rate times `rate` (the
+// schedule's factor at this step); held_out(): the loss that chooses; keep():
+// copy the current state as the best. `best` holds the loss to beat (the
+// start's) and ends as the best reached; `ran` the passes run. Returns the
+// epoch kept (0: the start). `on_progress` (may be empty) hears of every step
+// and every evaluation.
 template <class Step, class HeldOut, class Keep>
-int run_epochs(size_t windows, size_t batch, int epochs, int patience, double min_gain,
-               uint64_t seed, double& best, int& ran, Step&& step, HeldOut&& held_out, Keep&& keep,
-               const EpochCallback& on_progress = {}) {
-    std::mt19937_64 rng(seed);  // fixed: a run is reproducible
-    std::vector<size_t> order(windows);
+int run_epochs(const Schedule& s, double& best, int& ran, Step&& step, HeldOut&& held_out,
+               Keep&& keep, const EpochCallback& on_progress = {}) {
+    std::mt19937_64 rng(s.seed);  // fixed: a run is reproducible
+    std::vector<size_t> order(s.windows);
     std::iota(order.begin(), order.end(), size_t{0});
+    const size_t batch = std::max<size_t>(1, s.batch);
+    const int64_t steps = schedule_steps(s.windows, batch, s.epochs);
+    int64_t stepped = 0;
     int kept = 0, gained = 0;  // gained: the last pass that lowered `best` by more than min_gain
     ran = 0;
-    for (int e = 1; e <= epochs; ++e) {
+    for (int e = 1; e <= s.epochs; ++e) {
         ran = e;
         std::shuffle(order.begin(), order.end(), rng);
         for (size_t first = 0; first < order.size(); first += batch) {
             const size_t count = std::min(batch, order.size() - first);
-            step(order, first, count);
-            if (on_progress) on_progress({e, epochs, count, false, 0, best, kept});
+            step(order, first, count, lr_factor(s.lr, stepped++, steps));
+            if (on_progress) on_progress({e, s.epochs, count, false, 0, best, kept});
         }
         const double loss = held_out();
         if (loss < best) {
-            if (min_gain <= 0 || loss < best * (1.0 - min_gain)) gained = e;
+            if (s.min_gain <= 0 || loss < best * (1.0 - s.min_gain)) gained = e;
             best = loss;
             kept = e;
             keep();
         }
-        if (on_progress) on_progress({e, epochs, 0, true, loss, best, kept});
-        if (patience > 0 && e - gained >= patience) break;
+        if (on_progress) on_progress({e, s.epochs, 0, true, loss, best, kept});
+        if (s.patience > 0 && e - gained >= s.patience) break;
     }
     return kept;
 }

@@ -157,9 +157,7 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
     DBlockActs a;
     const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
-    const int64_t steps = schedule_steps(dfit.x.size(), batch, o.epochs);
-    int64_t stepped = 0;
-    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c) {
+    const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c, double rate) {
         {
             const Stage stage(g, o.profile, "forward", true);
             gather(g, dfit.x, order, s, c, dfit.each, x);
@@ -175,12 +173,13 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
             cuda::block_backward(g, dp, d, rope, a, dout.get(), nullptr, gr);
         }
         const Stage stage(g, o.profile, "adam", true);
-        slots.step(g, o.beta1, o.beta2, lr_factor(o.lr_schedule, stepped++, steps));
+        slots.step(g, o.beta1, o.beta2, rate);
     };
     // the CPU's seed: the same batches in the same order
+    const Schedule schedule{dfit.x.size(), batch,  o.epochs,     o.patience,
+                            o.min_gain,    0x5eed, o.lr_schedule};
     res.best_epoch = run_epochs(
-        dfit.x.size(), batch, o.epochs, o.patience, o.min_gain, 0x5eed, res.sel_after,
-        res.epochs_run, step,
+        schedule, res.sel_after, res.epochs_run, step,
         [&] {
             const Stage stage(g, o.profile, "evaluate", true);
             return dsel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);

@@ -302,9 +302,7 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
     const std::vector<BlockParamsT<float>> start =
         o.lr_signs > 0 ? s.blocks : std::vector<BlockParamsT<float>>{};
     std::vector<BlockParamsT<float>> best = s.blocks;
-    const int64_t steps = schedule_steps(fit.size(), batch, o.epochs);
-    int64_t stepped = 0;
-    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c) {
+    const auto step = [&](const std::vector<size_t>& order, size_t i, size_t c, double rate) {
         const float scale = 1.0f / static_cast<float>(c * static_cast<size_t>(L));
         tr.forward(fit, false, order, i, c, scale);
         {
@@ -313,12 +311,13 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
             tr.backward();
         }
         const Stage stage(g, o.profile, "kd_adam", true);
-        adam.step(g, o.beta1, o.beta2, lr_factor(o.lr_schedule, stepped++, steps));
+        adam.step(g, o.beta1, o.beta2, rate);
     };
     // the CPU's seed: the same batches in the same order
+    const Schedule schedule{fit.size(), batch,    o.epochs,     o.patience,
+                            o.min_gain, 0xd15711, o.lr_schedule};
     r.best_epoch = run_epochs(
-        fit.size(), batch, o.epochs, o.patience, o.min_gain, 0xd15711, r.kl_sel_after, r.epochs_run,
-        step,
+        schedule, r.kl_sel_after, r.epochs_run, step,
         [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
         [&] {
             const Stage stage(g, o.profile, "kd_keep", true);
