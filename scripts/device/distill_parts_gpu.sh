@@ -10,7 +10,9 @@
 # the distillation, whose shapes do not depend on the encoding method.
 #   bash scripts/device/distill_parts_gpu.sh [BINARY...]   (default: .carry/gpu/bin/cortiq)
 # Environment: WORK (the model's folder, default /tmp/q35), CALIB, QUANT_S
-# (each run's time limit, default 170 s). Binaries and data from pack_gpu.sh.
+# (each run's time limit, default 170 s), FLAGS (more quantize flags for
+# every run, e.g. FLAGS="--kd-batch 4"), MODES (default "profiled plain").
+# Binaries and data from pack_gpu.sh.
 set -u
 env_sh=${GPU_ENV:-.carry/gpu/env.sh}
 # shellcheck source=/dev/null
@@ -25,13 +27,13 @@ fi
 failed=0
 for bin in "${@:-.carry/gpu/bin/cortiq}"; do
   name=$(basename "$bin")
-  for mode in profiled plain; do
+  for mode in ${MODES:-profiled plain}; do
     if [ $mode = profiled ]; then flags="--kd-epochs 1 --profile"; else flags="--kd-epochs 2 --kd-patience 9"; fi
     # shellcheck disable=SC2086
     timeout "${QUANT_S:-170}" "$bin" quantize "$W/model" --bpw 1.0 --method svid --samples 32 \
-      --calib "$CALIB" -o "$W/$name.$mode.safetensors" --device gpu --force --tune kd $flags \
+      --calib "$CALIB" -o "$W/$name.$mode.safetensors" --device gpu --force --tune kd $flags ${FLAGS:-} \
       --json "$W/$name.$mode.json" > "$W/$name.$mode.log" 2>&1 || { echo "$name $mode: failed"; failed=1; continue; }
-    python3 - "$W/$name.$mode.json" "$name $mode" <<'PY'
+    python3 - "$W/$name.$mode.json" "$name $mode ${FLAGS:-}" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 d = j["distilled"]
