@@ -114,6 +114,104 @@ void check_kd_sign_memory(double lr_signs, int64_t weights, double bpw, int64_t 
                  static_cast<double>(device_bytes) / 1e9);
 }
 
+namespace {
+
+// --calib-generated: `generated` windows sampled from the original model per
+// calibration window join the fit and held-out sets, with a progress line.
+void add_sampled_windows(const QuantizeOptions& o, Inputs& in, const io::Tokenizer& tok,
+                         double generated, int64_t seqlen) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
+    // a line with an ETA: token by token on the CPU, seconds for a 6M
+    // model, much longer for large ones
+    Progress bar("sampling",
+                 calib::windows_to_add(static_cast<int64_t>(in.calib.fit.size()), generated) +
+                     calib::windows_to_add(static_cast<int64_t>(in.calib.sel.size()), generated),
+                 "windows", o.progress, o.on_progress);
+    const int64_t n =
+        calib::add_generated_windows(in.calib, generated, in.model, start, kCalibGeneratedSeed,
+                                     [&](int64_t k) { bar.advance(k); });
+    bar.finish();
+    if (o.verbose)
+        fmt::print(
+            stderr, "calibration: {} windows of {} tokens sampled from the model in {:.1f} s\n", n,
+            seqlen, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+// What the output and its journal record of the run: a resume must match
+// every entry (tune/kd settings recorded when they apply, the non-default
+// variants only when chosen, so files of the defaults keep their settings).
+nlohmann::json settings_of(const QuantizeOptions& o, const Inputs& in, const Plan& plan,
+                           const std::vector<std::string>& calib_texts, double generated,
+                           int64_t seqlen) {
+    nlohmann::json settings;
+    // one file: its name and hash, as before; several: comma-separated lists
+    std::string calib_names, calib_hashes;
+    for (size_t i = 0; i < calib_texts.size(); ++i) {
+        if (i) {
+            calib_names += ',';
+            calib_hashes += ',';
+        }
+        calib_names += fs::path(o.calib_paths[i]).filename().string();
+        calib_hashes += io::sha256_text(calib_texts[i]);
+    }
+    settings = {
+        {"format_version", kFormatVersion},
+        {"source", fs::path(o.model_dir).filename().string()},
+        {"source_sha256", io::sha256_files(checkpoint_files(in.checkpoint))},
+        {"method", encode::method_name(o.enc.method)},
+        {"plan", plan.describe()},
+        {"paths", o.enc.paths == encode::PathsChoice::automatic ? "auto"
+                  : o.enc.paths == encode::PathsChoice::one     ? "1"
+                                                                : "2"},
+        {"rho", o.enc.rho},
+        {"gram_shrink", o.gram_shrink},
+        {"gptq_passes", o.enc.gptq_passes},
+        {"match", o.match_original ? "original" : "layer"},
+        {"calib", calib_names},
+        {"calib_sha256", calib_hashes},
+        {"samples_fit", in.calib.fit.size()},
+        {"samples_sel", in.calib.sel.size()},
+        {"calib_random_per_window", o.calib_random},
+        {"calib_generated_per_window", generated},
+        {"seqlen", seqlen},
+        {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
+    };
+    // the column search's variants, recorded when not the exact default (so a
+    // resume cannot mix searches; files of the default keep their settings)
+    if (o.enc.gptq_multi != 0) settings["gptq_multi"] = o.enc.gptq_multi;
+    if (o.enc.gptq_group == 0)
+        settings["gptq_group"] = "auto";
+    else if (o.enc.gptq_group != 1)
+        settings["gptq_group"] = o.enc.gptq_group;
+    if (o.enc.itq_iters != encode::Options{}.itq_iters) settings["itq_iters"] = o.enc.itq_iters;
+    // the journal's key: a resume must make (or read back) the same plan
+    if (o.plan_auto) settings["plan_auto"] = {{"windows", o.sensitivity_windows}};
+    if (o.file_bpw > 0) settings["file_bpw"] = o.file_bpw;
+    if (o.tune_mode != "none")
+        settings["tune"] = {{"mode", o.tune_mode},
+                            {"epochs", o.tune.epochs},
+                            {"batch_windows", o.tune.batch_windows},
+                            {"lr_scales", o.tune.lr_scales},
+                            {"lr_signs", o.tune.lr_signs},
+                            {"latent_init", o.tune.latent_init},
+                            {"lr_norms", o.tune.lr_norms}};
+    // recorded when not the default (files of the default keep their settings)
+    if (o.tune_mode != "none" && o.tune.lr_schedule != tune::LrSchedule::constant)
+        settings["tune"]["lr_schedule"] = "cosine";
+    if (o.tune_kd())
+        settings["kd"] = {
+            {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
+            {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
+            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", in.kd_random},
+            {"patience", o.kd.patience},       {"min_gain", o.kd.min_gain}};
+    if (o.tune_kd() && o.kd.lr_schedule != tune::LrSchedule::constant)
+        settings["kd"]["lr_schedule"] = "cosine";
+    return settings;
+}
+
+}  // namespace
+
 Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     if (o.device == encode::Device::gpu)
         CORTIQ_CHECK(gpu_available(), "--device gpu: {}", gpu_unavailable_reason());
@@ -153,88 +251,8 @@ Inputs load_and_check(QuantizeOptions& o, const Plan& plan) {
     // --calib-generated: windows sampled from the original model, the same way
     const double generated = resolve_calib_generated(o, in.model.num_params(), cfg.hybrid());
     in.kd_random = resolve_kd_random(o, generated);
-    if (generated > 0) {
-        const auto t0 = std::chrono::steady_clock::now();
-        const int32_t start = tok.bos_id() >= 0 ? tok.bos_id() : std::max(tok.eos_id(), 0);
-        // a line with an ETA: token by token on the CPU, seconds for a 6M
-        // model, much longer for large ones
-        Progress bar(
-            "sampling",
-            calib::windows_to_add(static_cast<int64_t>(in.calib.fit.size()), generated) +
-                calib::windows_to_add(static_cast<int64_t>(in.calib.sel.size()), generated),
-            "windows", o.progress, o.on_progress);
-        const int64_t n =
-            calib::add_generated_windows(in.calib, generated, in.model, start, kCalibGeneratedSeed,
-                                         [&](int64_t k) { bar.advance(k); });
-        bar.finish();
-        if (o.verbose)
-            fmt::print(
-                stderr, "calibration: {} windows of {} tokens sampled from the model in {:.1f} s\n",
-                n, co.seqlen,
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    // one file: its name and hash, as before; several: comma-separated lists
-    std::string calib_names, calib_hashes;
-    for (size_t i = 0; i < calib_texts.size(); ++i) {
-        if (i) {
-            calib_names += ',';
-            calib_hashes += ',';
-        }
-        calib_names += fs::path(o.calib_paths[i]).filename().string();
-        calib_hashes += io::sha256_text(calib_texts[i]);
-    }
-    in.settings = {
-        {"format_version", kFormatVersion},
-        {"source", fs::path(o.model_dir).filename().string()},
-        {"source_sha256", io::sha256_files(checkpoint_files(in.checkpoint))},
-        {"method", encode::method_name(o.enc.method)},
-        {"plan", plan.describe()},
-        {"paths", o.enc.paths == encode::PathsChoice::automatic ? "auto"
-                  : o.enc.paths == encode::PathsChoice::one     ? "1"
-                                                                : "2"},
-        {"rho", o.enc.rho},
-        {"gram_shrink", o.gram_shrink},
-        {"gptq_passes", o.enc.gptq_passes},
-        {"match", o.match_original ? "original" : "layer"},
-        {"calib", calib_names},
-        {"calib_sha256", calib_hashes},
-        {"samples_fit", in.calib.fit.size()},
-        {"samples_sel", in.calib.sel.size()},
-        {"calib_random_per_window", o.calib_random},
-        {"calib_generated_per_window", generated},
-        {"seqlen", co.seqlen},
-        {"device", o.device == encode::Device::gpu ? "gpu" : "cpu"},
-    };
-    // the column search's variants, recorded when not the exact default (so a
-    // resume cannot mix searches; files of the default keep their settings)
-    if (o.enc.gptq_multi != 0) in.settings["gptq_multi"] = o.enc.gptq_multi;
-    if (o.enc.gptq_group == 0)
-        in.settings["gptq_group"] = "auto";
-    else if (o.enc.gptq_group != 1)
-        in.settings["gptq_group"] = o.enc.gptq_group;
-    if (o.enc.itq_iters != encode::Options{}.itq_iters) in.settings["itq_iters"] = o.enc.itq_iters;
-    // the journal's key: a resume must make (or read back) the same plan
-    if (o.plan_auto) in.settings["plan_auto"] = {{"windows", o.sensitivity_windows}};
-    if (o.file_bpw > 0) in.settings["file_bpw"] = o.file_bpw;
-    if (o.tune_mode != "none")
-        in.settings["tune"] = {{"mode", o.tune_mode},
-                               {"epochs", o.tune.epochs},
-                               {"batch_windows", o.tune.batch_windows},
-                               {"lr_scales", o.tune.lr_scales},
-                               {"lr_signs", o.tune.lr_signs},
-                               {"latent_init", o.tune.latent_init},
-                               {"lr_norms", o.tune.lr_norms}};
-    // recorded when not the default (files of the default keep their settings)
-    if (o.tune_mode != "none" && o.tune.lr_schedule != tune::LrSchedule::constant)
-        in.settings["tune"]["lr_schedule"] = "cosine";
-    if (o.tune_kd())
-        in.settings["kd"] = {
-            {"epochs", o.kd.epochs},           {"batch_windows", o.kd.batch_windows},
-            {"lr_scales", o.kd.lr_scales},     {"lr_signs", o.kd.lr_signs},
-            {"latent_init", o.kd.latent_init}, {"random_windows_per_fit_window", in.kd_random},
-            {"patience", o.kd.patience},       {"min_gain", o.kd.min_gain}};
-    if (o.tune_kd() && o.kd.lr_schedule != tune::LrSchedule::constant)
-        in.settings["kd"]["lr_schedule"] = "cosine";
+    if (generated > 0) add_sampled_windows(o, in, tok, generated, co.seqlen);
+    in.settings = settings_of(o, in, plan, calib_texts, generated, co.seqlen);
     return in;
 }
 

@@ -24,7 +24,7 @@ struct QuantizeArgs {
     std::string kd_min_gain = "auto";
     std::string tune_lr_schedule = "auto";
     int threads = 0;
-    bool quiet = false;
+    bool quiet = false, mpi = false;
 };
 
 // "auto" (→ `automatic`) or a number from 0 to 64 (windows per window, a step).
@@ -56,17 +56,68 @@ int64_t parse_samples(const std::string& v) {
     return n;
 }
 
-}  // namespace
+const std::map<std::string, tune::LrSchedule>& lr_schedules() {
+    static const std::map<std::string, tune::LrSchedule> m{{"constant", tune::LrSchedule::constant},
+                                                           {"cosine", tune::LrSchedule::cosine}};
+    return m;
+}
 
-void add_quantize(CLI::App& app) {
-    auto a = std::make_shared<QuantizeArgs>();
-    a->o.calib.seqlen = 0;  // model default
-    a->o.tune_mode = "auto";
-    a->o.tune.epochs = quant::kTuneEpochsAuto;  // a number replaces it (checked below)
-    a->o.tune.lr_scales = quant::kLrAuto;       // as do these (by the model, load_and_check)
-    a->o.kd.lr_scales = quant::kLrAuto;
-    a->o.plan_auto_default = true;  // --plan or --file-bpw turns it off
-    auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
+// The command line's words into options (every "auto" that needs no model).
+void resolve_args(QuantizeArgs* a) {
+    set_num_threads(a->threads);
+    a->o.enc.method = encode::parse_method(a->method);
+    a->o.enc.paths = encode::parse_paths(a->paths);
+    a->o.device = encode::parse_device(a->device);
+    a->o.match_original = a->match == "original";
+    quant::resolve_tune_mode(a->o);  // "auto": by device and model
+    a->o.calib_generated =
+        parse_auto_number("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
+    a->o.kd_random = parse_auto_number("--kd-random", a->kd_random, quant::kKdRandomAuto);
+    a->o.kd.lr_signs = parse_auto_number("--kd-lr-signs", a->kd_lr_signs, quant::kKdLrSignsAuto);
+    a->o.kd.min_gain = parse_auto_number("--kd-min-gain", a->kd_min_gain, quant::kKdMinGainAuto);
+    CORTIQ_CHECK(a->o.kd.min_gain < 1, "--kd-min-gain: auto or a fraction below 1, not \"{}\"",
+                 a->kd_min_gain);
+    a->o.calib.samples = parse_samples(a->samples);
+    a->o.tune_lr_schedule_auto = a->tune_lr_schedule == "auto";
+    if (!a->o.tune_lr_schedule_auto) a->o.tune.lr_schedule = lr_schedules().at(a->tune_lr_schedule);
+    if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
+    if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {
+        a->o.plan_auto = a->o.plan_path == "auto";
+        a->o.plan_path.clear();
+    }
+    if (a->o.file_bpw > 0) {
+        CORTIQ_CHECK(a->o.plan_path.empty(), "--file-bpw makes its own plan: drop --plan {}",
+                     a->o.plan_path);
+        a->o.plan_auto = true;
+        a->o.plan_auto_default = false;
+    }
+    a->o.progress = !a->quiet;
+    a->o.verbose = !a->quiet;
+}
+
+void run_quantize(QuantizeArgs* a) {
+    resolve_args(a);
+    // under mpirun (or --mpi) every rank runs this command; rank 0 reports
+    dist::init(a->mpi);
+    const auto rep = quant::quantize(a->o);
+    if (!dist::is_root()) return;
+    if (dist::distributed()) {
+        // what the ranks shared: tuning only with several windows a step
+        const bool tuned = rep.tune_seconds > 0;
+        std::string shared = "calibrated and encoded";
+        if (tuned && a->o.tune.batch_windows > 1) shared += ", tuned the blocks";
+        if (tuned && a->o.kd.batch_windows > 1 && !rep.distilled.is_null()) shared += ", distilled";
+        fmt::print("{} ranks {} together (rank 0 wrote the file)\n", dist::size(), shared);
+    }
+    fmt::print("{}\n", rep.summary());
+    if (!a->json.empty()) {
+        std::ofstream f(a->json);
+        f << rep.to_json().dump(2) << "\n";
+        CORTIQ_CHECK(f, "cannot write {}", a->json);
+    }
+}
+
+void add_encoding_options(CLI::App* cmd, QuantizeArgs* a) {
     cmd->add_option("model", a->o.model_dir, "Hugging Face model folder")->required();
     cmd->add_option("--bpw", a->o.bpw,
                     "bits per weight of every decoder linear layer (and of lm_head with "
@@ -98,6 +149,33 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--include-head", a->o.include_head,
                   "also compress lm_head, last, on the compressed model's final hidden states "
                   "(a tied model keeps its float embedding)");
+    cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
+                    "greedy passes of each input-side column search (fewer: faster on the GPU, "
+                    "slightly less accurate)")
+        ->check(CLI::Range(1, 64));
+    cmd->add_option("--gptq-multi", a->o.enc.gptq_multi,
+                    "input-side column search by rounds of up to Q simultaneous flips, kept when "
+                    "they improve (0, the default: the exact sequential scan; the CUDA encoder "
+                    "takes up to 32)")
+        ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--gptq-group", a->o.enc.gptq_group,
+                    "input-side column search: columns in groups of G searched from the same "
+                    "targets, each group's error fed to the later columns (1: every column sees "
+                    "every earlier one's, the default on the CPU; auto: per search the largest "
+                    "power of two up to rank/16, at most 64, the default with --device gpu)")
+        ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
+        ->check(CLI::Range(0, 1 << 20));
+    cmd->add_option("--itq-iters", a->o.enc.itq_iters,
+                    "iterations of the sign-gauge rotation (ITQ, SPEC §3.3; 50, the default)")
+        ->check(CLI::Range(0, 1000));
+    cmd->add_option("--match", a->match,
+                    "each layer's target: 'original' (default: the original model's outputs, "
+                    "which corrects the drift of the compressed layers before it) or 'layer' (its "
+                    "own outputs on the compressed model's inputs, as GPTQ)")
+        ->check(CLI::IsMember({"layer", "original"}));
+}
+
+void add_calibration_options(CLI::App* cmd, QuantizeArgs* a) {
     cmd->add_option("--samples", a->samples,
                     "calibration windows (fit + held out); auto: 192 when tuning a model of at "
                     "most 100 M parameters (256 for a hybrid one), else 128");
@@ -109,6 +187,9 @@ void add_quantize(CLI::App& app) {
                     "shrink the fit Gram's off-diagonal by this fraction (0..1) before encoding: "
                     "less overfitting of the calibration text")
         ->check(CLI::Range(0.0, 1.0));
+}
+
+void add_tuning_options(CLI::App* cmd, QuantizeArgs* a) {
     cmd->add_option("--tune", a->o.tune_mode,
                     "output-aware tuning: auto (default: block+kd with --device gpu, none on "
                     "the CPU); none; block (each layer's BLR scales/signs fitted to "
@@ -161,8 +242,6 @@ void add_quantize(CLI::App& app) {
                     "block tuning: Adam step on the sign latents (0: signs fixed)");
     cmd->add_option("--tune-latent", a->o.tune.latent_init,
                     "block tuning: initial |latent| of each sign");
-    const std::map<std::string, tune::LrSchedule> schedules{
-        {"constant", tune::LrSchedule::constant}, {"cosine", tune::LrSchedule::cosine}};
     cmd->add_option("--tune-lr-schedule", a->tune_lr_schedule,
                     "block tuning: the steps' rates over the epochs: auto (default: cosine for a "
                     "hybrid model of at most 100 M parameters, else constant), constant or cosine "
@@ -171,31 +250,10 @@ void add_quantize(CLI::App& app) {
     cmd->add_option("--kd-lr-schedule", a->o.kd.lr_schedule,
                     "distillation: the steps' rates over --kd-epochs: constant (default) or "
                     "cosine")
-        ->transform(CLI::CheckedTransformer(schedules));
-    cmd->add_option("--gptq-passes", a->o.enc.gptq_passes,
-                    "greedy passes of each input-side column search (fewer: faster on the GPU, "
-                    "slightly less accurate)")
-        ->check(CLI::Range(1, 64));
-    cmd->add_option("--gptq-multi", a->o.enc.gptq_multi,
-                    "input-side column search by rounds of up to Q simultaneous flips, kept when "
-                    "they improve (0, the default: the exact sequential scan; the CUDA encoder "
-                    "takes up to 32)")
-        ->check(CLI::Range(0, 1 << 20));
-    cmd->add_option("--gptq-group", a->o.enc.gptq_group,
-                    "input-side column search: columns in groups of G searched from the same "
-                    "targets, each group's error fed to the later columns (1: every column sees "
-                    "every earlier one's, the default on the CPU; auto: per search the largest "
-                    "power of two up to rank/16, at most 64, the default with --device gpu)")
-        ->transform(CLI::Transformer(std::map<std::string, int>{{"auto", 0}}))
-        ->check(CLI::Range(0, 1 << 20));
-    cmd->add_option("--itq-iters", a->o.enc.itq_iters,
-                    "iterations of the sign-gauge rotation (ITQ, SPEC §3.3; 50, the default)")
-        ->check(CLI::Range(0, 1000));
-    cmd->add_option("--match", a->match,
-                    "each layer's target: 'original' (default: the original model's outputs, "
-                    "which corrects the drift of the compressed layers before it) or 'layer' (its "
-                    "own outputs on the compressed model's inputs, as GPTQ)")
-        ->check(CLI::IsMember({"layer", "original"}));
+        ->transform(CLI::CheckedTransformer(lr_schedules()));
+}
+
+void add_run_options(CLI::App* cmd, QuantizeArgs* a) {
     cmd->add_option("--jobs", a->o.jobs, "tensors in flight per GPU (0: automatic)");
     cmd->add_option("--gpus", a->o.gpus,
                     "with --device gpu: the GPUs to use, e.g. 0,2 (default: every visible GPU "
@@ -205,8 +263,7 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--resume", a->o.resume, "continue an interrupted run from its journal");
     cmd->add_flag("--force", a->o.force, "overwrite the output / discard an old journal");
     cmd->add_option("--json", a->json, "write the run's summary as JSON to this file");
-    auto mpi = std::make_shared<bool>(false);
-    cmd->add_flag("--mpi", *mpi,
+    cmd->add_flag("--mpi", a->mpi,
                   "run as one rank of an MPI job (implied when started by mpirun): the "
                   "calibration windows and each layer's tensors are shared out, the file is the "
                   "same as one process writes");
@@ -214,58 +271,24 @@ void add_quantize(CLI::App& app) {
     cmd->add_flag("--profile", a->o.profile,
                   "seconds per encoder stage on each tensor's line and in total (with "
                   "--device gpu every stage then waits for the device)");
-    cmd->callback([a, mpi, schedules] {
-        set_num_threads(a->threads);
-        a->o.enc.method = encode::parse_method(a->method);
-        a->o.enc.paths = encode::parse_paths(a->paths);
-        a->o.device = encode::parse_device(a->device);
-        a->o.match_original = a->match == "original";
-        quant::resolve_tune_mode(a->o);  // "auto": by device and model
-        a->o.calib_generated =
-            parse_auto_number("--calib-generated", a->calib_generated, quant::kCalibGeneratedAuto);
-        a->o.kd_random = parse_auto_number("--kd-random", a->kd_random, quant::kKdRandomAuto);
-        a->o.kd.lr_signs =
-            parse_auto_number("--kd-lr-signs", a->kd_lr_signs, quant::kKdLrSignsAuto);
-        a->o.kd.min_gain =
-            parse_auto_number("--kd-min-gain", a->kd_min_gain, quant::kKdMinGainAuto);
-        CORTIQ_CHECK(a->o.kd.min_gain < 1, "--kd-min-gain: auto or a fraction below 1, not \"{}\"",
-                     a->kd_min_gain);
-        a->o.calib.samples = parse_samples(a->samples);
-        a->o.tune_lr_schedule_auto = a->tune_lr_schedule == "auto";
-        if (!a->o.tune_lr_schedule_auto) a->o.tune.lr_schedule = schedules.at(a->tune_lr_schedule);
-        if (!a->o.plan_path.empty()) a->o.plan_auto_default = false;
-        if (a->o.plan_path == "auto" || a->o.plan_path == "uniform") {
-            a->o.plan_auto = a->o.plan_path == "auto";
-            a->o.plan_path.clear();
-        }
-        if (a->o.file_bpw > 0) {
-            CORTIQ_CHECK(a->o.plan_path.empty(), "--file-bpw makes its own plan: drop --plan {}",
-                         a->o.plan_path);
-            a->o.plan_auto = true;
-            a->o.plan_auto_default = false;
-        }
-        a->o.progress = !a->quiet;
-        a->o.verbose = !a->quiet;
-        // under mpirun (or --mpi) every rank runs this command; rank 0 reports
-        dist::init(*mpi);
-        const auto rep = quant::quantize(a->o);
-        if (!dist::is_root()) return;
-        if (dist::distributed()) {
-            // what the ranks shared: tuning only with several windows a step
-            const bool tuned = rep.tune_seconds > 0;
-            std::string shared = "calibrated and encoded";
-            if (tuned && a->o.tune.batch_windows > 1) shared += ", tuned the blocks";
-            if (tuned && a->o.kd.batch_windows > 1 && !rep.distilled.is_null())
-                shared += ", distilled";
-            fmt::print("{} ranks {} together (rank 0 wrote the file)\n", dist::size(), shared);
-        }
-        fmt::print("{}\n", rep.summary());
-        if (!a->json.empty()) {
-            std::ofstream f(a->json);
-            f << rep.to_json().dump(2) << "\n";
-            CORTIQ_CHECK(f, "cannot write {}", a->json);
-        }
-    });
+}
+
+}  // namespace
+
+void add_quantize(CLI::App& app) {
+    auto a = std::make_shared<QuantizeArgs>();
+    a->o.calib.seqlen = 0;  // model default
+    a->o.tune_mode = "auto";
+    a->o.tune.epochs = quant::kTuneEpochsAuto;  // a number replaces it (checked below)
+    a->o.tune.lr_scales = quant::kLrAuto;       // as do these (by the model, load_and_check)
+    a->o.kd.lr_scales = quant::kLrAuto;
+    a->o.plan_auto_default = true;  // --plan or --file-bpw turns it off
+    auto* cmd = app.add_subcommand("quantize", "compress a Hugging Face checkpoint");
+    add_encoding_options(cmd, a.get());
+    add_calibration_options(cmd, a.get());
+    add_tuning_options(cmd, a.get());
+    add_run_options(cmd, a.get());
+    cmd->callback([a] { run_quantize(a.get()); });
 }
 
 void add_inspect(CLI::App& app) {
