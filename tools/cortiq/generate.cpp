@@ -67,6 +67,79 @@ model::RuntimeOptions runtime_options(const GenerateArgs& a, model::Device devic
     return o;
 }
 
+// What a run made, for its report.
+struct Outcome {
+    std::vector<std::string> texts, out_text;
+    std::vector<std::vector<int32_t>> prompts, out;
+    model::GenerateTiming timing;
+    double seconds = 0, tps = 0, decode_tps = 0;
+    int64_t generated = 0;
+};
+
+// --json: the run on one line (the first sequence's fields at the top, every
+// sequence's under "sequences" when there are several).
+void print_json(const GenerateArgs& a, const model::Runtime& runtime,
+                const model::RuntimeOptions& ro, model::Device device, const Outcome& r) {
+    const auto& [texts, out_text, prompts, out, timing, s, tps, decode_tps, generated] = r;
+    const bool one = prompts.size() == 1;
+    const int64_t B = static_cast<int64_t>(prompts.size());
+    const auto* rt = &runtime;
+    const auto* gm = dynamic_cast<const model::GpuModel*>(rt);
+    nlohmann::ordered_json j;
+    j["prompt"] = texts[0];
+    j["text"] = out_text[0];
+    j["prompt_tokens"] = prompts[0].size();
+    j["generated_tokens"] = generated;
+    j["ids"] = out[0];  // exact, where "text" may hold U+FFFD (below)
+    if (!one) {
+        nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
+        for (size_t i = 0; i < out.size(); ++i)
+            seqs.push_back({{"prompt", texts[i]},
+                            {"prompt_tokens", prompts[i].size()},
+                            {"text", out_text[i]},
+                            {"ids", out[i]}});
+        j["sequences"] = seqs;
+    }
+    j["batch"] = B;
+    j["seconds"] = s;
+    j["tokens_per_second"] = tps;
+    j["prefill_seconds"] = timing.prefill_seconds;  // time to every sequence's first token
+    j["decode_steps"] = timing.decode_steps;
+    j["decode_seconds"] = timing.decode_seconds;
+    j["decode_tokens_per_second"] = decode_tps;
+    j["weight_bytes"] = rt->weight_bytes();
+    j["device_bytes"] = rt->device_bytes();
+    j["peak_rss_bytes"] = peak_rss_bytes();
+    j["packed"] = !a.dequant;
+    j["weights"] = a.dequant ? a.dtype : "packed";
+    j["kv"] = device == model::Device::gpu && ro.kv != model::KvFormat::f32 ? "f16" : "f32";
+    j["head"] =
+        device == model::Device::gpu && (ro.head != model::HeadFormat::f32 || a.dtype == "f16")
+            ? "f16"
+            : "f32";
+    if (gm) {
+        j["graph_captures"] = gm->graph_captures();
+        j["graph_replays"] = gm->graph_replays();
+    }
+    // A sampled sequence can hold byte tokens that are not valid UTF-8 (half
+    // a character, a stray continuation byte); JSON text must be, so those
+    // bytes become U+FFFD instead of an exception after the generation.
+    fmt::print("{}\n", j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+}
+
+// Each prompt's ids (BOS alone for an empty prompt where the tokenizer has one).
+std::vector<std::vector<int32_t>> encode_prompts(const io::Tokenizer& tok,
+                                                 const std::vector<std::string>& texts) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& t : texts) {
+        std::vector<int32_t> p = tok.encode(t, /*add_special=*/true);
+        if (p.empty() && tok.bos_id() >= 0) p.push_back(tok.bos_id());
+        CORTIQ_CHECK(!p.empty(), "generate: empty prompt and the tokenizer has no BOS token");
+        prompts.push_back(std::move(p));
+    }
+    return prompts;
+}
+
 void run(const GenerateArgs& a) {
     const model::Device device = runtime_device(a.device);
     CORTIQ_CHECK(a.batch >= 1 && a.batch <= 65535, "--batch must be 1..65535, got {}", a.batch);
@@ -82,14 +155,9 @@ void run(const GenerateArgs& a) {
     const auto rt = model::make_runtime(*model, ro);
     if (device == model::Device::gpu) model.reset();  // the device holds its own copy
     const auto tok = io::load_model_tokenizer(a.model, a.tokenizer);
-    const std::vector<std::string> texts = prompt_texts(a);
-    std::vector<std::vector<int32_t>> prompts;
-    for (const std::string& t : texts) {
-        std::vector<int32_t> p = tok.encode(t, /*add_special=*/true);
-        if (p.empty() && tok.bos_id() >= 0) p.push_back(tok.bos_id());
-        CORTIQ_CHECK(!p.empty(), "generate: empty prompt and the tokenizer has no BOS token");
-        prompts.push_back(std::move(p));
-    }
+    Outcome r;
+    r.texts = prompt_texts(a);
+    r.prompts = encode_prompts(tok, r.texts);
 
     model::GenerateOptions opt;
     opt.max_tokens = a.max_tokens;
@@ -99,94 +167,48 @@ void run(const GenerateArgs& a) {
         opt.stop_ids = rt->config().eos_token_ids;
         if (tok.eos_id() >= 0) opt.stop_ids.push_back(tok.eos_id());
     }
-    const bool one = prompts.size() == 1;
+    const bool one = r.prompts.size() == 1;
     if (!a.json && one) {
-        fmt::print("{}", texts[0]);
+        fmt::print("{}", r.texts[0]);
         std::fflush(stdout);
     }
-    std::vector<std::string> out_text(prompts.size());
+    r.out_text.resize(r.prompts.size());
     std::vector<int32_t> prev;
-    for (const auto& p : prompts) prev.push_back(p.back());
-    model::GenerateTiming timing;
+    for (const auto& p : r.prompts) prev.push_back(p.back());
     const auto t0 = std::chrono::steady_clock::now();
-    const auto out = model::generate_batch(
-        *rt, prompts, opt,
+    r.out = model::generate_batch(
+        *rt, r.prompts, opt,
         [&](int64_t s, int32_t id) {
             const size_t i = static_cast<size_t>(s);
             const std::string piece = tok.decode_token(id, prev[i]);
             prev[i] = id;
-            if (a.json || !one) return void(out_text[i] += piece);
+            if (a.json || !one) return void(r.out_text[i] += piece);
             fmt::print("{}", piece);
             std::fflush(stdout);
         },
-        &timing);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    int64_t generated = 0;
-    for (const auto& o : out) generated += static_cast<int64_t>(o.size());
-    const double tps = s > 0 ? static_cast<double>(generated) / s : 0.0;
-    const int64_t B = static_cast<int64_t>(prompts.size());
+        &r.timing);
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& o : r.out) r.generated += static_cast<int64_t>(o.size());
+    r.tps = r.seconds > 0 ? static_cast<double>(r.generated) / r.seconds : 0.0;
+    const int64_t B = static_cast<int64_t>(r.prompts.size());
     // Decode throughput: tokens the decode steps made (one per sequence and
     // step, the done ones' included: they were computed) per second.
-    const double decode_tps =
-        timing.decode_seconds > 0
-            ? static_cast<double>(B * timing.decode_steps) / timing.decode_seconds
-            : 0.0;
-    const auto* gm = dynamic_cast<const model::GpuModel*>(rt.get());
-    if (a.json) {
-        nlohmann::ordered_json j;
-        j["prompt"] = texts[0];
-        j["text"] = out_text[0];
-        j["prompt_tokens"] = prompts[0].size();
-        j["generated_tokens"] = generated;
-        j["ids"] = out[0];  // exact, where "text" may hold U+FFFD (below)
-        if (!one) {
-            nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
-            for (size_t i = 0; i < out.size(); ++i)
-                seqs.push_back({{"prompt", texts[i]},
-                                {"prompt_tokens", prompts[i].size()},
-                                {"text", out_text[i]},
-                                {"ids", out[i]}});
-            j["sequences"] = seqs;
-        }
-        j["batch"] = B;
-        j["seconds"] = s;
-        j["tokens_per_second"] = tps;
-        j["prefill_seconds"] = timing.prefill_seconds;  // time to every sequence's first token
-        j["decode_steps"] = timing.decode_steps;
-        j["decode_seconds"] = timing.decode_seconds;
-        j["decode_tokens_per_second"] = decode_tps;
-        j["weight_bytes"] = rt->weight_bytes();
-        j["device_bytes"] = rt->device_bytes();
-        j["peak_rss_bytes"] = peak_rss_bytes();
-        j["packed"] = !a.dequant;
-        j["weights"] = a.dequant ? a.dtype : "packed";
-        j["kv"] = device == model::Device::gpu && ro.kv != model::KvFormat::f32 ? "f16" : "f32";
-        j["head"] =
-            device == model::Device::gpu && (ro.head != model::HeadFormat::f32 || a.dtype == "f16")
-                ? "f16"
-                : "f32";
-        if (gm) {
-            j["graph_captures"] = gm->graph_captures();
-            j["graph_replays"] = gm->graph_replays();
-        }
-        // A sampled sequence can hold byte tokens that are not valid UTF-8 (half
-        // a character, a stray continuation byte); JSON text must be, so those
-        // bytes become U+FFFD instead of an exception after the generation.
-        fmt::print("{}\n",
-                   j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
-        return;
-    }
+    r.decode_tps = r.timing.decode_seconds > 0
+                       ? static_cast<double>(B * r.timing.decode_steps) / r.timing.decode_seconds
+                       : 0.0;
+    if (a.json) return print_json(a, *rt, ro, device, r);
     if (one) {
         fmt::print("\n");
     } else {
-        for (size_t i = 0; i < out.size(); ++i) fmt::print("[{}] {}{}\n", i, texts[i], out_text[i]);
+        for (size_t i = 0; i < r.out.size(); ++i)
+            fmt::print("[{}] {}{}\n", i, r.texts[i], r.out_text[i]);
     }
     std::fflush(stdout);  // the text before the timing line, also when both go to one pipe
     fmt::print(stderr,
                "[{} sequence{}, {} prompt tokens, {} generated in {:.2f} s, {:.1f} tok/s; first "
                "tokens after {:.3f} s, decode {:.1f} tok/s; weights {:.2f} MB]\n",
-               B, B == 1 ? "" : "s", prompts[0].size(), generated, s, tps, timing.prefill_seconds,
-               decode_tps, rt->weight_bytes() / 1e6);
+               B, B == 1 ? "" : "s", r.prompts[0].size(), r.generated, r.seconds, r.tps,
+               r.timing.prefill_seconds, r.decode_tps, rt->weight_bytes() / 1e6);
 }
 
 }  // namespace
