@@ -144,7 +144,6 @@ void add_sampled_windows(const QuantizeOptions& o, Inputs& in, const io::Tokeniz
 nlohmann::json settings_of(const QuantizeOptions& o, const Inputs& in, const Plan& plan,
                            const std::vector<std::string>& calib_texts, double generated,
                            int64_t seqlen) {
-    nlohmann::json settings;
     // one file: its name and hash, as before; several: comma-separated lists
     std::string calib_names, calib_hashes;
     for (size_t i = 0; i < calib_texts.size(); ++i) {
@@ -155,7 +154,7 @@ nlohmann::json settings_of(const QuantizeOptions& o, const Inputs& in, const Pla
         calib_names += fs::path(o.calib_paths[i]).filename().string();
         calib_hashes += io::sha256_text(calib_texts[i]);
     }
-    settings = {
+    nlohmann::json settings = {
         {"format_version", kFormatVersion},
         {"source", fs::path(o.model_dir).filename().string()},
         {"source_sha256", io::sha256_files(checkpoint_files(in.checkpoint))},

@@ -183,7 +183,6 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
 
     std::vector<float> dout;
     BlockActsT<float> a;
-    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
     // out[0] = the gradient of fit window w (held here), computed on its own
     const auto window_grads = [&](size_t w, std::vector<BlockGradsT<float>>& out) {
@@ -208,10 +207,8 @@ BlockTuneResult tune_block(BlockParamsT<float>& p, const BlockDims& d,
         const ScopedStage stage(o.profile, "adam");
         adam.step(rate);
     };
-    const Schedule schedule{fit_total,  batch,  o.epochs,     o.patience,
-                            o.min_gain, 0x5eed, o.lr_schedule};
     res.best_epoch = run_epochs(
-        schedule, res.sel_after, res.epochs_run, step,
+        o.schedule(fit_total, kBlockTuneSeed), res.sel_after, res.epochs_run, step,
         [&] {
             const ScopedStage stage(o.profile, "evaluate");
             return has_sel ? ev.relative(p, sel) : ev.relative(p, fit);

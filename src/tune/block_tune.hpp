@@ -45,6 +45,11 @@ struct TuneRanks {
         fold;
 };
 
+// The seeds of the windows' shuffles, one per tuner, shared by its CPU and
+// GPU versions: the same batches in the same order on both devices.
+inline constexpr uint64_t kBlockTuneSeed = 0x5eed;
+inline constexpr uint64_t kDistillSeed = 0xd15711;
+
 // The defaults are the best setting measured on tiny-llama-6m at 0.9 and
 // 1.0 bpw (docs/tuning.md): small steps, one window per step, a few epochs.
 struct TuneOptions {
@@ -63,6 +68,16 @@ struct TuneOptions {
     // held-out loss by more than this fraction of it (0: any gain; epochs.hpp)
     double min_gain = 0;
     EpochCallback on_progress;  // every step and evaluation (epochs.hpp); may be empty
+    // These options' schedule over `windows` fit windows, shuffled from `seed`.
+    Schedule schedule(size_t windows, uint64_t seed) const {
+        return {.windows = windows,
+                .batch = static_cast<size_t>(std::max<int64_t>(1, batch_windows)),
+                .epochs = epochs,
+                .patience = patience,
+                .min_gain = min_gain,
+                .seed = seed,
+                .lr = lr_schedule};
+    }
     // null: one process computes every window (read by tune_block and
     // distill; the GPU tuners run in one process only)
     const TuneRanks* ranks = nullptr;

@@ -98,7 +98,6 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
     CORTIQ_CHECK(!s.full_block, "distillation on the CPU needs every block with its signs");
     const int64_t L = static_cast<int64_t>(fit[0].size());
     const RopeT<float> rope = rope_for<float>(s.inv_freq, L);
-    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     // the windows this process computes: all, or with ranks its share of each set
     const TuneRanks* ranks = o.ranks;
     const size_t fit_lo = ranks ? static_cast<size_t>(ranks->fit_first) : 0;
@@ -154,10 +153,8 @@ DistillResult distill(Student& s, const TeacherFn& teacher,
         const ScopedStage stage(o.profile, "kd_adam");
         adam.step(rate);
     };
-    const Schedule schedule{fit.size(), batch,    o.epochs,     o.patience,
-                            o.min_gain, 0xd15711, o.lr_schedule};
     r.best_epoch = run_epochs(
-        schedule, r.kl_sel_after, r.epochs_run, step,
+        o.schedule(fit.size(), kDistillSeed), r.kl_sel_after, r.epochs_run, step,
         [&] { return sel.empty() ? mean_kl(fit, fit_lo, fit_hi) : mean_kl(sel, sel_lo, sel_hi); },
         [&] { best = s.blocks; }, o.on_progress);
     s.blocks = std::move(best);

@@ -78,37 +78,33 @@ struct Outcome {
 
 // --json: the run on one line (the first sequence's fields at the top, every
 // sequence's under "sequences" when there are several).
-void print_json(const GenerateArgs& a, const model::Runtime& runtime,
-                const model::RuntimeOptions& ro, model::Device device, const Outcome& r) {
-    const auto& [texts, out_text, prompts, out, timing, s, tps, decode_tps, generated] = r;
-    const bool one = prompts.size() == 1;
-    const int64_t B = static_cast<int64_t>(prompts.size());
-    const auto* rt = &runtime;
-    const auto* gm = dynamic_cast<const model::GpuModel*>(rt);
+void print_json(const GenerateArgs& a, const model::Runtime& rt, const model::RuntimeOptions& ro,
+                model::Device device, const Outcome& r) {
+    const auto* gm = dynamic_cast<const model::GpuModel*>(&rt);
     nlohmann::ordered_json j;
-    j["prompt"] = texts[0];
-    j["text"] = out_text[0];
-    j["prompt_tokens"] = prompts[0].size();
-    j["generated_tokens"] = generated;
-    j["ids"] = out[0];  // exact, where "text" may hold U+FFFD (below)
-    if (!one) {
+    j["prompt"] = r.texts[0];
+    j["text"] = r.out_text[0];
+    j["prompt_tokens"] = r.prompts[0].size();
+    j["generated_tokens"] = r.generated;
+    j["ids"] = r.out[0];  // exact, where "text" may hold U+FFFD (below)
+    if (r.prompts.size() > 1) {
         nlohmann::ordered_json seqs = nlohmann::ordered_json::array();
-        for (size_t i = 0; i < out.size(); ++i)
-            seqs.push_back({{"prompt", texts[i]},
-                            {"prompt_tokens", prompts[i].size()},
-                            {"text", out_text[i]},
-                            {"ids", out[i]}});
+        for (size_t i = 0; i < r.out.size(); ++i)
+            seqs.push_back({{"prompt", r.texts[i]},
+                            {"prompt_tokens", r.prompts[i].size()},
+                            {"text", r.out_text[i]},
+                            {"ids", r.out[i]}});
         j["sequences"] = seqs;
     }
-    j["batch"] = B;
-    j["seconds"] = s;
-    j["tokens_per_second"] = tps;
-    j["prefill_seconds"] = timing.prefill_seconds;  // time to every sequence's first token
-    j["decode_steps"] = timing.decode_steps;
-    j["decode_seconds"] = timing.decode_seconds;
-    j["decode_tokens_per_second"] = decode_tps;
-    j["weight_bytes"] = rt->weight_bytes();
-    j["device_bytes"] = rt->device_bytes();
+    j["batch"] = r.prompts.size();
+    j["seconds"] = r.seconds;
+    j["tokens_per_second"] = r.tps;
+    j["prefill_seconds"] = r.timing.prefill_seconds;  // time to every sequence's first token
+    j["decode_steps"] = r.timing.decode_steps;
+    j["decode_seconds"] = r.timing.decode_seconds;
+    j["decode_tokens_per_second"] = r.decode_tps;
+    j["weight_bytes"] = rt.weight_bytes();
+    j["device_bytes"] = rt.device_bytes();
     j["peak_rss_bytes"] = peak_rss_bytes();
     j["packed"] = !a.dequant;
     j["weights"] = a.dequant ? a.dtype : "packed";

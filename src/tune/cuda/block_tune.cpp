@@ -155,7 +155,6 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
 
     DVec x, y, dout;
     DBlockActs a;
-    const size_t batch = static_cast<size_t>(std::max<int64_t>(1, o.batch_windows));
     const float scale = static_cast<float>(2.0 / std::max(ref_fit, 1e-30));
     const auto step = [&](const std::vector<size_t>& order, size_t s, size_t c, double rate) {
         {
@@ -176,10 +175,8 @@ BlockTuneResult tune_on_device(BlockParamsT<float>& p, const BlockDims& d,
         slots.step(g, o.beta1, o.beta2, rate);
     };
     // the CPU's seed: the same batches in the same order
-    const Schedule schedule{dfit.x.size(), batch,  o.epochs,     o.patience,
-                            o.min_gain,    0x5eed, o.lr_schedule};
     res.best_epoch = run_epochs(
-        schedule, res.sel_after, res.epochs_run, step,
+        o.schedule(dfit.x.size(), kBlockTuneSeed), res.sel_after, res.epochs_run, step,
         [&] {
             const Stage stage(g, o.profile, "evaluate", true);
             return dsel.x.empty() ? ev.relative(dp, dfit) : ev.relative(dp, dsel);

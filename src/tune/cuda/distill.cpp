@@ -314,10 +314,8 @@ DistillResult distill_gpu(Student& s, const TeacherFn& teacher, const Windows& f
         adam.step(g, o.beta1, o.beta2, rate);
     };
     // the CPU's seed: the same batches in the same order
-    const Schedule schedule{fit.size(), batch,    o.epochs,     o.patience,
-                            o.min_gain, 0xd15711, o.lr_schedule};
     r.best_epoch = run_epochs(
-        schedule, r.kl_sel_after, r.epochs_run, step,
+        o.schedule(fit.size(), kDistillSeed), r.kl_sel_after, r.epochs_run, step,
         [&] { return has_sel ? tr.mean_kl(sel, true, batch) : tr.mean_kl(fit, false, batch); },
         [&] {
             const Stage stage(g, o.profile, "kd_keep", true);
